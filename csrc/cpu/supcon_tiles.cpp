@@ -1,0 +1,288 @@
+#include "vectorized.h"  // first: fixes the SIMD width for everything below
+
+#include "supcon_tiles.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "blas.h"
+#include "tile_schedule.h"
+
+namespace scl::cpu {
+namespace {
+
+using at::vec::Vectorized;
+
+// Rows and columns of one tile. 128 keeps a float tile (64 KiB) and its two operand blocks in L2
+// while each BLAS call is still large enough to run near peak (bench/NOTES.md).
+constexpr int64_t kBlock = 128;
+
+template <typename T>
+constexpr T kNegInf = -std::numeric_limits<T>::infinity();
+
+// fp32 exp with a 5th-order polynomial: ~1e-7 relative error, well inside fp32 tolerances, and
+// several times cheaper than the correctly rounded one.
+inline Vectorized<float> vexp(const Vectorized<float>& x) { return x.exp_u20(); }
+inline Vectorized<double> vexp(const Vectorized<double>& x) { return x.exp(); }
+
+template <typename T>
+T horizontal_sum(const Vectorized<T>& v) {
+  return at::vec::vec_reduce_all<T>([](Vectorized<T>& a, Vectorized<T>& b) { return a + b; }, v);
+}
+
+template <typename T>
+T horizontal_max(const Vectorized<T>& v) {
+  return at::vec::vec_reduce_all<T>(
+      [](Vectorized<T>& a, Vectorized<T>& b) { return at::vec::maximum(a, b); }, v);
+}
+
+int64_t num_blocks(int64_t rows) { return (rows + kBlock - 1) / kBlock; }
+
+// One thread's scratch tile. Its row stride is padded to the SIMD width and the padding holds
+// -inf, which exp turns into 0, so the vector loops never need a scalar tail.
+template <typename T>
+struct TileScratch {
+  static constexpr int64_t kLanes = Vectorized<T>::size();
+  static constexpr int64_t kStride = (kBlock + kLanes - 1) / kLanes * kLanes;
+  std::vector<T> s = std::vector<T>(kBlock * kStride, kNegInf<T>);
+
+  T* row(int64_t i) { return s.data() + i * kStride; }
+
+  // s = a[rows_a, d] . b[rows_b, d]^T, then -inf on the padding of this tile's width.
+  void dot_products(const T* a, int64_t rows_a, const T* b, int64_t rows_b, int64_t d) {
+    gemm_row_major<T>(false, true, rows_a, rows_b, d, T(1), a, d, b, d, T(0), s.data(), kStride);
+    for (int64_t i = 0; i < rows_a; ++i) std::fill(row(i) + rows_b, row(i) + kStride, kNegInf<T>);
+  }
+};
+
+// The number of vector steps that cover `cols` columns of a padded tile row.
+template <typename T>
+int64_t padded_cols(int64_t cols) {
+  constexpr int64_t lanes = Vectorized<T>::size();
+  return (cols + lanes - 1) / lanes * lanes;
+}
+
+template <typename T>
+void run_rounds(const std::vector<std::vector<TilePair>>& rounds,
+                const std::function<void(TileScratch<T>&, const TilePair&)>& tile_fn) {
+  for (const auto& round : rounds) {
+    at::parallel_for(0, static_cast<int64_t>(round.size()), 1, [&](int64_t begin, int64_t end) {
+      TileScratch<T> scratch;
+      for (int64_t t = begin; t < end; ++t) tile_fn(scratch, round[t]);
+    });
+  }
+}
+
+}  // namespace
+
+template <typename T>
+bool fixed_shift_is_safe(T inv_t) {
+  // exp(s - 1/t) >= exp(-2/t) must stay a normal number.
+  const T min_log = std::log(std::numeric_limits<T>::min());
+  return 2 * inv_t < -min_log * T(0.95);
+}
+
+template <typename T>
+void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, T* lse) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t lanes = Vec::size();
+  const int64_t nb = num_blocks(n);
+  // Row sums of exp(s - 1/t); double, as they gather up to n terms each.
+  std::vector<double> sums(n, 0.0);
+  const Vec scale(inv_t), shift(-inv_t);
+
+  run_rounds<T>(round_robin_rounds(nb), [&](TileScratch<T>& tile, const TilePair& blocks) {
+    const auto [bi, bj] = blocks;
+    const int64_t i0 = bi * kBlock, j0 = bj * kBlock;
+    const int64_t rows = std::min(kBlock, n - i0), cols = std::min(kBlock, n - j0);
+    tile.dot_products(z + i0 * d, rows, z + j0 * d, cols, d);
+    const bool diagonal = bi == bj;
+    if (diagonal) {
+      for (int64_t i = 0; i < rows; ++i) tile.row(i)[i] = kNegInf<T>;
+    }
+    alignas(64) T col_sums[TileScratch<T>::kStride] = {};
+    const int64_t width = padded_cols<T>(cols);
+    for (int64_t i = 0; i < rows; ++i) {
+      const T* srow = tile.row(i);
+      Vec row_acc(T(0));
+      for (int64_t j = 0; j < width; j += lanes) {
+        const Vec e = vexp(at::vec::fmadd(Vec::loadu(srow + j), scale, shift));
+        row_acc = row_acc + e;
+        if (!diagonal) (Vec::loadu(col_sums + j) + e).store(col_sums + j);
+      }
+      sums[i0 + i] += static_cast<double>(horizontal_sum(row_acc));
+    }
+    if (!diagonal) {
+      for (int64_t j = 0; j < cols; ++j) sums[j0 + j] += static_cast<double>(col_sums[j]);
+    }
+  });
+  for (int64_t i = 0; i < n; ++i) lse[i] = static_cast<T>(inv_t + std::log(sums[i]));
+}
+
+template <typename T>
+void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* lse, const T* g, T* dz) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t lanes = Vec::size();
+  const int64_t nb = num_blocks(n);
+  // p_ij = exp(s_ij - 1/t) * exp(1/t - lse_i), so one exp per element serves G_ij and G_ji;
+  // coef folds in g_i and the 1/t of ds/dz. Zero padding keeps the padded lanes finite.
+  std::vector<T> coef(nb * kBlock + lanes, T(0));
+  for (int64_t i = 0; i < n; ++i) {
+    coef[i] = g[i] == T(0) ? T(0) : g[i] * std::exp(inv_t - lse[i]) * inv_t;
+  }
+  const Vec scale(inv_t), shift(-inv_t);
+
+  run_rounds<T>(round_robin_rounds(nb), [&](TileScratch<T>& tile, const TilePair& blocks) {
+    const auto [bi, bj] = blocks;
+    const int64_t i0 = bi * kBlock, j0 = bj * kBlock;
+    const int64_t rows = std::min(kBlock, n - i0), cols = std::min(kBlock, n - j0);
+    tile.dot_products(z + i0 * d, rows, z + j0 * d, cols, d);
+    const bool diagonal = bi == bj;
+    if (diagonal) {
+      for (int64_t i = 0; i < rows; ++i) tile.row(i)[i] = kNegInf<T>;
+    }
+    // H_ij = E_ij (coef_i + coef_j): the tile's share of both G_ij and G_ji.
+    const int64_t width = padded_cols<T>(cols);
+    for (int64_t i = 0; i < rows; ++i) {
+      T* srow = tile.row(i);
+      const Vec ci(coef[i0 + i]);
+      for (int64_t j = 0; j < width; j += lanes) {
+        const Vec e = vexp(at::vec::fmadd(Vec::loadu(srow + j), scale, shift));
+        (e * (ci + Vec::loadu(coef.data() + j0 + j))).store(srow + j);
+      }
+    }
+    constexpr int64_t ld = TileScratch<T>::kStride;
+    gemm_row_major<T>(false, false, rows, d, cols, T(1), tile.row(0), ld, z + j0 * d, d, T(1),
+                      dz + i0 * d, d);
+    if (!diagonal) {
+      gemm_row_major<T>(true, false, cols, d, rows, T(1), tile.row(0), ld, z + i0 * d, d, T(1),
+                        dz + j0 * d, d);
+    }
+  });
+}
+
+namespace {
+
+// Masks anchor i's own column when this tile holds it.
+template <typename T>
+void mask_self_columns(TileScratch<T>& tile, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
+  for (int64_t i = std::max(i0, j0); i < std::min(i0 + rows, j0 + cols); ++i) {
+    tile.row(i - i0)[i - j0] = kNegInf<T>;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void lse_plain(const TileProblem<T>& p, T* lse) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t lanes = Vec::size();
+  const int64_t mb = num_blocks(p.m), nb = num_blocks(p.n);
+  // Few row blocks cannot occupy every thread: split the columns too, then merge the partial
+  // (max, sum) pairs of each row.
+  const int64_t splits =
+      std::min<int64_t>(nb, std::max<int64_t>(1, (2 * at::get_num_threads() + mb - 1) / mb));
+  const int64_t blocks_per_split = (nb + splits - 1) / splits;
+  std::vector<T> part_max(splits * p.m, kNegInf<T>);
+  std::vector<double> part_sum(splits * p.m, 0.0);
+  const Vec scale(p.inv_t);
+
+  at::parallel_for(0, mb * splits, 1, [&](int64_t begin, int64_t end) {
+    TileScratch<T> tile;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bi = task / splits, split = task % splits;
+      const int64_t i0 = bi * kBlock, rows = std::min(kBlock, p.m - i0);
+      T* run_max = part_max.data() + split * p.m + i0;
+      double* run_sum = part_sum.data() + split * p.m + i0;
+      const int64_t bj_end = std::min(nb, (split + 1) * blocks_per_split);
+      for (int64_t bj = split * blocks_per_split; bj < bj_end; ++bj) {
+        const int64_t j0 = bj * kBlock, cols = std::min(kBlock, p.n - j0);
+        tile.dot_products(p.q + i0 * p.d, rows, p.z + j0 * p.d, cols, p.d);
+        if (p.self_column) mask_self_columns(tile, i0, rows, j0, cols);
+        const int64_t width = padded_cols<T>(cols);
+        for (int64_t i = 0; i < rows; ++i) {
+          const T* srow = tile.row(i);
+          Vec vmax(kNegInf<T>);
+          for (int64_t j = 0; j < width; j += lanes) vmax = at::vec::maximum(vmax, Vec::loadu(srow + j));
+          const T tile_max = horizontal_max(vmax) * p.inv_t;
+          if (tile_max == kNegInf<T>) continue;  // every column of this tile masked
+          const T new_max = std::max(run_max[i], tile_max);
+          const Vec shift(-new_max);
+          Vec acc(T(0));
+          for (int64_t j = 0; j < width; j += lanes) {
+            acc = acc + vexp(at::vec::fmadd(Vec::loadu(srow + j), scale, shift));
+          }
+          run_sum[i] = run_sum[i] * std::exp(static_cast<double>(run_max[i] - new_max)) +
+                       static_cast<double>(horizontal_sum(acc));
+          run_max[i] = new_max;
+        }
+      }
+    }
+  });
+  for (int64_t i = 0; i < p.m; ++i) {
+    T row_max = kNegInf<T>;
+    for (int64_t s = 0; s < splits; ++s) row_max = std::max(row_max, part_max[s * p.m + i]);
+    if (row_max == kNegInf<T>) {  // no column at all: an empty sum
+      lse[i] = kNegInf<T>;
+      continue;
+    }
+    double total = 0.0;
+    for (int64_t s = 0; s < splits; ++s) {
+      const T mx = part_max[s * p.m + i];
+      if (mx != kNegInf<T>) total += part_sum[s * p.m + i] * std::exp(static_cast<double>(mx - row_max));
+    }
+    lse[i] = static_cast<T>(row_max + std::log(total));
+  }
+}
+
+template <typename T>
+void grad_plain(const TileProblem<T>& p, const T* lse, const T* g, T* dq, T* dz) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t lanes = Vec::size();
+  const int64_t mb = num_blocks(p.m), nb = num_blocks(p.n);
+  const Vec scale(p.inv_t);
+
+  run_rounds<T>(diagonal_waves(mb, nb), [&](TileScratch<T>& tile, const TilePair& blocks) {
+    const auto [bi, bj] = blocks;
+    const int64_t i0 = bi * kBlock, j0 = bj * kBlock;
+    const int64_t rows = std::min(kBlock, p.m - i0), cols = std::min(kBlock, p.n - j0);
+    tile.dot_products(p.q + i0 * p.d, rows, p.z + j0 * p.d, cols, p.d);
+    if (p.self_column) mask_self_columns(tile, i0, rows, j0, cols);
+    const int64_t width = padded_cols<T>(cols);
+    for (int64_t i = 0; i < rows; ++i) {
+      T* srow = tile.row(i);
+      const T gi = g[i0 + i];
+      if (gi == T(0)) {  // also keeps an empty row's lse = -inf out of the exp
+        std::fill(srow, srow + width, T(0));
+        continue;
+      }
+      const Vec shift(-lse[i0 + i]), coef(gi * p.inv_t);
+      for (int64_t j = 0; j < width; j += lanes) {
+        (coef * vexp(at::vec::fmadd(Vec::loadu(srow + j), scale, shift))).store(srow + j);
+      }
+    }
+    constexpr int64_t ld = TileScratch<T>::kStride;
+    gemm_row_major<T>(false, false, rows, p.d, cols, T(1), tile.row(0), ld, p.z + j0 * p.d, p.d,
+                      T(1), dq + i0 * p.d, p.d);
+    gemm_row_major<T>(true, false, cols, p.d, rows, T(1), tile.row(0), ld, p.q + i0 * p.d, p.d,
+                      T(1), dz + j0 * p.d, p.d);
+  });
+}
+
+#define SCL_INSTANTIATE(T)                                                                 \
+  template bool fixed_shift_is_safe<T>(T);                                                 \
+  template void lse_symmetric<T>(const T*, int64_t, int64_t, T, T*);                       \
+  template void grad_symmetric<T>(const T*, int64_t, int64_t, T, const T*, const T*, T*);  \
+  template void lse_plain<T>(const TileProblem<T>&, T*);                                   \
+  template void grad_plain<T>(const TileProblem<T>&, const T*, const T*, T*, T*);
+SCL_INSTANTIATE(float)
+SCL_INSTANTIATE(double)
+#undef SCL_INSTANTIATE
+
+}  // namespace scl::cpu
