@@ -22,7 +22,7 @@ def _check_reference_values(features, contrast, temperature):
     for name, tensor in (("features", features), ("contrast", contrast)):
         if tensor is not None and not bool(torch.isfinite(tensor).all()):
             raise ValueError(f"{name} contains NaN or inf")
-    value = float(temperature)
+    value = float(temperature.detach())
     if not (value > 0 and value != float("inf")):
         raise ValueError(f"temperature must be positive and finite, got {value}")
 
