@@ -1,7 +1,22 @@
-"""Fake kernels and autograd for torch.ops.scl.supcon, whose schema and backends live in csrc/."""
+"""Fake kernels and autograd for the scl ops.
+
+torch.ops.scl.supcon's schema and CPU kernel live in csrc/; torch.ops.scl.supcon_triton (the
+Triton implementation under its own name, so it can also run CPU tensors in Triton's interpreter)
+is defined in scl_kernels/triton_backend. Both share the fakes and autograd below.
+"""
+import functools
+
 import torch
 
 from ._extension import library_loaded
+
+SUPCON_SCHEMA = ("(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
+                 "Tensor temperature, int num_anchors, bool normalize) -> "
+                 "(Tensor loss, Tensor lse, Tensor num_positives)")
+SUPCON_BACKWARD_SCHEMA = ("(Tensor grad_loss, Tensor features, Tensor labels, Tensor? contrast, "
+                          "Tensor? contrast_labels, Tensor temperature, int num_anchors, "
+                          "bool normalize, Tensor lse) -> "
+                          "(Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)")
 
 
 def loss_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -9,19 +24,15 @@ def loss_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _num_anchors(features, contrast, num_anchors):
-    return num_anchors if contrast is None else features.shape[0]
-
-
-def _fake_supcon(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
-    m = _num_anchors(features, contrast, num_anchors)
+def _fake_forward(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
+    m = num_anchors if contrast is None else features.shape[0]
     dtype = loss_dtype(features.dtype)
     return (features.new_empty((m,), dtype=dtype), features.new_empty((m,), dtype=dtype),
             features.new_empty((m,), dtype=torch.int64))
 
 
-def _fake_supcon_backward(grad_loss, features, labels, contrast, contrast_labels, temperature,
-                          num_anchors, normalize, lse):
+def _fake_backward(grad_loss, features, labels, contrast, contrast_labels, temperature,
+                   num_anchors, normalize, lse):
     grad_contrast = (features.new_empty((0, features.shape[1])) if contrast is None
                      else torch.empty_like(contrast))
     return torch.empty_like(features), grad_contrast, torch.empty_like(temperature)
@@ -36,9 +47,9 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, num_positives)
 
 
-def _backward(ctx, grad_loss, _grad_lse, _grad_num_positives):
+def _backward(backward_op, ctx, grad_loss, _grad_lse, _grad_num_positives):
     features, labels, contrast, contrast_labels, temperature, lse = ctx.saved_tensors
-    grad_features, grad_contrast, grad_temperature = torch.ops.scl.supcon_backward(
+    grad_features, grad_contrast, grad_temperature = backward_op(
         grad_loss, features, labels, contrast, contrast_labels, temperature, ctx.num_anchors,
         ctx.normalize, lse)
     needs = ctx.needs_input_grad
@@ -47,7 +58,14 @@ def _backward(ctx, grad_loss, _grad_lse, _grad_num_positives):
             grad_temperature if needs[4] else None, None, None)
 
 
+def register_fakes_and_autograd(name: str) -> None:
+    """For scl::<name> and scl::<name>_backward, defined with the two schemas above."""
+    torch.library.register_fake(f"scl::{name}")(_fake_forward)
+    torch.library.register_fake(f"scl::{name}_backward")(_fake_backward)
+    backward_op = getattr(torch.ops.scl, f"{name}_backward").default
+    torch.library.register_autograd(f"scl::{name}", functools.partial(_backward, backward_op),
+                                    setup_context=_setup_context)
+
+
 if library_loaded():
-    torch.library.register_fake("scl::supcon")(_fake_supcon)
-    torch.library.register_fake("scl::supcon_backward")(_fake_supcon_backward)
-    torch.library.register_autograd("scl::supcon", _backward, setup_context=_setup_context)
+    register_fakes_and_autograd("supcon")

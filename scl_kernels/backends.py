@@ -1,21 +1,45 @@
 """Backend names, which device each serves, and the choice behind backend="auto"."""
+import importlib
+import importlib.util
+import os
+
 import torch
 
 from ._extension import library_loaded, require_library
 from .reference import supcon_reference
 
-BACKENDS = ("auto", "cpu", "reference")
+BACKENDS = ("auto", "cpu", "triton", "reference")
 
 
-def _fused_op(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
-    require_library()
-    loss, _lse, num_positives = torch.ops.scl.supcon(
-        features, labels, contrast, contrast_labels, temperature, num_anchors, normalize)
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def load_triton_backend():
+    """Imports the Triton backend, which registers its ops (and torch.ops.scl.supcon on CUDA)."""
+    if not triton_installed():
+        raise ValueError("backend='triton' needs the triton package (pip install triton)")
+    return importlib.import_module("scl_kernels.triton_backend")
+
+
+def _run_op(op, features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
+    loss, _lse, num_positives = op(features, labels, contrast, contrast_labels, temperature,
+                                   num_anchors, normalize)
     return loss, num_positives
 
 
+def _fused(*args):
+    require_library()
+    return _run_op(torch.ops.scl.supcon, *args)
+
+
+def _triton(*args):
+    load_triton_backend()
+    return _run_op(torch.ops.scl.supcon_triton, *args)
+
+
 def _check_reference_values(features, contrast, temperature):
-    # The fused op checks values inside the kernel; the dense path checks here, when eager
+    # The fused ops check values inside their kernels; the dense path checks here, when eager
     # (data-dependent checks cannot be traced).
     if torch.compiler.is_compiling():
         return
@@ -39,6 +63,8 @@ def available_backends(device="cpu"):
     names = []
     if device.type == "cpu" and library_loaded():
         names.append("cpu")
+    if triton_installed() and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
+        names.append("triton")
     names.append("reference")
     return names
 
@@ -54,5 +80,11 @@ def resolve_backend(name, device):
     if name == "cpu":
         if device.type != "cpu":
             raise ValueError(f"backend='cpu' needs CPU tensors, but features is on {device}")
-        return _fused_op
-    raise AssertionError(name)
+        return _fused
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"backend='triton' needs CUDA tensors, but features is on {device}")
+    load_triton_backend()
+    if device.type == "cuda":
+        # torch.ops.scl.supcon's CUDA kernel is the Triton one: one op for every fused backend.
+        return _fused if library_loaded() else _triton
+    return _triton

@@ -1,0 +1,224 @@
+"""Triton kernels of the SupCon loss (KERNEL_MATH.md sections 2-4).
+
+Every kernel reads raw rows and a per-row scale r (1 / max(||x||, eps), or 1 without
+normalisation) and forms logits in base 2: s2_ij = (x_i . x_j) * r_i * r_j * log2(e) / t, so that
+normalisation costs one multiply per logit instead of a pass over the rows, and exp is exp2.
+Products accumulate in fp32 whatever the input dtype. Nothing of size N x N is ever written.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _dot_tile(a_ptr, a_rows, a_mask, b_ptr, b_rows, b_mask, D, stride,
+              BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr,
+              PRECISION: tl.constexpr):
+    """[BLOCK_A, BLOCK_B] fp32 dot products of rows a_rows and b_rows over all D columns."""
+    acc = tl.zeros((BLOCK_A, BLOCK_B), dtype=tl.float32)
+    for k0 in range(0, D, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_mask = ks < D
+        a = tl.load(a_ptr + a_rows[:, None] * stride + ks[None, :],
+                    mask=a_mask[:, None] & k_mask[None, :], other=0.0)
+        b = tl.load(b_ptr + b_rows[:, None] * stride + ks[None, :],
+                    mask=b_mask[:, None] & k_mask[None, :], other=0.0)
+        acc = tl.dot(a, tl.trans(b), acc, input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def lse_plain_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, part_max_ptr, part_sum_ptr, M, N, D, stride,
+                     scale_log2, num_splits, SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """Online base-2 log-sum-exp of one row block over one split of the columns.
+
+    Writes the running (max, sum) pair of each row to its split's slot; splitting the columns is
+    what keeps the GPU busy when there are few row blocks."""
+    pid_m = tl.program_id(0)
+    split = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < M
+    rq = tl.load(rq_ptr + rows, mask=row_mask, other=0.0)
+    run_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    run_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    cols_per_split = tl.cdiv(tl.cdiv(N, BLOCK_N), num_splits) * BLOCK_N
+    col_begin = split * cols_per_split
+    col_end = tl.minimum(col_begin + cols_per_split, N)
+    for c0 in range(col_begin, col_end, BLOCK_N):
+        cols = c0 + tl.arange(0, BLOCK_N)
+        col_mask = cols < col_end
+        rz = tl.load(rz_ptr + cols, mask=col_mask, other=0.0)
+        dots = _dot_tile(q_ptr, rows, row_mask, z_ptr, cols, col_mask, D, stride,
+                         BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+        s2 = dots * (rq[:, None] * rz[None, :]) * scale_log2
+        valid = col_mask[None, :]
+        if SELF_COLUMN:
+            valid = valid & (rows[:, None] != cols[None, :])
+        s2 = tl.where(valid, s2, float("-inf"))
+        new_max = tl.maximum(run_max, tl.max(s2, axis=1))
+        # A row whose columns are all masked so far keeps max -inf; shift it by 0 instead.
+        shift = tl.where(new_max == float("-inf"), 0.0, new_max)
+        run_sum = run_sum * tl.exp2(run_max - shift) + tl.sum(tl.exp2(s2 - shift[:, None]), axis=1)
+        run_max = new_max
+    tl.store(part_max_ptr + split * M + rows, run_max, mask=row_mask)
+    tl.store(part_sum_ptr + split * M + rows, run_sum, mask=row_mask)
+
+
+@triton.jit
+def lse_symmetric_kernel(z_ptr, r_ptr, row_sum_ptr, N, D, stride, scale_log2,
+                         BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """Row sums of exp2(s2 - log2(e)/t) from one upper-triangle tile I <= J of Z Z^T.
+
+    The fixed shift (s <= 1/t for unit rows) makes the terms of row i and of column j the same
+    numbers, so one exp serves both sums (KERNEL_MATH.md section 4). Launched on an nb x nb grid
+    of which the lower triangle returns at once."""
+    bi = tl.program_id(0)
+    bj = tl.program_id(1)
+    if bj < bi:
+        return
+    rows = bi * BLOCK + tl.arange(0, BLOCK)
+    cols = bj * BLOCK + tl.arange(0, BLOCK)
+    row_mask = rows < N
+    col_mask = cols < N
+    ri = tl.load(r_ptr + rows, mask=row_mask, other=0.0)
+    rj = tl.load(r_ptr + cols, mask=col_mask, other=0.0)
+    dots = _dot_tile(z_ptr, rows, row_mask, z_ptr, cols, col_mask, D, stride,
+                     BLOCK, BLOCK, BLOCK_K, PRECISION)
+    e = tl.exp2(dots * (ri[:, None] * rj[None, :]) * scale_log2 - scale_log2)
+    valid = row_mask[:, None] & col_mask[None, :] & (rows[:, None] != cols[None, :])
+    e = tl.where(valid, e, 0.0)
+    tl.atomic_add(row_sum_ptr + rows, tl.sum(e, axis=1), mask=row_mask)
+    if bi != bj:
+        tl.atomic_add(row_sum_ptr + cols, tl.sum(e, axis=0), mask=col_mask)
+
+
+@triton.jit
+def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dq_ptr, dz_ptr, M, N, D,
+                     stride, scale_log2, num_splits, SELF_COLUMN: tl.constexpr,
+                     CONTRAST_SIDE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr, PRECISION: tl.constexpr):
+    """Softmax part of the gradient for one row block, one chunk of output columns and one split
+    of the contrast columns: G_ij = coef_i * 2^(s2_ij - lse2_i), then
+    dq_i += sum_j G_ij r_j z_j (anchor side) and, with CONTRAST_SIDE, dz_j += sum_i G_ij r_i q_i
+    by atomics. The tile of G lives only in registers and feeds both products."""
+    pid_m = tl.program_id(0)
+    d_chunk = tl.program_id(1)
+    split = tl.program_id(2)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < M
+    douts = d_chunk * BLOCK_DO + tl.arange(0, BLOCK_DO)
+    dout_mask = douts < D
+    rq = tl.load(rq_ptr + rows, mask=row_mask, other=0.0)
+    coef = tl.load(coef_ptr + rows, mask=row_mask, other=0.0)
+    # Rows that carry no gradient must not evaluate 2^(s - lse) at all: their lse may be -inf.
+    lse2 = tl.where(coef != 0.0, tl.load(lse2_ptr + rows, mask=row_mask, other=0.0), float("inf"))
+    q_chunk = tl.load(q_ptr + rows[:, None] * stride + douts[None, :],
+                      mask=row_mask[:, None] & dout_mask[None, :], other=0.0)
+    dq = tl.zeros((BLOCK_M, BLOCK_DO), dtype=tl.float32)
+    cols_per_split = tl.cdiv(tl.cdiv(N, BLOCK_N), num_splits) * BLOCK_N
+    col_begin = split * cols_per_split
+    col_end = tl.minimum(col_begin + cols_per_split, N)
+    for c0 in range(col_begin, col_end, BLOCK_N):
+        cols = c0 + tl.arange(0, BLOCK_N)
+        col_mask = cols < col_end
+        rz = tl.load(rz_ptr + cols, mask=col_mask, other=0.0)
+        dots = _dot_tile(q_ptr, rows, row_mask, z_ptr, cols, col_mask, D, stride,
+                         BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+        s2 = dots * (rq[:, None] * rz[None, :]) * scale_log2
+        valid = row_mask[:, None] & col_mask[None, :]
+        if SELF_COLUMN:
+            valid = valid & (rows[:, None] != cols[None, :])
+        # Masked before exp2: the self logit may exceed lse (which leaves it out) and overflow.
+        g = tl.exp2(tl.where(valid, s2, float("-inf")) - lse2[:, None]) * coef[:, None]
+        z_chunk = tl.load(z_ptr + cols[:, None] * stride + douts[None, :],
+                          mask=col_mask[:, None] & dout_mask[None, :], other=0.0)
+        dq = tl.dot((g * rz[None, :]).to(z_chunk.dtype), z_chunk, dq, input_precision=PRECISION)
+        if CONTRAST_SIDE:
+            dz = tl.dot(tl.trans(g * rq[:, None]).to(q_chunk.dtype), q_chunk,
+                        input_precision=PRECISION)
+            tl.atomic_add(dz_ptr + cols[:, None] * D + douts[None, :], dz,
+                          mask=col_mask[:, None] & dout_mask[None, :])
+    dq_ptrs = dq_ptr + rows[:, None] * D + douts[None, :]
+    dq_mask = row_mask[:, None] & dout_mask[None, :]
+    if num_splits == 1:
+        tl.store(dq_ptrs, dq, mask=dq_mask)
+    else:
+        tl.atomic_add(dq_ptrs, dq, mask=dq_mask)
+
+
+@triton.jit
+def grad_cols_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dz_ptr, M, N, D, stride,
+                     scale_log2, SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr,
+                     PRECISION: tl.constexpr):
+    """Contrast side without atomics (deterministic mode): one column block owns its dz rows
+    and recomputes the transposed tiles of every row block."""
+    pid_n = tl.program_id(0)
+    d_chunk = tl.program_id(1)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    douts = d_chunk * BLOCK_DO + tl.arange(0, BLOCK_DO)
+    dout_mask = douts < D
+    rz = tl.load(rz_ptr + cols, mask=col_mask, other=0.0)
+    dz = tl.zeros((BLOCK_N, BLOCK_DO), dtype=tl.float32)
+    for r0 in range(0, M, BLOCK_M):
+        rows = r0 + tl.arange(0, BLOCK_M)
+        row_mask = rows < M
+        rq = tl.load(rq_ptr + rows, mask=row_mask, other=0.0)
+        coef = tl.load(coef_ptr + rows, mask=row_mask, other=0.0)
+        lse2 = tl.where(coef != 0.0, tl.load(lse2_ptr + rows, mask=row_mask, other=0.0),
+                        float("inf"))
+        dots_t = _dot_tile(z_ptr, cols, col_mask, q_ptr, rows, row_mask, D, stride,
+                           BLOCK_N, BLOCK_M, BLOCK_K, PRECISION)
+        s2_t = dots_t * (rz[:, None] * rq[None, :]) * scale_log2
+        valid = col_mask[:, None] & row_mask[None, :]
+        if SELF_COLUMN:
+            valid = valid & (cols[:, None] != rows[None, :])
+        g_t = tl.exp2(tl.where(valid, s2_t, float("-inf")) - lse2[None, :]) * coef[None, :]
+        q_chunk = tl.load(q_ptr + rows[:, None] * stride + douts[None, :],
+                          mask=row_mask[:, None] & dout_mask[None, :], other=0.0)
+        dz = tl.dot((g_t * rq[None, :]).to(q_chunk.dtype), q_chunk, dz, input_precision=PRECISION)
+    tl.store(dz_ptr + cols[:, None] * D + douts[None, :], dz,
+             mask=col_mask[:, None] & dout_mask[None, :])
+
+
+@triton.jit
+def grad_symmetric_kernel(z_ptr, r_ptr, coef_ptr, dz_ptr, N, D, stride, scale_log2, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr,
+                          BLOCK_DO: tl.constexpr, PRECISION: tl.constexpr):
+    """Softmax part of the single-set gradient from one upper-triangle tile I <= J.
+
+    With E = 2^(s2 - log2(e)/t) and coef_i = g_i 2^(log2(e)/t - lse2_i) / t, the tile's share of
+    G_ij + G_ji is H_ij = E_ij (coef_i + coef_j): dz_I += H r_J z_J and dz_J += H^T r_I z_I,
+    one exp per element for both directions."""
+    bi = tl.program_id(0)
+    bj = tl.program_id(1)
+    if bj < bi:
+        return
+    d_chunk = tl.program_id(2)
+    rows = bi * BLOCK + tl.arange(0, BLOCK)
+    cols = bj * BLOCK + tl.arange(0, BLOCK)
+    row_mask = rows < N
+    col_mask = cols < N
+    douts = d_chunk * BLOCK_DO + tl.arange(0, BLOCK_DO)
+    dout_mask = douts < D
+    ri = tl.load(r_ptr + rows, mask=row_mask, other=0.0)
+    rj = tl.load(r_ptr + cols, mask=col_mask, other=0.0)
+    ci = tl.load(coef_ptr + rows, mask=row_mask, other=0.0)
+    cj = tl.load(coef_ptr + cols, mask=col_mask, other=0.0)
+    dots = _dot_tile(z_ptr, rows, row_mask, z_ptr, cols, col_mask, D, stride,
+                     BLOCK, BLOCK, BLOCK_K, PRECISION)
+    e = tl.exp2(dots * (ri[:, None] * rj[None, :]) * scale_log2 - scale_log2)
+    valid = row_mask[:, None] & col_mask[None, :] & (rows[:, None] != cols[None, :])
+    h = tl.where(valid, e, 0.0) * (ci[:, None] + cj[None, :])
+    z_cols = tl.load(z_ptr + cols[:, None] * stride + douts[None, :],
+                     mask=col_mask[:, None] & dout_mask[None, :], other=0.0)
+    d_rows = tl.dot((h * rj[None, :]).to(z_cols.dtype), z_cols, input_precision=PRECISION)
+    tl.atomic_add(dz_ptr + rows[:, None] * D + douts[None, :], d_rows,
+                  mask=row_mask[:, None] & dout_mask[None, :])
+    if bi != bj:
+        z_rows = tl.load(z_ptr + rows[:, None] * stride + douts[None, :],
+                         mask=row_mask[:, None] & dout_mask[None, :], other=0.0)
+        d_cols = tl.dot(tl.trans(h * ri[:, None]).to(z_rows.dtype), z_rows,
+                        input_precision=PRECISION)
+        tl.atomic_add(dz_ptr + cols[:, None] * D + douts[None, :], d_cols,
+                      mask=col_mask[:, None] & dout_mask[None, :])

@@ -1,0 +1,61 @@
+"""The Triton implementation of scl::supcon and scl::supcon_backward.
+
+It is the CUDA kernel of torch.ops.scl.supcon, and also the whole of torch.ops.scl.supcon_triton,
+which accepts CPU tensors under TRITON_INTERPRET=1 so that the Triton path is tested on machines
+without a GPU. Deterministic algorithms (torch.use_deterministic_algorithms) select the
+atomic-free schedule.
+"""
+import math
+
+import torch
+
+from .._op import loss_dtype
+from . import launch
+from .problem import (add_positive_grads, anchor_losses, effective_grads, prepare,
+                      temperature_grad, unit_backward)
+
+# exp2(s2 - log2(e)/t) >= 2^(-2 log2(e)/t) must stay a normal fp32 number (KERNEL_MATH section 2).
+_FIXED_SHIFT_MAX_INV_T = 0.95 * 126 / (2 * (1.0 / math.log(2.0)))
+
+
+def _symmetric(p):
+    return (p.single_set and p.m == p.n and p.normalize and p.inv_t <= _FIXED_SHIFT_MAX_INV_T
+            and not torch.are_deterministic_algorithms_enabled())
+
+
+def supcon_forward(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
+    p = prepare(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize)
+    if _symmetric(p):
+        lse = launch.lse_symmetric(p.z, p.z_scale, p.inv_t)
+    else:
+        lse = launch.lse_plain(p.q, p.z, p.q_scale, p.z_scale, p.inv_t, p.single_set)
+    dtype = loss_dtype(features.dtype)
+    return anchor_losses(p, lse, dtype), lse.to(dtype), p.num_positives
+
+
+def supcon_backward(grad_loss, features, labels, contrast, contrast_labels, temperature,
+                    num_anchors, normalize, lse):
+    p = prepare(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize)
+    g = effective_grads(p, grad_loss)
+    lse = lse.float()
+    if _symmetric(p):
+        # Zero-gradient rows must not evaluate exp(1/t - lse): lse may be -inf there.
+        coef = torch.where(g != 0, g * torch.exp(p.inv_t - lse) * p.inv_t, 0.0).contiguous()
+        dz = launch.grad_symmetric(p.z, p.z_scale, coef, p.inv_t)
+        dq = dz[: p.m]
+        add_positive_grads(p, g, dq, dz)
+        anchor_dot = (p.z_unit * dz).sum() * 0.5  # each G_ij s_ij counted once per side
+    else:
+        coef = (g * p.inv_t).contiguous()
+        dq, dz = launch.grad_plain(p.q, p.z, p.q_scale, p.z_scale, lse, coef, p.inv_t,
+                                   p.single_set, torch.are_deterministic_algorithms_enabled())
+        add_positive_grads(p, g, dq, dz)
+        anchor_dot = (p.q_unit * dq).sum()
+        if p.single_set:
+            dz[: p.m] += dq
+    grad_t = temperature_grad(p, anchor_dot, temperature)
+    if p.single_set:
+        return (unit_backward(p, p.z_unit, p.z_scale, dz, features.dtype),
+                features.new_empty((0, p.d)), grad_t)
+    return (unit_backward(p, p.q_unit, p.q_scale, dq, features.dtype),
+            unit_backward(p, p.z_unit, p.z_scale, dz, contrast.dtype), grad_t)
