@@ -67,11 +67,11 @@ def _check(features, labels, contrast, contrast_labels, temperature, num_anchors
 def _rows(x, normalize):
     """Rows in a dtype the kernels read (float64 runs in float32) with their fp32 scales."""
     rows = (x if x.dtype in KERNEL_DTYPES else x.float()).contiguous()
-    if normalize:
-        scale = 1.0 / torch.linalg.vector_norm(rows.float(), dim=1).clamp_min(NORM_EPS)
-    else:
-        scale = torch.ones(rows.shape[0], dtype=torch.float32, device=rows.device)
-    return rows, scale, rows.float() * scale[:, None]
+    if not normalize:
+        return rows, torch.ones(rows.shape[0], dtype=torch.float32, device=rows.device), rows.float()
+    norm = torch.linalg.vector_norm(rows.float(), dim=1).clamp_min(NORM_EPS)
+    # Divided, as F.normalize does, so that a unit row is exactly what the reference sees.
+    return rows, 1.0 / norm, rows.float() / norm[:, None]
 
 
 def _group_ids(labels):

@@ -1,0 +1,96 @@
+"""The Triton backend run by Triton's interpreter on CPU tensors (fp32, small shapes), against the
+float64 reference: every layout, sizes that are not multiples of the interpreter's 32-wide tiles,
+the symmetric and the plain schedule, the column split, and deterministic mode.
+
+TRITON_INTERPRET=1 must be set before triton is imported; conftest.py does so when no GPU is
+present."""
+import os
+
+import pytest
+import torch
+
+import scl_kernels
+from layouts import LAYOUTS, make_layout
+from reference64 import check_against_reference
+from scl_kernels.backends import triton_installed
+
+pytestmark = [
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                       reason="needs TRITON_INTERPRET=1 (set by conftest.py on machines without CUDA)"),
+    pytest.mark.skipif(not triton_installed(), reason="triton is not installed"),
+]
+
+
+def _symmetric_used(monkeypatch):
+    """Records which schedule each forward call takes."""
+    from scl_kernels.triton_backend import launch
+    calls = []
+    for name in ("lse_symmetric", "lse_plain"):
+        original = getattr(launch, name)
+
+        def spy(*args, _name=name, _original=original):
+            calls.append(_name)
+            return _original(*args)
+        monkeypatch.setattr(launch, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_layouts_match_reference(layout, randn, randint, gen):
+    kw = make_layout(layout, randn, randint, n=45, d=37)
+    check_against_reference("triton", generator=gen, **kw)
+
+
+@pytest.mark.parametrize("n,d", [(1, 3), (5, 2), (32, 32), (33, 70), (70, 20)])
+@pytest.mark.parametrize("temperature,schedule", [(0.1, "lse_symmetric"), (0.02, "lse_plain")])
+def test_single_set_schedules(n, d, temperature, schedule, randn, randint, gen, monkeypatch):
+    calls = _symmetric_used(monkeypatch)
+    t = torch.tensor(temperature, dtype=torch.float64, requires_grad=True)
+    check_against_reference("triton", randn(n, d), randint(0, 3, (n,)), t, generator=gen)
+    assert calls == [schedule]
+
+
+@pytest.mark.parametrize("layout", ["single_all", "multiview_one", "cross_labels", "simcse"])
+def test_deterministic_mode(layout, randn, randint, monkeypatch):
+    calls = _symmetric_used(monkeypatch)
+    kw = make_layout(layout, randn, randint, n=70, d=40)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        # the same upstream gradient both times
+        first = check_against_reference("triton", generator=torch.Generator().manual_seed(1), **kw)
+        again = check_against_reference("triton", generator=torch.Generator().manual_seed(1), **kw)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert "lse_symmetric" not in calls
+    for name, grad in first.grads.items():
+        assert torch.equal(grad, again.grads[name]), f"grad of {name} differs between runs"
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_reductions_negative_labels_and_zero_rows(reduction, randn, randint, gen):
+    x = randn(40, 33)
+    x[3] = 0.0
+    labels = randint(-1, 3, (40,))
+    check_against_reference("triton", x, labels, 0.5, reduction=reduction, generator=gen)
+
+
+@pytest.mark.parametrize("d", [1, 24])
+def test_unnormalized_large_norms(d, randn, randint, gen):
+    # D = 1 only without normalisation: unit rows of width 1 are +-1 and their gradient is 0.
+    check_against_reference("triton", randn(36, d, scale=4.0), randint(0, 3, (36,)), 1.0,
+                            normalize=False, generator=gen)
+
+
+def test_no_valid_anchor_gives_zero_and_zero_grad(randn):
+    x = randn(40, 8).requires_grad_(True)
+    loss = scl_kernels.supcon_loss(x, torch.arange(40), backend="triton")
+    loss.backward()
+    assert loss.item() == 0.0
+    assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_triton_op_without_interpreter_is_a_clear_error(randn, randint, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        scl_kernels.supcon_loss(randn(8, 4), randint(0, 2, (8,)), backend="triton")
