@@ -2,6 +2,7 @@
 TRITON_INTERPRET=1), grids, and the column split that keeps a GPU busy when rows are few."""
 import math
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -12,39 +13,85 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.0 / math.log(2.0)
 
 
-def _configs(space, warps=(4, 8), stages=(2, 3)):
+def _configs(*tiles):
+    """Tiles -> triton.Config. A short list picked for Hopper (each compiles for sm_90 within
+    227 KiB of shared memory, see python_tests/test_triton_hopper_compile.py), so that autotuning
+    a new D costs seconds."""
     if INTERPRET:  # numpy executes whole tiles: small ones still test every mask
-        return [triton.Config({k: 32 for k in space[0]}, num_warps=1, num_stages=1)]
-    return [triton.Config(dict(c), num_warps=w, num_stages=s) for c in space for w in warps for s in stages]
+        return [triton.Config({k: 32 for k in tiles[0].meta}, num_warps=1, num_stages=1)]
+    return [triton.Config(t.meta, num_warps=t.warps, num_stages=t.stages) for t in tiles]
 
 
-def _fits_dim(configs, named_args, **_):
-    """Drops tiles wider than the padded dimension: they only add masked work."""
+def _fits(configs, named_args, **_):
+    """Drops tiles wider than the padded dimension (they only add masked work) and, for fp32
+    inputs, the tiles whose buffers would not fit in shared memory at 4 bytes an element."""
     width = max(16, triton.next_power_of_2(named_args["D"]))
-    kept = [c for c in configs if all(c.kwargs.get(k, 16) <= width for k in ("BLOCK_K", "BLOCK_DO"))]
-    return kept or configs[:1]
+    wide = named_args["z_ptr"].element_size() > 2
+    kept = [c for c in configs
+            if all(c.kwargs.get(k, 16) <= width for k in ("BLOCK_K", "BLOCK_DO"))
+            and not (wide and _config_key(c.kwargs, c.num_warps, c.num_stages) not in _FP32_TILES)]
+    return kept or configs[-1:]
 
 
-_PLAIN_TILES = [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
-                for bm in (64, 128) for bn in (64, 128) for bk in (32, 64, 128)]
-_GRAD_TILES = [{"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "BLOCK_DO": bd}
-               for bm in (64, 128) for bn in (64,) for bk in (32, 64) for bd in (64, 128, 256)]
-_SYM_TILES = [{"BLOCK": b, "BLOCK_K": bk} for b in (64, 128) for bk in (32, 64, 128)]
-_SYM_GRAD_TILES = [{"BLOCK": b, "BLOCK_K": bk, "BLOCK_DO": bd}
-                   for b in (64, 128) for bk in (32, 64) for bd in (64, 128, 256)]
+@dataclass
+class Tile:
+    meta: dict
+    warps: int
+    stages: int
+    fp32: bool = False  # small enough for fp32 inputs too
 
+
+def _config_key(meta, warps, stages):
+    return tuple(sorted(meta.items())), warps, stages
+
+
+def _tile(warps, stages, fp32=False, **meta):
+    return Tile(meta, warps, stages, fp32)
+
+
+PLAIN_TILES = [_tile(8, 3, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64),
+               _tile(4, 3, True, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64),
+               _tile(4, 3, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64),
+               _tile(8, 4, BLOCK_M=128, BLOCK_N=128, BLOCK_K=32),
+               _tile(4, 2, True, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)]
+SYMMETRIC_TILES = [_tile(8, 3, BLOCK=128, BLOCK_K=64),
+                   _tile(8, 4, BLOCK=128, BLOCK_K=32),
+                   _tile(4, 3, BLOCK=64, BLOCK_K=64),
+                   _tile(4, 2, True, BLOCK=128, BLOCK_K=64),
+                   _tile(4, 2, True, BLOCK=64, BLOCK_K=32)]
+GRAD_TILES = [_tile(8, 3, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, BLOCK_DO=128),
+              _tile(4, 3, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, BLOCK_DO=128),
+              _tile(8, 2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, BLOCK_DO=256),
+              _tile(4, 3, True, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, BLOCK_DO=64),
+              _tile(4, 2, True, BLOCK_M=64, BLOCK_N=32, BLOCK_K=32, BLOCK_DO=64)]
+SYMMETRIC_GRAD_TILES = [_tile(8, 3, BLOCK=128, BLOCK_K=64, BLOCK_DO=128),
+                        _tile(4, 3, BLOCK=64, BLOCK_K=64, BLOCK_DO=128),
+                        _tile(8, 2, BLOCK=128, BLOCK_K=32, BLOCK_DO=256),
+                        _tile(4, 3, True, BLOCK=64, BLOCK_K=64, BLOCK_DO=64),
+                        _tile(4, 2, True, BLOCK=64, BLOCK_K=32, BLOCK_DO=64)]
+# Each kernel with its tiles, for the autotuners below and the Hopper compile test.
+KERNEL_TILES = {
+    kernels.lse_plain_kernel: PLAIN_TILES,
+    kernels.lse_symmetric_kernel: SYMMETRIC_TILES,
+    kernels.grad_rows_kernel: GRAD_TILES,
+    kernels.grad_cols_kernel: GRAD_TILES,
+    kernels.grad_symmetric_kernel: SYMMETRIC_GRAD_TILES,
+}
+
+
+def _autotuned(kernel, key, reset_to_zero=None):
+    return triton.autotune(_configs(*KERNEL_TILES[kernel]), key=key, reset_to_zero=reset_to_zero,
+                           prune_configs_by={"early_config_prune": _fits})(kernel)
+
+
+_FP32_TILES = {_config_key(t.meta, t.warps, t.stages)
+               for tiles in KERNEL_TILES.values() for t in tiles if t.fp32}
 _KEY = ["D", "SELF_COLUMN"]
-_lse_plain = triton.autotune(_configs(_PLAIN_TILES), key=_KEY,
-                             prune_configs_by={"early_config_prune": _fits_dim})(kernels.lse_plain_kernel)
-_lse_symmetric = triton.autotune(_configs(_SYM_TILES), key=["D"], reset_to_zero=["row_sum_ptr"],
-                                 prune_configs_by={"early_config_prune": _fits_dim})(kernels.lse_symmetric_kernel)
-_grad_rows = triton.autotune(_configs(_GRAD_TILES), key=_KEY + ["CONTRAST_SIDE"],
-                             reset_to_zero=["dq_ptr", "dz_ptr"],
-                             prune_configs_by={"early_config_prune": _fits_dim})(kernels.grad_rows_kernel)
-_grad_cols = triton.autotune(_configs(_GRAD_TILES), key=_KEY,
-                             prune_configs_by={"early_config_prune": _fits_dim})(kernels.grad_cols_kernel)
-_grad_symmetric = triton.autotune(_configs(_SYM_GRAD_TILES), key=["D"], reset_to_zero=["dz_ptr"],
-                                  prune_configs_by={"early_config_prune": _fits_dim})(kernels.grad_symmetric_kernel)
+_lse_plain = _autotuned(kernels.lse_plain_kernel, _KEY)
+_lse_symmetric = _autotuned(kernels.lse_symmetric_kernel, ["D"], ["row_sum_ptr"])
+_grad_rows = _autotuned(kernels.grad_rows_kernel, _KEY + ["CONTRAST_SIDE"], ["dq_ptr", "dz_ptr"])
+_grad_cols = _autotuned(kernels.grad_cols_kernel, _KEY)
+_grad_symmetric = _autotuned(kernels.grad_symmetric_kernel, ["D"], ["dz_ptr"])
 
 
 def _precision(dtype):
