@@ -94,3 +94,11 @@ def test_triton_op_without_interpreter_is_a_clear_error(randn, randint, monkeypa
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
         scl_kernels.supcon_loss(randn(8, 4), randint(0, 2, (8,)), backend="triton")
+
+
+@pytest.mark.parametrize("layout", ["single_all", "multiview_one", "cross_labels"])
+def test_row_chunking_of_the_linear_terms(layout, randn, randint, gen, monkeypatch):
+    from scl_kernels.triton_backend import problem
+    monkeypatch.setattr(problem, "CHUNK_ELEMENTS", 7 * 20)  # 7-row chunks at D = 20
+    kw = make_layout(layout, randn, randint, n=40, d=20)
+    check_against_reference("triton", generator=gen, **kw)

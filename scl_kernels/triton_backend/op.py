@@ -11,7 +11,7 @@ import torch
 
 from .._op import loss_dtype
 from . import launch
-from .problem import (add_positive_grads, anchor_losses, effective_grads, prepare,
+from .problem import (add_positive_grads, anchor_dot, anchor_losses, effective_grads, prepare,
                       temperature_grad, unit_backward)
 
 # exp2(s2 - log2(e)/t) >= 2^(-2 log2(e)/t) must stay a normal fp32 number (KERNEL_MATH section 2).
@@ -44,18 +44,18 @@ def supcon_backward(grad_loss, features, labels, contrast, contrast_labels, temp
         dz = launch.grad_symmetric(p.z, p.z_scale, coef, p.inv_t)
         dq = dz[: p.m]
         add_positive_grads(p, g, dq, dz)
-        anchor_dot = (p.z_unit * dz).sum() * 0.5  # each G_ij s_ij counted once per side
+        dot = anchor_dot(p, p.z, p.z_norm, dz) * 0.5  # each G_ij s_ij counted once per side
     else:
         coef = (g * p.inv_t).contiguous()
         dq, dz = launch.grad_plain(p.q, p.z, p.q_scale, p.z_scale, lse, coef, p.inv_t,
                                    p.single_set, torch.are_deterministic_algorithms_enabled())
         add_positive_grads(p, g, dq, dz)
-        anchor_dot = (p.q_unit * dq).sum()
+        dot = anchor_dot(p, p.q, p.q_norm, dq)
         if p.single_set:
             dz[: p.m] += dq
-    grad_t = temperature_grad(p, anchor_dot, temperature)
+    grad_t = temperature_grad(p, dot, temperature)
     if p.single_set:
-        return (unit_backward(p, p.z_unit, p.z_scale, dz, features.dtype),
+        return (unit_backward(p, p.z, p.z_norm, dz, features.dtype),
                 features.new_empty((0, p.d)), grad_t)
-    return (unit_backward(p, p.q_unit, p.q_scale, dq, features.dtype),
-            unit_backward(p, p.z_unit, p.z_scale, dz, contrast.dtype), grad_t)
+    return (unit_backward(p, p.q, p.q_norm, dq, features.dtype),
+            unit_backward(p, p.z, p.z_norm, dz, contrast.dtype), grad_t)

@@ -1,13 +1,20 @@
 """The O(N*D) half of the Triton backend, in PyTorch: argument checks, row scales, labels, and
 the positive-pair, normalisation and temperature terms (KERNEL_MATH.md sections 1 and 3). It
 mirrors csrc/supcon_problem.cpp, which serves the C++ backends; the kernels add only the tiled
-log-sum-exp and its gradient."""
+log-sum-exp and its gradient.
+
+Memory is the point of this backend, so nothing here makes a full fp32 copy of the rows: every
+row-wise step runs over chunks of rows (`_chunks`), and class sums have one row per distinct
+label. Beyond the inputs, a call holds O(N) vectors, the fp32 gradient accumulator of the
+kernels, and one chunk of temporaries.
+"""
 from dataclasses import dataclass
 
 import torch
 
 NORM_EPS = 1e-12  # as torch.nn.functional.normalize
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+CHUNK_ELEMENTS = 1 << 24  # fp32 temporaries of at most 64 MiB per step
 
 
 @dataclass
@@ -20,16 +27,26 @@ class Problem:
     d: int
     q: torch.Tensor         # raw anchor rows as the kernels read them (contiguous)
     z: torch.Tensor         # raw contrast rows
-    q_scale: torch.Tensor   # fp32 1 / max(||x||, eps) per row (ones without normalisation)
+    q_norm: torch.Tensor    # fp32 max(||x||, eps) per row (ones without normalisation)
+    z_norm: torch.Tensor
+    q_scale: torch.Tensor   # fp32 1 / q_norm, as the kernels multiply
     z_scale: torch.Tensor
-    q_unit: torch.Tensor    # fp32 normalised rows, for the O(N*D) terms
-    z_unit: torch.Tensor
-    anchor_class: torch.Tensor
+    anchor_class: torch.Tensor   # compact class ids (valid where the label is >= 0)
     contrast_class: torch.Tensor
     contrast_valid: torch.Tensor
-    class_sums: torch.Tensor    # [n_classes_bound, d] sums of unit contrast rows per class
+    class_sums: torch.Tensor     # [classes, d] fp32 sums of unit contrast rows per class
     self_positive: torch.Tensor  # [m] anchor's own column would have been a positive
     num_positives: torch.Tensor  # [m] int64
+
+
+def _chunks(rows, d):
+    step = max(1, CHUNK_ELEMENTS // max(d, 1))
+    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
+
+
+def _unit(rows, norm, part):
+    """fp32 unit rows of one chunk, divided as F.normalize does (a unit row of width 1 is +-1)."""
+    return rows[part].float() / norm[part, None]
 
 
 def _check(features, labels, contrast, contrast_labels, temperature, num_anchors):
@@ -65,63 +82,62 @@ def _check(features, labels, contrast, contrast_labels, temperature, num_anchors
 
 
 def _rows(x, normalize):
-    """Rows in a dtype the kernels read (float64 runs in float32) with their fp32 scales."""
+    """Rows in a dtype the kernels read (float64 runs in float32) and their fp32 norms."""
     rows = (x if x.dtype in KERNEL_DTYPES else x.float()).contiguous()
-    if not normalize:
-        return rows, torch.ones(rows.shape[0], dtype=torch.float32, device=rows.device), rows.float()
-    norm = torch.linalg.vector_norm(rows.float(), dim=1).clamp_min(NORM_EPS)
-    # Divided, as F.normalize does, so that a unit row is exactly what the reference sees.
-    return rows, 1.0 / norm, rows.float() / norm[:, None]
-
-
-def _group_ids(labels):
-    """Per row, the sorted position of the first row with the same label: a class id that needs
-    no data-dependent output size (unlike torch.unique)."""
-    ordered, order = torch.sort(labels, stable=True)
-    positions = torch.arange(labels.numel(), device=labels.device)
-    starts = torch.ones_like(ordered, dtype=torch.bool)
-    starts[1:] = ordered[1:] != ordered[:-1]
-    leader = torch.cummax(torch.where(starts, positions, torch.zeros_like(positions)), dim=0).values
-    return torch.empty_like(leader).scatter_(0, order, leader)
+    norm = torch.ones(rows.shape[0], dtype=torch.float32, device=rows.device)
+    if normalize:
+        for part in _chunks(rows.shape[0], rows.shape[1]):
+            norm[part] = torch.linalg.vector_norm(rows[part].float(), dim=1).clamp_min(NORM_EPS)
+    return rows, norm
 
 
 def prepare(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
     t = _check(features, labels, contrast, contrast_labels, temperature, num_anchors)
     single_set = contrast is None
-    z, z_scale, z_unit = _rows(features if single_set else contrast, normalize)
+    z, z_norm = _rows(features if single_set else contrast, normalize)
     if single_set:
         m = num_anchors
-        q, q_scale, q_unit = z[:m], z_scale[:m], z_unit[:m]
+        q, q_norm = z[:m], z_norm[:m]
         all_labels = labels.long()
     else:
-        q, q_scale, q_unit = _rows(features, normalize)
+        q, q_norm = _rows(features, normalize)
         m = q.shape[0]
         all_labels = torch.cat([labels.long(), contrast_labels.long()])
-    ids = _group_ids(all_labels.clamp_min(-1))
+    ids = torch.unique(all_labels.clamp_min(-1), return_inverse=True)[1]
     valid = all_labels >= 0
     offset = 0 if single_set else m
-    n = z.shape[0]
+    n, d = z.shape
     anchor_class, anchor_valid = ids[:m], valid[:m]
     contrast_class, contrast_valid = ids[offset:offset + n], valid[offset:offset + n]
-    bound = ids.numel()
-    counts = torch.zeros(bound, dtype=torch.long, device=ids.device).index_add_(
+    classes = int(ids.max()) + 1
+    counts = torch.zeros(classes, dtype=torch.long, device=ids.device).index_add_(
         0, contrast_class, contrast_valid.long())
-    class_sums = torch.zeros(bound, z.shape[1], dtype=torch.float32, device=z.device).index_add_(
-        0, contrast_class, z_unit * contrast_valid[:, None])
+    class_sums = torch.zeros(classes, d, dtype=torch.float32, device=z.device)
+    for part in _chunks(n, d):
+        class_sums.index_add_(0, contrast_class[part],
+                              _unit(z, z_norm, part) * contrast_valid[part, None])
     self_positive = anchor_valid if single_set else torch.zeros_like(anchor_valid)
     num_positives = torch.where(anchor_valid, counts[anchor_class] - self_positive.long(), 0)
-    return Problem(single_set, normalize, 1.0 / t, m, n, z.shape[1], q, z, q_scale, z_scale,
-                   q_unit, z_unit, anchor_class, contrast_class, contrast_valid, class_sums,
-                   self_positive, num_positives)
+    return Problem(single_set, normalize, 1.0 / t, m, n, d, q, z, q_norm, z_norm, 1.0 / q_norm,
+                   1.0 / z_norm, anchor_class,
+                   contrast_class, contrast_valid, class_sums, self_positive, num_positives)
+
+
+def _positive_targets(p: Problem, part, q_unit):
+    """C_{y_i} - [self] z_i for the anchors of one chunk."""
+    targets = p.class_sums[p.anchor_class[part]]
+    if p.single_set:
+        targets -= p.self_positive[part, None] * q_unit
+    return targets
 
 
 def anchor_losses(p: Problem, lse: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    targets = p.class_sums[p.anchor_class]
-    if p.single_set:
-        targets = targets - p.self_positive[:, None] * p.q_unit
-    positive_mean = (p.q_unit * targets).sum(1) * p.inv_t / p.num_positives.clamp_min(1)
-    loss = torch.where(p.num_positives > 0, lse - positive_mean, 0.0)
-    return loss.to(dtype)
+    positive_dots = torch.empty(p.m, dtype=torch.float32, device=lse.device)
+    for part in _chunks(p.m, p.d):
+        q_unit = _unit(p.q, p.q_norm, part)
+        positive_dots[part] = (q_unit * _positive_targets(p, part, q_unit)).sum(1)
+    positive_mean = positive_dots * p.inv_t / p.num_positives.clamp_min(1)
+    return torch.where(p.num_positives > 0, lse - positive_mean, 0.0).to(dtype)
 
 
 def effective_grads(p: Problem, grad_loss: torch.Tensor) -> torch.Tensor:
@@ -129,27 +145,41 @@ def effective_grads(p: Problem, grad_loss: torch.Tensor) -> torch.Tensor:
 
 
 def add_positive_grads(p: Problem, g, dq, dz):
-    """Adds the positive-pair part of the gradient w.r.t. the unit rows, in place."""
-    w = (g / p.num_positives.clamp_min(1))[:, None]
-    targets = p.class_sums[p.anchor_class]
-    if p.single_set:
-        targets = targets - p.self_positive[:, None] * p.q_unit
-    dq.sub_(w * targets, alpha=p.inv_t)
-    weighted = torch.zeros_like(p.class_sums).index_add_(0, p.anchor_class, w * p.q_unit)
-    dz.sub_(weighted[p.contrast_class] * p.contrast_valid[:, None], alpha=p.inv_t)
-    if p.single_set:
-        dz[: p.m].add_(w * p.self_positive[:, None] * p.q_unit, alpha=p.inv_t)
+    """Adds the positive-pair part of the gradient w.r.t. the unit rows, in place (dq may be a
+    view of dz in single set)."""
+    w = g / p.num_positives.clamp_min(1)
+    weighted = torch.zeros_like(p.class_sums)
+    for part in _chunks(p.m, p.d):
+        q_unit = _unit(p.q, p.q_norm, part)
+        weighted.index_add_(0, p.anchor_class[part], w[part, None] * q_unit)
+        dq[part] -= (w[part, None] * p.inv_t) * _positive_targets(p, part, q_unit)
+        if p.single_set:  # the anchor's own column was not a positive: give back its share
+            dz[part] += (w[part, None] * p.self_positive[part, None] * p.inv_t) * q_unit
+    for part in _chunks(p.n, p.d):
+        dz[part] -= weighted[p.contrast_class[part]] * (p.contrast_valid[part, None] * p.inv_t)
 
 
-def unit_backward(p: Problem, unit, scale, d_unit, dtype):
+def anchor_dot(p: Problem, rows, norm, grads) -> torch.Tensor:
+    """sum_i u_i . grads_i over unit rows u: sum_ij G_ij s_ij when grads is the anchor side."""
+    total = torch.zeros((), dtype=torch.float32, device=grads.device)
+    for part in _chunks(grads.shape[0], p.d):
+        total += (_unit(rows, norm, part) * grads[part]).sum()
+    return total
+
+
+def unit_backward(p: Problem, rows, norm, d_unit, dtype):
     """dx from the gradient w.r.t. unit rows, through z = x / max(||x||, eps)."""
     if not p.normalize:
         return d_unit.to(dtype)
-    # Below eps the divisor is a constant: no projection (as autograd of F.normalize).
-    radial = torch.where(scale < 1.0 / NORM_EPS, (unit * d_unit).sum(1), 0.0)
-    return ((d_unit - unit * radial[:, None]) * scale[:, None]).to(dtype)
+    out = torch.empty(d_unit.shape, dtype=dtype, device=d_unit.device)
+    for part in _chunks(d_unit.shape[0], p.d):
+        unit, grad, divisor = _unit(rows, norm, part), d_unit[part], norm[part]
+        # Below eps the divisor is a constant: no projection (as autograd of F.normalize).
+        radial = torch.where(divisor > NORM_EPS, (unit * grad).sum(1), 0.0)
+        out[part] = (grad - unit * radial[:, None]) / divisor[:, None]
+    return out
 
 
-def temperature_grad(p: Problem, anchor_dot: torch.Tensor, temperature: torch.Tensor):
-    """dLoss/dt = -(1/t) sum_ij G_ij s_ij, with anchor_dot = sum_i q_i . dq_i (anchor side)."""
-    return (anchor_dot * -p.inv_t).to(temperature.dtype).reshape(temperature.shape).to(temperature.device)
+def temperature_grad(p: Problem, dot: torch.Tensor, temperature: torch.Tensor):
+    """dLoss/dt = -(1/t) sum_ij G_ij s_ij."""
+    return (dot * -p.inv_t).to(temperature.dtype).reshape(temperature.shape).to(temperature.device)
