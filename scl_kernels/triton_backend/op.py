@@ -18,9 +18,16 @@ from .problem import (add_positive_grads, anchor_dot, anchor_losses, effective_g
 _FIXED_SHIFT_MAX_INV_T = 0.95 * 126 / (2 * (1.0 / math.log(2.0)))
 
 
-def _symmetric(p):
-    return (p.single_set and p.m == p.n and p.normalize and p.inv_t <= _FIXED_SHIFT_MAX_INV_T
+def symmetric_schedule(single_set, m, n, normalize, temperature):
+    """Whether a call takes the symmetric schedule (N^2/2 tiles, one exp per pair) rather than
+    the plain one: single set with every row an anchor, unit rows, a temperature inside the fixed
+    shift's range, and deterministic algorithms off (the symmetric tiles sum by atomics)."""
+    return (single_set and m == n and normalize and 1.0 / temperature <= _FIXED_SHIFT_MAX_INV_T
             and not torch.are_deterministic_algorithms_enabled())
+
+
+def _symmetric(p):
+    return symmetric_schedule(p.single_set, p.m, p.n, p.normalize, 1.0 / p.inv_t)
 
 
 def supcon_forward(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
