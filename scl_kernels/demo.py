@@ -24,7 +24,7 @@ def run(features, labels, temperature, backend):
         if x.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-    return loss.detach(), x.grad, seconds, peak.bytes
+    return loss.detach(), x.grad, seconds, peak.peak_bytes
 
 
 def main(argv=None):

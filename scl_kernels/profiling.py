@@ -1,55 +1,102 @@
-"""Peak-memory measurement for the demo and the benchmarks.
+"""Peak memory of a block of work, for the demo and the benchmarks.
 
-CPU: the process's resident set size sampled by a thread (ru_maxrss never goes down, so it cannot
-separate two phases of one process). CUDA: the caching allocator's peak.
+CUDA: the caching allocator's peak. CPU: the process's resident set, whose high-water mark Linux
+lets a process reset (ru_maxrss alone never goes down, so it cannot separate two calls).
 """
-import os
+import ctypes
 import threading
-import time
 
 import torch
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+def _synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
-def current_rss_bytes() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * _PAGE
+def _status_kib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise OSError(f"{field} not in /proc/self/status")
+
+
+def _release_free_heap():
+    # glibc keeps freed blocks below its (adaptive, up to 32 MiB) mmap threshold resident; they
+    # would hide this call's allocations behind an inflated starting RSS. malloc_trim hands them
+    # back to the OS. Without glibc there is nothing to do.
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _reset_peak_rss():
+    # Linux lets a process reset its own RSS high-water mark (VmHWM, also what ru_maxrss
+    # reports); that makes the peak exact and per call, not per process.
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class _RssSampler(threading.Thread):
+    """Fallback where VmHWM cannot be reset: samples RSS every millisecond (may miss spikes
+    shorter than that, which are rarely the large allocations that matter)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self._done = threading.Event()
+        self.peak = _status_kib("VmRSS") * 1024
+
+    def run(self):
+        while not self._done.wait(0.001):
+            self.peak = max(self.peak, _status_kib("VmRSS") * 1024)
+
+    def stop(self):
+        self._done.set()
+        self.join()
+        self.peak = max(self.peak, _status_kib("VmRSS") * 1024)
+        return self.peak
 
 
 class PeakMemory:
-    """``with PeakMemory(device) as peak: ...`` then ``peak.bytes``: peak growth over the start."""
+    """Context manager: ``peak_bytes`` is the highest memory use inside the block minus the use
+    at entry, i.e. what the call needs beyond its inputs.
 
-    def __init__(self, device="cpu", interval_s=0.002):
+    CUDA: the caching allocator's ``max_memory_allocated`` (tensor memory, not cached blocks).
+    CPU: the process' resident set, since torch's CPU allocator returns large blocks to the OS.
+    """
+
+    def __init__(self, device):
         self.device = torch.device(device)
-        self.interval_s = interval_s
-        self.bytes = 0
-        self._stop = threading.Event()
+        self.peak_bytes = None
 
     def __enter__(self):
+        _synchronize(self.device)
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             self._start = torch.cuda.memory_allocated(self.device)
         else:
-            self._start = current_rss_bytes()
-            self._peak = self._start
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
+            _release_free_heap()
+            self._sampler = None if _reset_peak_rss() else _RssSampler()
+            if self._sampler is None:
+                self._start = _status_kib("VmRSS") * 1024
+            else:
+                self._start = self._sampler.peak
+                self._sampler.start()
         return self
 
-    def _sample(self):
-        while not self._stop.is_set():
-            self._peak = max(self._peak, current_rss_bytes())
-            time.sleep(self.interval_s)
-
     def __exit__(self, *exc):
+        _synchronize(self.device)
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            self.bytes = torch.cuda.max_memory_allocated(self.device) - self._start
+            peak = torch.cuda.max_memory_allocated(self.device)
+        elif self._sampler is None:
+            peak = _status_kib("VmHWM") * 1024
         else:
-            self._stop.set()
-            self._thread.join()
-            self._peak = max(self._peak, current_rss_bytes())
-            self.bytes = self._peak - self._start
+            peak = self._sampler.stop()
+        self.peak_bytes = max(0, peak - self._start)
         return False
