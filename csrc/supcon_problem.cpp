@@ -55,7 +55,8 @@ at::Tensor SupConProblem::positive_dots() const {
 SupConProblem prepare_problem(const at::Tensor& features, const at::Tensor& labels,
                               const std::optional<at::Tensor>& contrast,
                               const std::optional<at::Tensor>& contrast_labels,
-                              const at::Tensor& temperature, int64_t num_anchors, bool normalize) {
+                              const at::Tensor& temperature, int64_t num_anchors, bool normalize,
+                              bool check_values) {
   check_features(features, "features");
   check_labels(labels, "labels", features, "features");
   TORCH_CHECK_VALUE(contrast.has_value() == contrast_labels.has_value(),
@@ -81,8 +82,10 @@ SupConProblem prepare_problem(const at::Tensor& features, const at::Tensor& labe
                     temperature.numel());
   const double t = temperature.item<double>();
   TORCH_CHECK_VALUE(std::isfinite(t) && t > 0, "temperature must be positive and finite, got ", t);
-  check_finite(features, "features");
-  if (contrast.has_value()) check_finite(*contrast, "contrast");
+  if (check_values) {
+    check_finite(features, "features");
+    if (contrast.has_value()) check_finite(*contrast, "contrast");
+  }
 
   SupConProblem p;
   p.single_set = !contrast.has_value();

@@ -30,10 +30,12 @@ struct SupConProblem {
 };
 
 // Validates the op's arguments (TypeError / ValueError naming the argument) and prepares them.
+// The scan for NaN / inf reads every input once: forward does it, backward (same inputs) skips it.
 SupConProblem prepare_problem(const at::Tensor& features, const at::Tensor& labels,
                               const std::optional<at::Tensor>& contrast,
                               const std::optional<at::Tensor>& contrast_labels,
-                              const at::Tensor& temperature, int64_t num_anchors, bool normalize);
+                              const at::Tensor& temperature, int64_t num_anchors, bool normalize,
+                              bool check_values);
 
 // Per-anchor loss l_i from the log-sum-exp: float32 (float64 for float64 inputs), 0 without positives.
 at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse);

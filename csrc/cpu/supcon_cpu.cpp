@@ -37,7 +37,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_cpu(
     int64_t num_anchors, bool normalize) {
   check_cpu(features);
   const SupConProblem p = prepare_problem(features, labels, contrast, contrast_labels, temperature,
-                                          num_anchors, normalize);
+                                          num_anchors, normalize, /*check_values=*/true);
   at::Tensor lse = at::empty({p.m}, p.z.options());
   AT_DISPATCH_FLOATING_TYPES(p.z.scalar_type(), "supcon_cpu", [&] {
     if (use_symmetric<scalar_t>(p)) {
@@ -56,7 +56,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward_cpu(
     const at::Tensor& temperature, int64_t num_anchors, bool normalize, const at::Tensor& lse) {
   check_cpu(features);
   const SupConProblem p = prepare_problem(features, labels, contrast, contrast_labels, temperature,
-                                          num_anchors, normalize);
+                                          num_anchors, normalize, /*check_values=*/false);
   TORCH_CHECK_VALUE(lse.dim() == 1 && lse.size(0) == p.m, "lse must have shape [", p.m, "]");
   const at::Tensor g = effective_anchor_grads(p, grad_loss);
   const at::Tensor lse_c = lse.to(p.z.scalar_type()).contiguous();

@@ -49,7 +49,7 @@ def _unit(rows, norm, part):
     return rows[part].float() / norm[part, None]
 
 
-def _check(features, labels, contrast, contrast_labels, temperature, num_anchors):
+def _check(features, labels, contrast, contrast_labels, temperature, num_anchors, check_values):
     for name, x in (("features", features), ("contrast", contrast)):
         if x is None:
             continue
@@ -57,7 +57,7 @@ def _check(features, labels, contrast, contrast_labels, temperature, num_anchors
             raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
         if x.dim() != 2 or x.shape[0] < 1 or x.shape[1] < 1:
             raise ValueError(f"{name} must have shape [rows >= 1, dim >= 1], got {tuple(x.shape)}")
-        if not bool(torch.isfinite(x).all()):
+        if check_values and not bool(torch.isfinite(x).all()):
             raise ValueError(f"{name} contains NaN or inf")
     for name, y, rows in (("labels", labels, features), ("contrast_labels", contrast_labels, contrast)):
         if y is None:
@@ -91,8 +91,11 @@ def _rows(x, normalize):
     return rows, norm
 
 
-def prepare(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
-    t = _check(features, labels, contrast, contrast_labels, temperature, num_anchors)
+def prepare(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
+            check_values=True):
+    """The problem of one call. ``check_values`` scans the inputs for NaN / inf (a device sync):
+    forward does, backward (same inputs) does not."""
+    t = _check(features, labels, contrast, contrast_labels, temperature, num_anchors, check_values)
     single_set = contrast is None
     z, z_norm = _rows(features if single_set else contrast, normalize)
     if single_set:
