@@ -102,3 +102,12 @@ def test_row_chunking_of_the_linear_terms(layout, randn, randint, gen, monkeypat
     monkeypatch.setattr(problem, "CHUNK_ELEMENTS", 7 * 20)  # 7-row chunks at D = 20
     kw = make_layout(layout, randn, randint, n=40, d=20)
     check_against_reference("triton", generator=gen, **kw)
+
+
+@pytest.mark.parametrize("layout", ["single_all", "multiview_one", "simcse"])
+def test_poisoned_scratch_is_fully_written(layout, randn, randint, gen, monkeypatch):
+    from scl_kernels.triton_backend import launch
+    monkeypatch.setattr(launch, "uninitialized",
+                        lambda shape, device: torch.full(shape, float("nan"), device=device))
+    kw = make_layout(layout, randn, randint, n=70, d=20)
+    check_against_reference("triton", generator=gen, temperature=0.02, **kw)

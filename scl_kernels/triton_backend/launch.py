@@ -94,6 +94,11 @@ _grad_cols = _autotuned(kernels.grad_cols_kernel, _KEY)
 _grad_symmetric = _autotuned(kernels.grad_symmetric_kernel, ["D"], ["dz_ptr"])
 
 
+def uninitialized(shape, device):
+    """fp32 buffers that the kernels must write in full (tests poison them with NaN)."""
+    return torch.empty(shape, dtype=torch.float32, device=device)
+
+
 def _precision(dtype):
     # fp32 inputs: three tf32 products recover fp32 accuracy on tensor cores.
     return "tf32x3" if dtype == torch.float32 and not INTERPRET else "ieee" if INTERPRET else "tf32"
@@ -112,8 +117,8 @@ def lse_plain(q, z, q_scale, z_scale, inv_t, self_column):
     """Base-e log-sum-exp per anchor with an online maximum (any layout, any scale)."""
     m, n, d = q.shape[0], z.shape[0], q.shape[1]
     splits = _column_splits(m, n, q.device)
-    part_max = torch.empty(splits, m, dtype=torch.float32, device=q.device)
-    part_sum = torch.empty_like(part_max)
+    part_max = uninitialized((splits, m), q.device)
+    part_sum = uninitialized((splits, m), q.device)
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), splits)  # noqa: E731
     _lse_plain[grid](q, z, q_scale, z_scale, part_max, part_sum, m, n, d, q.stride(0),
                      inv_t * LOG2E, splits, SELF_COLUMN=self_column, PRECISION=_precision(q.dtype))
