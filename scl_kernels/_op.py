@@ -24,7 +24,18 @@ def loss_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _check_devices(features, labels, contrast, contrast_labels, temperature):
+    """The fakes run instead of a real kernel whenever one argument is on the meta device, so
+    they repeat the kernels' device checks; a CPU temperature goes with any device."""
+    for name, tensor in (("labels", labels), ("contrast", contrast), ("contrast_labels", contrast_labels)):
+        if tensor is not None and tensor.device != features.device:
+            raise ValueError(f"{name} is on {tensor.device} but features is on {features.device}")
+    if temperature.device not in (features.device, torch.device("cpu")):
+        raise ValueError(f"temperature is on {temperature.device} but features is on {features.device}")
+
+
 def _fake_forward(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
+    _check_devices(features, labels, contrast, contrast_labels, temperature)
     m = num_anchors if contrast is None else features.shape[0]
     dtype = loss_dtype(features.dtype)
     return (features.new_empty((m,), dtype=dtype), features.new_empty((m,), dtype=dtype),
@@ -33,6 +44,7 @@ def _fake_forward(features, labels, contrast, contrast_labels, temperature, num_
 
 def _fake_backward(grad_loss, features, labels, contrast, contrast_labels, temperature,
                    num_anchors, normalize, lse):
+    _check_devices(features, labels, contrast, contrast_labels, temperature)
     grad_contrast = (features.new_empty((0, features.shape[1])) if contrast is None
                      else torch.empty_like(contrast))
     return torch.empty_like(features), grad_contrast, torch.empty_like(temperature)
@@ -58,6 +70,11 @@ def _backward(backward_op, ctx, grad_loss, _grad_lse, _grad_num_positives):
             grad_temperature if needs[4] else None, None, None)
 
 
+def _refuse_double_backward(ctx, *grads):
+    raise RuntimeError("scl_kernels' SupCon ops have no second derivative (create_graph=True "
+                       "through the loss); use backend='reference' for double backward")
+
+
 def register_fakes_and_autograd(name: str) -> None:
     """For scl::<name> and scl::<name>_backward, defined with the two schemas above."""
     torch.library.register_fake(f"scl::{name}")(_fake_forward)
@@ -65,6 +82,9 @@ def register_fakes_and_autograd(name: str) -> None:
     backward_op = getattr(torch.ops.scl, f"{name}_backward").default
     torch.library.register_autograd(f"scl::{name}", functools.partial(_backward, backward_op),
                                     setup_context=_setup_context)
+    # Without an autograd kernel, create_graph=True would silently differentiate nothing.
+    torch.library.register_autograd(f"scl::{name}_backward", _refuse_double_backward,
+                                    setup_context=lambda ctx, inputs, output: None)
 
 
 if library_loaded():

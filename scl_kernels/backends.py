@@ -63,7 +63,8 @@ def available_backends(device="cpu"):
     names = []
     if device.type == "cpu" and library_loaded():
         names.append("cpu")
-    if triton_installed() and (device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
+    interpreted = device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+    if triton_installed() and (device.type == "cuda" or interpreted):
         names.append("triton")
     names.append("reference")
     return names

@@ -86,6 +86,8 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
             raise ValueError(f"labels has {labels.shape[0]} entries but features has {expected} samples")
     if contrast_mode not in CONTRAST_MODES:
         raise ValueError(f"contrast_mode must be one of {CONTRAST_MODES}, got {contrast_mode!r}")
+    if not isinstance(normalize, bool):
+        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     run = resolve_backend(backend, features.device)

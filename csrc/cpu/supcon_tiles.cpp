@@ -22,6 +22,8 @@ using at::vec::Vectorized;
 // Rows and columns of one tile. 128 keeps a float tile (64 KiB) and its two operand blocks in L2
 // while each BLAS call is still large enough to run near peak (bench/NOTES.md).
 constexpr int64_t kBlock = 128;
+// Tasks the plain forward aims for when row blocks are few: enough for a many-core machine.
+constexpr int64_t kMinTasks = 64;
 
 template <typename T>
 constexpr T kNegInf = -std::numeric_limits<T>::infinity();
@@ -185,9 +187,10 @@ void lse_plain(const TileProblem<T>& p, T* lse) {
   constexpr int64_t lanes = Vec::size();
   const int64_t mb = num_blocks(p.m), nb = num_blocks(p.n);
   // Few row blocks cannot occupy every thread: split the columns too, then merge the partial
-  // (max, sum) pairs of each row.
+  // (max, sum) pairs of each row. The split depends on the shape only, never on the thread
+  // count, so the summation order (and the result, to the bit) does not either.
   const int64_t splits =
-      std::min<int64_t>(nb, std::max<int64_t>(1, (2 * at::get_num_threads() + mb - 1) / mb));
+      std::min<int64_t>(nb, std::max<int64_t>(1, (kMinTasks + mb - 1) / mb));
   const int64_t blocks_per_split = (nb + splits - 1) / splits;
   std::vector<T> part_max(splits * p.m, kNegInf<T>);
   std::vector<double> part_sum(splits * p.m, 0.0);

@@ -68,6 +68,9 @@ def _check(features, labels, contrast, contrast_labels, temperature, num_anchors
             raise ValueError(f"{name} must have shape [{rows.shape[0]}], got {tuple(y.shape)}")
     if (contrast is None) != (contrast_labels is None):
         raise ValueError("contrast and contrast_labels must be given together")
+    for name, x in (("labels", labels), ("contrast", contrast), ("contrast_labels", contrast_labels)):
+        if x is not None and x.device != features.device:
+            raise ValueError(f"{name} is on {x.device} but features is on {features.device}")
     if contrast is not None and contrast.shape[1] != features.shape[1]:
         raise ValueError(f"contrast has dimension {contrast.shape[1]} but features has {features.shape[1]}")
     limit = features.shape[0]
