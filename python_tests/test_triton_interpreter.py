@@ -111,3 +111,31 @@ def test_poisoned_scratch_is_fully_written(layout, randn, randint, gen, monkeypa
                         lambda shape, device: torch.full(shape, float("nan"), device=device))
     kw = make_layout(layout, randn, randint, n=70, d=20)
     check_against_reference("triton", generator=gen, temperature=0.02, **kw)
+
+
+@pytest.mark.parametrize("layout", ["single_all", "multiview_one", "cross_labels"])
+def test_opcheck_supcon_triton(layout, randn, randint):
+    from layouts import op_args
+    scl_kernels.backends.load_triton_backend()
+    kw = make_layout(layout, randn, randint, n=40, d=20)
+    args = list(op_args(kw))
+    args[0] = args[0].detach().requires_grad_(True)
+    for op in (torch.ops.scl.supcon_triton.default, torch.ops.scl.supcon_triton_backward.default):
+        if op is torch.ops.scl.supcon_triton_backward.default:
+            loss, lse, _ = torch.ops.scl.supcon_triton(*[a.detach() if isinstance(a, torch.Tensor) else a
+                                                         for a in args])
+            args = [torch.ones_like(loss)] + [a.detach() if isinstance(a, torch.Tensor) else a
+                                               for a in args] + [lse]
+        result = torch.library.opcheck(op, args)
+        assert all(v == "SUCCESS" for v in result.values()), result
+
+
+def test_compile_fullgraph_with_triton_backend(randn, randint):
+    x, y = randn(40, 20), randint(0, 4, (40,))
+
+    def loss_fn(features, labels):
+        return scl_kernels.supcon_loss(features * 2.0, labels, 0.1, backend="triton")
+
+    eager = loss_fn(x, y)
+    compiled = torch.compile(loss_fn, fullgraph=True, backend="aot_eager")(x, y)
+    torch.testing.assert_close(compiled, eager)

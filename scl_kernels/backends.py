@@ -15,11 +15,19 @@ def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+_triton_loaded = False
+
+
 def load_triton_backend():
-    """Imports the Triton backend, which registers its ops (and torch.ops.scl.supcon on CUDA)."""
+    """Imports the Triton backend, which registers its ops (and torch.ops.scl.supcon on CUDA).
+    Once done, a plain flag check: torch.compile traces it without tracing an import."""
+    global _triton_loaded
+    if _triton_loaded:
+        return
     if not triton_installed():
         raise ValueError("backend='triton' needs the triton package (pip install triton)")
-    return importlib.import_module("scl_kernels.triton_backend")
+    importlib.import_module("scl_kernels.triton_backend")
+    _triton_loaded = True
 
 
 def _run_op(op, features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
