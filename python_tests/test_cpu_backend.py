@@ -537,16 +537,20 @@ OP_DETERMINISM_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", OP_DETERMINISM_CASES, ids=lambda c: "-".join(map(str, c)))
-def test_op_forward_independent_of_threads(case):
-    """torch.ops.scl.supcon alone: loss and LSE bitwise equal for 1, 2 and 4 threads."""
+def _determinism_inputs(case):
     n, m, t, d, anchors = case
     g = torch.Generator().manual_seed(n * 1000 + d)
     x = torch.randn(n, d, generator=g)
     y = torch.randint(0, 9, (n,), generator=g)
     c = None if m is None else torch.randn(m, d, generator=g)
     cy = None if m is None else torch.randint(0, 9, (m,), generator=g)
-    temp = torch.tensor(t, dtype=torch.float64)
+    return x, y, c, cy, torch.tensor(t, dtype=torch.float64), anchors
+
+
+@pytest.mark.parametrize("case", OP_DETERMINISM_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_op_forward_independent_of_threads(case):
+    """torch.ops.scl.supcon alone: loss and LSE bitwise equal for 1, 2 and 4 threads."""
+    x, y, c, cy, temp, anchors = _determinism_inputs(case)
     outs = {}
     for threads in (1, 2, 4):
         torch.set_num_threads(threads)
@@ -560,13 +564,7 @@ def test_op_forward_independent_of_threads(case):
 @pytest.mark.parametrize("case", OP_DETERMINISM_CASES, ids=lambda c: "-".join(map(str, c)))
 def test_op_backward_independent_of_threads(case):
     """torch.ops.scl.supcon_backward with a fixed LSE: bitwise equal for 1, 2 and 4 threads."""
-    n, m, t, d, anchors = case
-    g = torch.Generator().manual_seed(n * 1000 + d)
-    x = torch.randn(n, d, generator=g)
-    y = torch.randint(0, 9, (n,), generator=g)
-    c = None if m is None else torch.randn(m, d, generator=g)
-    cy = None if m is None else torch.randint(0, 9, (m,), generator=g)
-    temp = torch.tensor(t, dtype=torch.float64)
+    x, y, c, cy, temp, anchors = _determinism_inputs(case)
     torch.set_num_threads(1)
     _, lse, _ = torch.ops.scl.supcon(x, y, c, cy, temp, anchors, True)
     upstream = torch.linspace(-1, 1, anchors)

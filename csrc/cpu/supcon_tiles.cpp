@@ -46,6 +46,15 @@ T horizontal_max(const Vectorized<T>& v) {
 
 int64_t num_blocks(int64_t rows) { return (rows + kBlock - 1) / kBlock; }
 
+// Where a tile sits: rows [i0, i0 + rows) of the anchors, columns [j0, j0 + cols).
+struct TileSpan {
+  int64_t i0, j0, rows, cols;
+
+  TileSpan(const TilePair& blocks, int64_t m, int64_t n)
+      : i0(blocks.first * kBlock), j0(blocks.second * kBlock),
+        rows(std::min(kBlock, m - i0)), cols(std::min(kBlock, n - j0)) {}
+};
+
 // One thread's scratch tile. Its row stride is padded to the SIMD width and the padding holds
 // -inf, which exp turns into 0, so the vector loops never need a scalar tail.
 template <typename T>
@@ -56,10 +65,18 @@ struct TileScratch {
 
   T* row(int64_t i) { return s.data() + i * kStride; }
 
-  // s = a[rows_a, d] . b[rows_b, d]^T, then -inf on the padding of this tile's width.
-  void dot_products(const T* a, int64_t rows_a, const T* b, int64_t rows_b, int64_t d) {
-    gemm_row_major<T>(false, true, rows_a, rows_b, d, T(1), a, d, b, d, T(0), s.data(), kStride);
-    for (int64_t i = 0; i < rows_a; ++i) std::fill(row(i) + rows_b, row(i) + kStride, kNegInf<T>);
+  // s = q[span rows] . z[span cols]^T, -inf on the padding of this tile's width and, with
+  // self_column, on anchor i's own column i where the tile holds it.
+  void logits(const T* q, const T* z, int64_t d, const TileSpan& span, bool self_column) {
+    gemm_row_major<T>(false, true, span.rows, span.cols, d, T(1), q + span.i0 * d, d,
+                      z + span.j0 * d, d, T(0), s.data(), kStride);
+    for (int64_t i = 0; i < span.rows; ++i) {
+      std::fill(row(i) + span.cols, row(i) + kStride, kNegInf<T>);
+    }
+    if (!self_column) return;
+    const int64_t first = std::max(span.i0, span.j0);
+    const int64_t last = std::min(span.i0 + span.rows, span.j0 + span.cols);
+    for (int64_t i = first; i < last; ++i) row(i - span.i0)[i - span.j0] = kNegInf<T>;
   }
 };
 
@@ -100,14 +117,10 @@ void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, T* lse) {
   const Vec scale(inv_t), shift(-inv_t);
 
   run_rounds<T>(round_robin_rounds(nb), [&](TileScratch<T>& tile, const TilePair& blocks) {
-    const auto [bi, bj] = blocks;
-    const int64_t i0 = bi * kBlock, j0 = bj * kBlock;
-    const int64_t rows = std::min(kBlock, n - i0), cols = std::min(kBlock, n - j0);
-    tile.dot_products(z + i0 * d, rows, z + j0 * d, cols, d);
-    const bool diagonal = bi == bj;
-    if (diagonal) {
-      for (int64_t i = 0; i < rows; ++i) tile.row(i)[i] = kNegInf<T>;
-    }
+    const TileSpan span(blocks, n, n);
+    const auto [i0, j0, rows, cols] = span;
+    tile.logits(z, z, d, span, /*self_column=*/true);
+    const bool diagonal = i0 == j0;
     alignas(64) T col_sums[TileScratch<T>::kStride] = {};
     const int64_t width = padded_cols<T>(cols);
     for (int64_t i = 0; i < rows; ++i) {
@@ -141,14 +154,10 @@ void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* lse, con
   const Vec scale(inv_t), shift(-inv_t);
 
   run_rounds<T>(round_robin_rounds(nb), [&](TileScratch<T>& tile, const TilePair& blocks) {
-    const auto [bi, bj] = blocks;
-    const int64_t i0 = bi * kBlock, j0 = bj * kBlock;
-    const int64_t rows = std::min(kBlock, n - i0), cols = std::min(kBlock, n - j0);
-    tile.dot_products(z + i0 * d, rows, z + j0 * d, cols, d);
-    const bool diagonal = bi == bj;
-    if (diagonal) {
-      for (int64_t i = 0; i < rows; ++i) tile.row(i)[i] = kNegInf<T>;
-    }
+    const TileSpan span(blocks, n, n);
+    const auto [i0, j0, rows, cols] = span;
+    tile.logits(z, z, d, span, /*self_column=*/true);
+    const bool diagonal = i0 == j0;
     // H_ij = E_ij (coef_i + coef_j): the tile's share of both G_ij and G_ji.
     const int64_t width = padded_cols<T>(cols);
     for (int64_t i = 0; i < rows; ++i) {
@@ -168,18 +177,6 @@ void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* lse, con
     }
   });
 }
-
-namespace {
-
-// Masks anchor i's own column when this tile holds it.
-template <typename T>
-void mask_self_columns(TileScratch<T>& tile, int64_t i0, int64_t rows, int64_t j0, int64_t cols) {
-  for (int64_t i = std::max(i0, j0); i < std::min(i0 + rows, j0 + cols); ++i) {
-    tile.row(i - i0)[i - j0] = kNegInf<T>;
-  }
-}
-
-}  // namespace
 
 template <typename T>
 void lse_plain(const TileProblem<T>& p, T* lse) {
@@ -205,10 +202,9 @@ void lse_plain(const TileProblem<T>& p, T* lse) {
       double* run_sum = part_sum.data() + split * p.m + i0;
       const int64_t bj_end = std::min(nb, (split + 1) * blocks_per_split);
       for (int64_t bj = split * blocks_per_split; bj < bj_end; ++bj) {
-        const int64_t j0 = bj * kBlock, cols = std::min(kBlock, p.n - j0);
-        tile.dot_products(p.q + i0 * p.d, rows, p.z + j0 * p.d, cols, p.d);
-        if (p.self_column) mask_self_columns(tile, i0, rows, j0, cols);
-        const int64_t width = padded_cols<T>(cols);
+        const TileSpan span({bi, bj}, p.m, p.n);
+        tile.logits(p.q, p.z, p.d, span, p.self_column);
+        const int64_t width = padded_cols<T>(span.cols);
         for (int64_t i = 0; i < rows; ++i) {
           const T* srow = tile.row(i);
           Vec vmax(kNegInf<T>);
@@ -252,11 +248,9 @@ void grad_plain(const TileProblem<T>& p, const T* lse, const T* g, T* dq, T* dz)
   const Vec scale(p.inv_t);
 
   run_rounds<T>(diagonal_waves(mb, nb), [&](TileScratch<T>& tile, const TilePair& blocks) {
-    const auto [bi, bj] = blocks;
-    const int64_t i0 = bi * kBlock, j0 = bj * kBlock;
-    const int64_t rows = std::min(kBlock, p.m - i0), cols = std::min(kBlock, p.n - j0);
-    tile.dot_products(p.q + i0 * p.d, rows, p.z + j0 * p.d, cols, p.d);
-    if (p.self_column) mask_self_columns(tile, i0, rows, j0, cols);
+    const TileSpan span(blocks, p.m, p.n);
+    const auto [i0, j0, rows, cols] = span;
+    tile.logits(p.q, p.z, p.d, span, p.self_column);
     const int64_t width = padded_cols<T>(cols);
     for (int64_t i = 0; i < rows; ++i) {
       T* srow = tile.row(i);

@@ -27,6 +27,29 @@ def _dot_tile(a_ptr, a_rows, a_mask, b_ptr, b_rows, b_mask, D, stride,
 
 
 @triton.jit
+def _logits2(a_ptr, a_rows, a_mask, a_scale, b_ptr, b_rows, b_mask, b_scale, D, stride,
+             scale_log2, SELF_COLUMN: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+             BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """Base-2 logits of one tile, -inf outside either row range and, with SELF_COLUMN, where a
+    row meets itself (a_rows and b_rows index the same set)."""
+    dots = _dot_tile(a_ptr, a_rows, a_mask, b_ptr, b_rows, b_mask, D, stride,
+                     BLOCK_A, BLOCK_B, BLOCK_K, PRECISION)
+    s2 = dots * (a_scale[:, None] * b_scale[None, :]) * scale_log2
+    valid = a_mask[:, None] & b_mask[None, :]
+    if SELF_COLUMN:
+        valid = valid & (a_rows[:, None] != b_rows[None, :])
+    return tl.where(valid, s2, float("-inf"))
+
+
+@triton.jit
+def _column_split(N, num_splits, split, BLOCK_N: tl.constexpr):
+    """[begin, end) of this program's share of the columns, in whole BLOCK_N tiles."""
+    per_split = tl.cdiv(tl.cdiv(N, BLOCK_N), num_splits) * BLOCK_N
+    begin = split * per_split
+    return begin, tl.minimum(begin + per_split, N)
+
+
+@triton.jit
 def lse_plain_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, part_max_ptr, part_sum_ptr, M, N, D, stride,
                      scale_log2, num_splits, SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
@@ -41,20 +64,13 @@ def lse_plain_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, part_max_ptr, part_sum_ptr, M
     rq = tl.load(rq_ptr + rows, mask=row_mask, other=0.0)
     run_max = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     run_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    cols_per_split = tl.cdiv(tl.cdiv(N, BLOCK_N), num_splits) * BLOCK_N
-    col_begin = split * cols_per_split
-    col_end = tl.minimum(col_begin + cols_per_split, N)
+    col_begin, col_end = _column_split(N, num_splits, split, BLOCK_N)
     for c0 in range(col_begin, col_end, BLOCK_N):
         cols = c0 + tl.arange(0, BLOCK_N)
         col_mask = cols < col_end
         rz = tl.load(rz_ptr + cols, mask=col_mask, other=0.0)
-        dots = _dot_tile(q_ptr, rows, row_mask, z_ptr, cols, col_mask, D, stride,
-                         BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
-        s2 = dots * (rq[:, None] * rz[None, :]) * scale_log2
-        valid = col_mask[None, :]
-        if SELF_COLUMN:
-            valid = valid & (rows[:, None] != cols[None, :])
-        s2 = tl.where(valid, s2, float("-inf"))
+        s2 = _logits2(q_ptr, rows, row_mask, rq, z_ptr, cols, col_mask, rz, D, stride, scale_log2,
+                      SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
         new_max = tl.maximum(run_max, tl.max(s2, axis=1))
         # A row whose columns are all masked so far keeps max -inf; shift it by 0 instead.
         shift = tl.where(new_max == float("-inf"), 0.0, new_max)
@@ -82,11 +98,9 @@ def lse_symmetric_kernel(z_ptr, r_ptr, row_sum_ptr, N, D, stride, scale_log2,
     col_mask = cols < N
     ri = tl.load(r_ptr + rows, mask=row_mask, other=0.0)
     rj = tl.load(r_ptr + cols, mask=col_mask, other=0.0)
-    dots = _dot_tile(z_ptr, rows, row_mask, z_ptr, cols, col_mask, D, stride,
-                     BLOCK, BLOCK, BLOCK_K, PRECISION)
-    e = tl.exp2(dots * (ri[:, None] * rj[None, :]) * scale_log2 - scale_log2)
-    valid = row_mask[:, None] & col_mask[None, :] & (rows[:, None] != cols[None, :])
-    e = tl.where(valid, e, 0.0)
+    s2 = _logits2(z_ptr, rows, row_mask, ri, z_ptr, cols, col_mask, rj, D, stride, scale_log2,
+                  True, BLOCK, BLOCK, BLOCK_K, PRECISION)
+    e = tl.exp2(s2 - scale_log2)
     tl.atomic_add(row_sum_ptr + rows, tl.sum(e, axis=1), mask=row_mask)
     if bi != bj:
         tl.atomic_add(row_sum_ptr + cols, tl.sum(e, axis=0), mask=col_mask)
@@ -115,21 +129,15 @@ def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dq_ptr, d
     q_chunk = tl.load(q_ptr + rows[:, None] * stride + douts[None, :],
                       mask=row_mask[:, None] & dout_mask[None, :], other=0.0)
     dq = tl.zeros((BLOCK_M, BLOCK_DO), dtype=tl.float32)
-    cols_per_split = tl.cdiv(tl.cdiv(N, BLOCK_N), num_splits) * BLOCK_N
-    col_begin = split * cols_per_split
-    col_end = tl.minimum(col_begin + cols_per_split, N)
+    col_begin, col_end = _column_split(N, num_splits, split, BLOCK_N)
     for c0 in range(col_begin, col_end, BLOCK_N):
         cols = c0 + tl.arange(0, BLOCK_N)
         col_mask = cols < col_end
         rz = tl.load(rz_ptr + cols, mask=col_mask, other=0.0)
-        dots = _dot_tile(q_ptr, rows, row_mask, z_ptr, cols, col_mask, D, stride,
-                         BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
-        s2 = dots * (rq[:, None] * rz[None, :]) * scale_log2
-        valid = row_mask[:, None] & col_mask[None, :]
-        if SELF_COLUMN:
-            valid = valid & (rows[:, None] != cols[None, :])
-        # Masked before exp2: the self logit may exceed lse (which leaves it out) and overflow.
-        g = tl.exp2(tl.where(valid, s2, float("-inf")) - lse2[:, None]) * coef[:, None]
+        # Masked (-inf) before exp2: the self logit may exceed lse, which leaves it out.
+        s2 = _logits2(q_ptr, rows, row_mask, rq, z_ptr, cols, col_mask, rz, D, stride, scale_log2,
+                      SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+        g = tl.exp2(s2 - lse2[:, None]) * coef[:, None]
         z_chunk = tl.load(z_ptr + cols[:, None] * stride + douts[None, :],
                           mask=col_mask[:, None] & dout_mask[None, :], other=0.0)
         dq = tl.dot((g * rz[None, :]).to(z_chunk.dtype), z_chunk, dq, input_precision=PRECISION)
@@ -168,13 +176,9 @@ def grad_cols_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dz_ptr, M
         coef = tl.load(coef_ptr + rows, mask=row_mask, other=0.0)
         lse2 = tl.where(coef != 0.0, tl.load(lse2_ptr + rows, mask=row_mask, other=0.0),
                         float("inf"))
-        dots_t = _dot_tile(z_ptr, cols, col_mask, q_ptr, rows, row_mask, D, stride,
-                           BLOCK_N, BLOCK_M, BLOCK_K, PRECISION)
-        s2_t = dots_t * (rz[:, None] * rq[None, :]) * scale_log2
-        valid = col_mask[:, None] & row_mask[None, :]
-        if SELF_COLUMN:
-            valid = valid & (cols[:, None] != rows[None, :])
-        g_t = tl.exp2(tl.where(valid, s2_t, float("-inf")) - lse2[None, :]) * coef[None, :]
+        s2_t = _logits2(z_ptr, cols, col_mask, rz, q_ptr, rows, row_mask, rq, D, stride,
+                        scale_log2, SELF_COLUMN, BLOCK_N, BLOCK_M, BLOCK_K, PRECISION)
+        g_t = tl.exp2(s2_t - lse2[None, :]) * coef[None, :]
         q_chunk = tl.load(q_ptr + rows[:, None] * stride + douts[None, :],
                           mask=row_mask[:, None] & dout_mask[None, :], other=0.0)
         dz = tl.dot((g_t * rq[None, :]).to(q_chunk.dtype), q_chunk, dz, input_precision=PRECISION)
@@ -205,11 +209,9 @@ def grad_symmetric_kernel(z_ptr, r_ptr, coef_ptr, dz_ptr, N, D, stride, scale_lo
     rj = tl.load(r_ptr + cols, mask=col_mask, other=0.0)
     ci = tl.load(coef_ptr + rows, mask=row_mask, other=0.0)
     cj = tl.load(coef_ptr + cols, mask=col_mask, other=0.0)
-    dots = _dot_tile(z_ptr, rows, row_mask, z_ptr, cols, col_mask, D, stride,
-                     BLOCK, BLOCK, BLOCK_K, PRECISION)
-    e = tl.exp2(dots * (ri[:, None] * rj[None, :]) * scale_log2 - scale_log2)
-    valid = row_mask[:, None] & col_mask[None, :] & (rows[:, None] != cols[None, :])
-    h = tl.where(valid, e, 0.0) * (ci[:, None] + cj[None, :])
+    s2 = _logits2(z_ptr, rows, row_mask, ri, z_ptr, cols, col_mask, rj, D, stride, scale_log2,
+                  True, BLOCK, BLOCK, BLOCK_K, PRECISION)
+    h = tl.exp2(s2 - scale_log2) * (ci[:, None] + cj[None, :])
     z_cols = tl.load(z_ptr + cols[:, None] * stride + douts[None, :],
                      mask=col_mask[:, None] & dout_mask[None, :], other=0.0)
     d_rows = tl.dot((h * rj[None, :]).to(z_cols.dtype), z_cols, input_precision=PRECISION)
