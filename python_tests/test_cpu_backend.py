@@ -575,3 +575,26 @@ def test_op_backward_independent_of_threads(case):
     for threads in (2, 4):
         for name, a, b in zip(("features", "contrast", "temperature"), outs[1], outs[threads]):
             assert torch.equal(a, b), f"grad {name}: 1 vs {threads} threads"
+
+
+# ------------------------------------------------------------------------------------------
+# Large batches: from 8,192 rows on, the CPU kernel switches to 256-wide tiles
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("temperature", [0.1, 0.02])  # symmetric, plain schedule
+def test_large_single_set_against_chunked_reference(temperature, cpu_library):
+    from chunked_reference64 import chunked_supcon64
+    g = torch.Generator().manual_seed(8250)
+    x = torch.randn(8250, 5, generator=g, dtype=torch.float64).requires_grad_(True)
+    labels = torch.randint(0, 40, (8250,), generator=g)
+    loss = scl_kernels.supcon_loss(x, labels, temperature, backend="cpu")
+    loss.backward()
+    want_loss, want_grad = chunked_supcon64(x.detach(), labels, temperature)
+    torch.testing.assert_close(loss, want_loss, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(x.grad, want_grad, rtol=1e-8, atol=1e-8 * float(want_grad.abs().max()))
+
+
+def test_large_cross_set_against_reference(randn, randint, gen, cpu_library):
+    check_against_reference("cpu", randn(300, 7), randint(-1, 9, (300,)), 0.1,
+                            contrast=randn(8300, 7), contrast_labels=randint(-1, 9, (8300,)),
+                            generator=gen)

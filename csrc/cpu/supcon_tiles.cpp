@@ -19,9 +19,10 @@ namespace {
 
 using at::vec::Vectorized;
 
-// Rows and columns of one tile. 128 keeps a float tile (64 KiB) and its two operand blocks in L2
-// while each BLAS call is still large enough to run near peak (bench/NOTES.md).
-constexpr int64_t kBlock = 128;
+// Rows and columns of one tile: 128 while the batch is small (more tiles than threads x rounds),
+// 256 from 8,192 rows on, where operand blocks stop fitting in cache and the larger tile halves
+// the memory traffic per FLOP (bench/NOTES.md: 18.5 s -> 14.8 s at N = 65,536).
+int64_t tile_block(int64_t rows) { return rows >= 8192 ? 256 : 128; }
 // Tasks the plain forward aims for when row blocks are few: enough for a many-core machine.
 constexpr int64_t kMinTasks = 64;
 
@@ -44,15 +45,15 @@ T horizontal_max(const Vectorized<T>& v) {
       [](Vectorized<T>& a, Vectorized<T>& b) { return at::vec::maximum(a, b); }, v);
 }
 
-int64_t num_blocks(int64_t rows) { return (rows + kBlock - 1) / kBlock; }
+int64_t num_blocks(int64_t rows, int64_t block) { return (rows + block - 1) / block; }
 
 // Where a tile sits: rows [i0, i0 + rows) of the anchors, columns [j0, j0 + cols).
 struct TileSpan {
   int64_t i0, j0, rows, cols;
 
-  TileSpan(const TilePair& blocks, int64_t m, int64_t n)
-      : i0(blocks.first * kBlock), j0(blocks.second * kBlock),
-        rows(std::min(kBlock, m - i0)), cols(std::min(kBlock, n - j0)) {}
+  TileSpan(const TilePair& blocks, int64_t block, int64_t m, int64_t n)
+      : i0(blocks.first * block), j0(blocks.second * block),
+        rows(std::min(block, m - i0)), cols(std::min(block, n - j0)) {}
 };
 
 // One thread's scratch tile. Its row stride is padded to the SIMD width and the padding holds
@@ -60,18 +61,23 @@ struct TileSpan {
 template <typename T>
 struct TileScratch {
   static constexpr int64_t kLanes = Vectorized<T>::size();
-  static constexpr int64_t kStride = (kBlock + kLanes - 1) / kLanes * kLanes;
-  std::vector<T> s = std::vector<T>(kBlock * kStride, kNegInf<T>);
+  const int64_t stride;
+  std::vector<T> s;
+  std::vector<T> col_sums;  // per-column accumulator of the symmetric forward
 
-  T* row(int64_t i) { return s.data() + i * kStride; }
+  explicit TileScratch(int64_t block)
+      : stride((block + kLanes - 1) / kLanes * kLanes), s(block * stride, kNegInf<T>),
+        col_sums(stride) {}
+
+  T* row(int64_t i) { return s.data() + i * stride; }
 
   // s = q[span rows] . z[span cols]^T, -inf on the padding of this tile's width and, with
   // self_column, on anchor i's own column i where the tile holds it.
   void logits(const T* q, const T* z, int64_t d, const TileSpan& span, bool self_column) {
     gemm_row_major<T>(false, true, span.rows, span.cols, d, T(1), q + span.i0 * d, d,
-                      z + span.j0 * d, d, T(0), s.data(), kStride);
+                      z + span.j0 * d, d, T(0), s.data(), stride);
     for (int64_t i = 0; i < span.rows; ++i) {
-      std::fill(row(i) + span.cols, row(i) + kStride, kNegInf<T>);
+      std::fill(row(i) + span.cols, row(i) + stride, kNegInf<T>);
     }
     if (!self_column) return;
     const int64_t first = std::max(span.i0, span.j0);
@@ -88,11 +94,11 @@ int64_t padded_cols(int64_t cols) {
 }
 
 template <typename T>
-void run_rounds(const std::vector<std::vector<TilePair>>& rounds,
+void run_rounds(const std::vector<std::vector<TilePair>>& rounds, int64_t block,
                 const std::function<void(TileScratch<T>&, const TilePair&)>& tile_fn) {
   for (const auto& round : rounds) {
     at::parallel_for(0, static_cast<int64_t>(round.size()), 1, [&](int64_t begin, int64_t end) {
-      TileScratch<T> scratch;
+      TileScratch<T> scratch(block);
       for (int64_t t = begin; t < end; ++t) tile_fn(scratch, round[t]);
     });
   }
@@ -111,17 +117,18 @@ template <typename T>
 void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, T* lse) {
   using Vec = Vectorized<T>;
   constexpr int64_t lanes = Vec::size();
-  const int64_t nb = num_blocks(n);
+  const int64_t block = tile_block(n), nb = num_blocks(n, block);
   // Row sums of exp(s - 1/t); double, as they gather up to n terms each.
   std::vector<double> sums(n, 0.0);
   const Vec scale(inv_t), shift(-inv_t);
 
-  run_rounds<T>(round_robin_rounds(nb), [&](TileScratch<T>& tile, const TilePair& blocks) {
-    const TileSpan span(blocks, n, n);
+  run_rounds<T>(round_robin_rounds(nb), block, [&](TileScratch<T>& tile, const TilePair& blocks) {
+    const TileSpan span(blocks, block, n, n);
     const auto [i0, j0, rows, cols] = span;
     tile.logits(z, z, d, span, /*self_column=*/true);
     const bool diagonal = i0 == j0;
-    alignas(64) T col_sums[TileScratch<T>::kStride] = {};
+    T* col_sums = tile.col_sums.data();
+    std::fill(tile.col_sums.begin(), tile.col_sums.end(), T(0));
     const int64_t width = padded_cols<T>(cols);
     for (int64_t i = 0; i < rows; ++i) {
       const T* srow = tile.row(i);
@@ -144,17 +151,17 @@ template <typename T>
 void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* lse, const T* g, T* dz) {
   using Vec = Vectorized<T>;
   constexpr int64_t lanes = Vec::size();
-  const int64_t nb = num_blocks(n);
+  const int64_t block = tile_block(n), nb = num_blocks(n, block);
   // p_ij = exp(s_ij - 1/t) * exp(1/t - lse_i), so one exp per element serves G_ij and G_ji;
   // coef folds in g_i and the 1/t of ds/dz. Zero padding keeps the padded lanes finite.
-  std::vector<T> coef(nb * kBlock + lanes, T(0));
+  std::vector<T> coef(nb * block + lanes, T(0));
   for (int64_t i = 0; i < n; ++i) {
     coef[i] = g[i] == T(0) ? T(0) : g[i] * std::exp(inv_t - lse[i]) * inv_t;
   }
   const Vec scale(inv_t), shift(-inv_t);
 
-  run_rounds<T>(round_robin_rounds(nb), [&](TileScratch<T>& tile, const TilePair& blocks) {
-    const TileSpan span(blocks, n, n);
+  run_rounds<T>(round_robin_rounds(nb), block, [&](TileScratch<T>& tile, const TilePair& blocks) {
+    const TileSpan span(blocks, block, n, n);
     const auto [i0, j0, rows, cols] = span;
     tile.logits(z, z, d, span, /*self_column=*/true);
     const bool diagonal = i0 == j0;
@@ -168,7 +175,7 @@ void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* lse, con
         (e * (ci + Vec::loadu(coef.data() + j0 + j))).store(srow + j);
       }
     }
-    constexpr int64_t ld = TileScratch<T>::kStride;
+    const int64_t ld = tile.stride;
     gemm_row_major<T>(false, false, rows, d, cols, T(1), tile.row(0), ld, z + j0 * d, d, T(1),
                       dz + i0 * d, d);
     if (!diagonal) {
@@ -182,7 +189,8 @@ template <typename T>
 void lse_plain(const TileProblem<T>& p, T* lse) {
   using Vec = Vectorized<T>;
   constexpr int64_t lanes = Vec::size();
-  const int64_t mb = num_blocks(p.m), nb = num_blocks(p.n);
+  const int64_t block = tile_block(std::max(p.m, p.n));
+  const int64_t mb = num_blocks(p.m, block), nb = num_blocks(p.n, block);
   // Few row blocks cannot occupy every thread: split the columns too, then merge the partial
   // (max, sum) pairs of each row. The split depends on the shape only, never on the thread
   // count, so the summation order (and the result, to the bit) does not either.
@@ -194,15 +202,15 @@ void lse_plain(const TileProblem<T>& p, T* lse) {
   const Vec scale(p.inv_t);
 
   at::parallel_for(0, mb * splits, 1, [&](int64_t begin, int64_t end) {
-    TileScratch<T> tile;
+    TileScratch<T> tile(block);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bi = task / splits, split = task % splits;
-      const int64_t i0 = bi * kBlock, rows = std::min(kBlock, p.m - i0);
+      const int64_t i0 = bi * block, rows = std::min(block, p.m - i0);
       T* run_max = part_max.data() + split * p.m + i0;
       double* run_sum = part_sum.data() + split * p.m + i0;
       const int64_t bj_end = std::min(nb, (split + 1) * blocks_per_split);
       for (int64_t bj = split * blocks_per_split; bj < bj_end; ++bj) {
-        const TileSpan span({bi, bj}, p.m, p.n);
+        const TileSpan span({bi, bj}, block, p.m, p.n);
         tile.logits(p.q, p.z, p.d, span, p.self_column);
         const int64_t width = padded_cols<T>(span.cols);
         for (int64_t i = 0; i < rows; ++i) {
@@ -244,11 +252,12 @@ template <typename T>
 void grad_plain(const TileProblem<T>& p, const T* lse, const T* g, T* dq, T* dz) {
   using Vec = Vectorized<T>;
   constexpr int64_t lanes = Vec::size();
-  const int64_t mb = num_blocks(p.m), nb = num_blocks(p.n);
+  const int64_t block = tile_block(std::max(p.m, p.n));
+  const int64_t mb = num_blocks(p.m, block), nb = num_blocks(p.n, block);
   const Vec scale(p.inv_t);
 
-  run_rounds<T>(diagonal_waves(mb, nb), [&](TileScratch<T>& tile, const TilePair& blocks) {
-    const TileSpan span(blocks, p.m, p.n);
+  run_rounds<T>(diagonal_waves(mb, nb), block, [&](TileScratch<T>& tile, const TilePair& blocks) {
+    const TileSpan span(blocks, block, p.m, p.n);
     const auto [i0, j0, rows, cols] = span;
     tile.logits(p.q, p.z, p.d, span, p.self_column);
     const int64_t width = padded_cols<T>(cols);
@@ -264,7 +273,7 @@ void grad_plain(const TileProblem<T>& p, const T* lse, const T* g, T* dq, T* dz)
         (coef * vexp(at::vec::fmadd(Vec::loadu(srow + j), scale, shift))).store(srow + j);
       }
     }
-    constexpr int64_t ld = TileScratch<T>::kStride;
+    const int64_t ld = tile.stride;
     gemm_row_major<T>(false, false, rows, p.d, cols, T(1), tile.row(0), ld, p.z + j0 * p.d, p.d,
                       T(1), dq + i0 * p.d, p.d);
     gemm_row_major<T>(true, false, cols, p.d, rows, T(1), tile.row(0), ld, p.q + i0 * p.d, p.d,
