@@ -57,6 +57,9 @@ def _check(features, labels, contrast, contrast_labels, temperature, num_anchors
             raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
         if x.dim() != 2 or x.shape[0] < 1 or x.shape[1] < 1:
             raise ValueError(f"{name} must have shape [rows >= 1, dim >= 1], got {tuple(x.shape)}")
+        if x.numel() >= 2**31:  # the kernels address rows with int32 offsets
+            raise ValueError(f"{name} has {x.numel()} elements; the Triton backend takes fewer "
+                             "than 2^31 per tensor (split the batch, or use another backend)")
         if check_values and not bool(torch.isfinite(x).all()):
             raise ValueError(f"{name} contains NaN or inf")
     for name, y, rows in (("labels", labels, features), ("contrast_labels", contrast_labels, contrast)):
