@@ -139,3 +139,9 @@ def test_compile_fullgraph_with_triton_backend(randn, randint):
     eager = loss_fn(x, y)
     compiled = torch.compile(loss_fn, fullgraph=True, backend="aot_eager")(x, y)
     torch.testing.assert_close(compiled, eager)
+
+
+def test_tensors_past_int32_offsets_are_refused():
+    huge = torch.zeros(1, 1).expand(2**16, 2**15)  # 2^31 elements, no memory behind them
+    with pytest.raises(ValueError, match="2\\^31"):
+        scl_kernels.supcon_loss(huge, torch.zeros(2**16, dtype=torch.long), backend="triton")
