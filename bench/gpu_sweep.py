@@ -31,11 +31,11 @@ FIELDS = ["implementation", "dtype", "n", "d", "mode", "median_ms", "peak_mb", "
 
 
 def schedule_work(n, d, symmetric):
-    """(FLOPs, exps) per mode of the schedule the op runs: plain 2N^2D / N^2 forward and
-    6N^2D / N^2 backward; symmetric half of each."""
-    half = 0.5 if symmetric else 1.0
-    fwd = (2 * n * n * d * half, n * n * half)
-    bwd = (6 * n * n * d * half, n * n * half)
+    """(FLOPs, exps) per mode of the kernels the op runs. Plain: 2N^2D and N^2 forward,
+    6N^2D and N^2 backward (S once, two products). Symmetric: the forward's upper triangle,
+    N^2D and N^2/2; its backward sums full rows of G + G^T, 4N^2D and N^2 (no atomics)."""
+    fwd = (n * n * d, n * n / 2) if symmetric else (2 * n * n * d, n * n)
+    bwd = (4 * n * n * d, n * n) if symmetric else (6 * n * n * d, n * n)
     return {"fwd": fwd, "bwd": bwd, "both": (fwd[0] + bwd[0], fwd[1] + bwd[1])}
 
 

@@ -109,12 +109,21 @@ def lse_symmetric_kernel(z_ptr, r_ptr, row_sum_ptr, N, D, stride, scale_log2,
 @triton.jit
 def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dq_ptr, dz_ptr, M, N, D,
                      stride, scale_log2, num_splits, SELF_COLUMN: tl.constexpr,
-                     CONTRAST_SIDE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr, PRECISION: tl.constexpr):
+                     CONTRAST_SIDE: tl.constexpr, SYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr,
+                     PRECISION: tl.constexpr):
     """Softmax part of the gradient for one row block, one chunk of output columns and one split
-    of the contrast columns: G_ij = coef_i * 2^(s2_ij - lse2_i), then
-    dq_i += sum_j G_ij r_j z_j (anchor side) and, with CONTRAST_SIDE, dz_j += sum_i G_ij r_i q_i
-    by atomics. The tile of G lives only in registers and feeds both products."""
+    of the contrast columns, from tiles G that live only in registers.
+
+    Plain: G_ij = coef_i 2^(s2_ij - lse2_i) with coef_i = g_i / t; dq_i += sum_j G_ij r_j z_j
+    (anchor side) and, with CONTRAST_SIDE, dz_j += sum_i G_ij r_i q_i by atomics from the same
+    tile.
+
+    SYMMETRIC (single set, unit rows, fixed shift): G_ij + G_ji = E_ij (coef_i + coef_j) with
+    E = 2^(s2 - log2(e)/t) and coef_i = g_i e^(1/t - lse_i) / t, so the row block's whole
+    gradient, both sides, is dq_I = sum_J (G + G^T)_IJ r_J z_J over full rows: no atomics and no
+    lse in the loop, at the price of visiting every tile rather than the upper triangle (4 N^2 D
+    FLOPs instead of 3, but N^2 / BLOCK * D fewer atomic adds, which would dominate on a GPU)."""
     pid_m = tl.program_id(0)
     d_chunk = tl.program_id(1)
     split = tl.program_id(2)
@@ -124,8 +133,10 @@ def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dq_ptr, d
     dout_mask = douts < D
     rq = tl.load(rq_ptr + rows, mask=row_mask, other=0.0)
     coef = tl.load(coef_ptr + rows, mask=row_mask, other=0.0)
-    # Rows that carry no gradient must not evaluate 2^(s - lse) at all: their lse may be -inf.
-    lse2 = tl.where(coef != 0.0, tl.load(lse2_ptr + rows, mask=row_mask, other=0.0), float("inf"))
+    if not SYMMETRIC:
+        # Rows that carry no gradient must not evaluate 2^(s - lse): their lse may be -inf.
+        lse2 = tl.where(coef != 0.0, tl.load(lse2_ptr + rows, mask=row_mask, other=0.0),
+                        float("inf"))
     q_chunk = tl.load(q_ptr + rows[:, None] * stride + douts[None, :],
                       mask=row_mask[:, None] & dout_mask[None, :], other=0.0)
     dq = tl.zeros((BLOCK_M, BLOCK_DO), dtype=tl.float32)
@@ -137,7 +148,11 @@ def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dq_ptr, d
         # Masked (-inf) before exp2: the self logit may exceed lse, which leaves it out.
         s2 = _logits2(q_ptr, rows, row_mask, rq, z_ptr, cols, col_mask, rz, D, stride, scale_log2,
                       SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
-        g = tl.exp2(s2 - lse2[:, None]) * coef[:, None]
+        if SYMMETRIC:
+            coef_cols = tl.load(coef_ptr + cols, mask=col_mask, other=0.0)
+            g = tl.exp2(s2 - scale_log2) * (coef[:, None] + coef_cols[None, :])
+        else:
+            g = tl.exp2(s2 - lse2[:, None]) * coef[:, None]
         z_chunk = tl.load(z_ptr + cols[:, None] * stride + douts[None, :],
                           mask=col_mask[:, None] & dout_mask[None, :], other=0.0)
         dq = tl.dot((g * rz[None, :]).to(z_chunk.dtype), z_chunk, dq, input_precision=PRECISION)
@@ -184,43 +199,3 @@ def grad_cols_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dz_ptr, M
         dz = tl.dot((g_t * rq[None, :]).to(q_chunk.dtype), q_chunk, dz, input_precision=PRECISION)
     tl.store(dz_ptr + cols[:, None] * D + douts[None, :], dz,
              mask=col_mask[:, None] & dout_mask[None, :])
-
-
-@triton.jit
-def grad_symmetric_kernel(z_ptr, r_ptr, coef_ptr, dz_ptr, N, D, stride, scale_log2, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr,
-                          BLOCK_DO: tl.constexpr, PRECISION: tl.constexpr):
-    """Softmax part of the single-set gradient from one upper-triangle tile I <= J.
-
-    With E = 2^(s2 - log2(e)/t) and coef_i = g_i 2^(log2(e)/t - lse2_i) / t, the tile's share of
-    G_ij + G_ji is H_ij = E_ij (coef_i + coef_j): dz_I += H r_J z_J and dz_J += H^T r_I z_I,
-    one exp per element for both directions."""
-    bi = tl.program_id(0)
-    bj = tl.program_id(1)
-    if bj < bi:
-        return
-    d_chunk = tl.program_id(2)
-    rows = bi * BLOCK + tl.arange(0, BLOCK)
-    cols = bj * BLOCK + tl.arange(0, BLOCK)
-    row_mask = rows < N
-    col_mask = cols < N
-    douts = d_chunk * BLOCK_DO + tl.arange(0, BLOCK_DO)
-    dout_mask = douts < D
-    ri = tl.load(r_ptr + rows, mask=row_mask, other=0.0)
-    rj = tl.load(r_ptr + cols, mask=col_mask, other=0.0)
-    ci = tl.load(coef_ptr + rows, mask=row_mask, other=0.0)
-    cj = tl.load(coef_ptr + cols, mask=col_mask, other=0.0)
-    s2 = _logits2(z_ptr, rows, row_mask, ri, z_ptr, cols, col_mask, rj, D, stride, scale_log2,
-                  True, BLOCK, BLOCK, BLOCK_K, PRECISION)
-    h = tl.exp2(s2 - scale_log2) * (ci[:, None] + cj[None, :])
-    z_cols = tl.load(z_ptr + cols[:, None] * stride + douts[None, :],
-                     mask=col_mask[:, None] & dout_mask[None, :], other=0.0)
-    d_rows = tl.dot((h * rj[None, :]).to(z_cols.dtype), z_cols, input_precision=PRECISION)
-    tl.atomic_add(dz_ptr + rows[:, None] * D + douts[None, :], d_rows,
-                  mask=row_mask[:, None] & dout_mask[None, :])
-    if bi != bj:
-        z_rows = tl.load(z_ptr + rows[:, None] * stride + douts[None, :],
-                         mask=row_mask[:, None] & dout_mask[None, :], other=0.0)
-        d_cols = tl.dot(tl.trans(h * ri[:, None]).to(z_rows.dtype), z_rows,
-                        input_precision=PRECISION)
-        tl.atomic_add(dz_ptr + cols[:, None] * D + douts[None, :], d_cols,
-                      mask=col_mask[:, None] & dout_mask[None, :])

@@ -64,18 +64,12 @@ GRAD_TILES = [_tile(8, 3, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, BLOCK_DO=128),
               _tile(8, 2, BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, BLOCK_DO=256),
               _tile(4, 3, True, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, BLOCK_DO=64),
               _tile(4, 2, True, BLOCK_M=64, BLOCK_N=32, BLOCK_K=32, BLOCK_DO=64)]
-SYMMETRIC_GRAD_TILES = [_tile(8, 3, BLOCK=128, BLOCK_K=64, BLOCK_DO=128),
-                        _tile(4, 3, BLOCK=64, BLOCK_K=64, BLOCK_DO=128),
-                        _tile(8, 2, BLOCK=128, BLOCK_K=32, BLOCK_DO=256),
-                        _tile(4, 3, True, BLOCK=64, BLOCK_K=64, BLOCK_DO=64),
-                        _tile(4, 2, True, BLOCK=64, BLOCK_K=32, BLOCK_DO=64)]
 # Each kernel with its tiles, for the autotuners below and the Hopper compile test.
 KERNEL_TILES = {
     kernels.lse_plain_kernel: PLAIN_TILES,
     kernels.lse_symmetric_kernel: SYMMETRIC_TILES,
     kernels.grad_rows_kernel: GRAD_TILES,
     kernels.grad_cols_kernel: GRAD_TILES,
-    kernels.grad_symmetric_kernel: SYMMETRIC_GRAD_TILES,
 }
 
 
@@ -89,9 +83,9 @@ _FP32_TILES = {_config_key(t.meta, t.warps, t.stages)
 _KEY = ["D", "SELF_COLUMN"]
 _lse_plain = _autotuned(kernels.lse_plain_kernel, _KEY)
 _lse_symmetric = _autotuned(kernels.lse_symmetric_kernel, ["D"], ["row_sum_ptr"])
-_grad_rows = _autotuned(kernels.grad_rows_kernel, _KEY + ["CONTRAST_SIDE"], ["dq_ptr", "dz_ptr"])
+_grad_rows = _autotuned(kernels.grad_rows_kernel, _KEY + ["CONTRAST_SIDE", "SYMMETRIC"],
+                        ["dq_ptr", "dz_ptr"])
 _grad_cols = _autotuned(kernels.grad_cols_kernel, _KEY)
-_grad_symmetric = _autotuned(kernels.grad_symmetric_kernel, ["D"], ["dz_ptr"])
 
 
 def uninitialized(shape, device):
@@ -151,7 +145,7 @@ def grad_plain(q, z, q_scale, z_scale, lse, coef, inv_t, self_column, determinis
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
     _grad_rows[grid](q, z, q_scale, z_scale, lse2, coef, dq, dz, m, n, d, q.stride(0),
                      inv_t * LOG2E, splits, SELF_COLUMN=self_column,
-                     CONTRAST_SIDE=not deterministic, PRECISION=precision)
+                     CONTRAST_SIDE=not deterministic, SYMMETRIC=False, PRECISION=precision)
     if deterministic:
         grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(d, meta["BLOCK_DO"]))  # noqa: E731
         _grad_cols[grid](q, z, q_scale, z_scale, lse2, coef, dz, m, n, d, q.stride(0),
@@ -159,13 +153,15 @@ def grad_plain(q, z, q_scale, z_scale, lse, coef, inv_t, self_column, determinis
     return dq, dz
 
 
-def grad_symmetric(z, scale, coef, inv_t):
-    """Softmax part of the single-set gradient w.r.t. unit rows, both sides, by atomics;
-    coef_i = g_i exp(1/t - lse_i) / t."""
+def grad_symmetric(z, scale, coef, inv_t, deterministic):
+    """Softmax part of the single-set gradient w.r.t. unit rows, both sides, each row block
+    summing its full rows of (G + G^T) (kernels.grad_rows_kernel, SYMMETRIC);
+    coef_i = g_i exp(1/t - lse_i) / t. Atomics only where the columns are split for small N."""
     n, d = z.shape
     dz = torch.zeros(n, d, dtype=torch.float32, device=z.device)
-    grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]), triton.cdiv(n, meta["BLOCK"]),  # noqa: E731
-                         triton.cdiv(d, meta["BLOCK_DO"]))
-    _grad_symmetric[grid](z, scale, coef, dz, n, d, z.stride(0), inv_t * LOG2E,
-                          PRECISION=_precision(z.dtype))
+    splits = 1 if deterministic else _column_splits(n, n, z.device)
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
+    _grad_rows[grid](z, z, scale, scale, coef, coef, dz, dz, n, n, d, z.stride(0), inv_t * LOG2E,
+                     splits, SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True,
+                     PRECISION=_precision(z.dtype))
     return dz

@@ -18,21 +18,23 @@ from .problem import (add_positive_grads, anchor_dot, anchor_losses, effective_g
 _FIXED_SHIFT_MAX_INV_T = 0.95 * 126 / (2 * (1.0 / math.log(2.0)))
 
 
+def fixed_shift_applies(single_set, m, n, normalize, temperature):
+    """Single set with every row an anchor (S = S^T), unit rows and a temperature inside the
+    fixed shift's range: the conditions of both symmetric kernels."""
+    return single_set and m == n and normalize and 1.0 / temperature <= _FIXED_SHIFT_MAX_INV_T
+
+
 def symmetric_schedule(single_set, m, n, normalize, temperature):
-    """Whether a call takes the symmetric schedule (N^2/2 tiles, one exp per pair) rather than
-    the plain one: single set with every row an anchor, unit rows, a temperature inside the fixed
-    shift's range, and deterministic algorithms off (the symmetric tiles sum by atomics)."""
-    return (single_set and m == n and normalize and 1.0 / temperature <= _FIXED_SHIFT_MAX_INV_T
+    """Whether the forward visits only the upper triangle of tiles (one exp per pair) rather
+    than every tile: the fixed shift applies and deterministic algorithms are off (the triangle's
+    row and column sums meet by atomics)."""
+    return (fixed_shift_applies(single_set, m, n, normalize, temperature)
             and not torch.are_deterministic_algorithms_enabled())
-
-
-def _symmetric(p):
-    return symmetric_schedule(p.single_set, p.m, p.n, p.normalize, 1.0 / p.inv_t)
 
 
 def supcon_forward(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
     p = prepare(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize)
-    if _symmetric(p):
+    if symmetric_schedule(p.single_set, p.m, p.n, p.normalize, 1.0 / p.inv_t):
         lse = launch.lse_symmetric(p.z, p.z_scale, p.inv_t)
     else:
         lse = launch.lse_plain(p.q, p.z, p.q_scale, p.z_scale, p.inv_t, p.single_set)
@@ -46,17 +48,18 @@ def supcon_backward(grad_loss, features, labels, contrast, contrast_labels, temp
                 check_values=False)
     g = effective_grads(p, grad_loss)
     lse = lse.float()
-    if _symmetric(p):
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    if fixed_shift_applies(p.single_set, p.m, p.n, p.normalize, 1.0 / p.inv_t):
         # Zero-gradient rows must not evaluate exp(1/t - lse): lse may be -inf there.
         coef = torch.where(g != 0, g * torch.exp(p.inv_t - lse) * p.inv_t, 0.0).contiguous()
-        dz = launch.grad_symmetric(p.z, p.z_scale, coef, p.inv_t)
+        dz = launch.grad_symmetric(p.z, p.z_scale, coef, p.inv_t, deterministic)
         dq = dz[: p.m]
         add_positive_grads(p, g, dq, dz)
         dot = anchor_dot(p, p.z, p.z_norm, dz) * 0.5  # each G_ij s_ij counted once per side
     else:
         coef = (g * p.inv_t).contiguous()
         dq, dz = launch.grad_plain(p.q, p.z, p.q_scale, p.z_scale, lse, coef, p.inv_t,
-                                   p.single_set, torch.are_deterministic_algorithms_enabled())
+                                   p.single_set, deterministic)
         add_positive_grads(p, g, dq, dz)
         dot = anchor_dot(p, p.q, p.q_norm, dq)
         if p.single_set:
