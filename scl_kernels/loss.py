@@ -70,7 +70,9 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
         normalize: L2-normalise rows first (eps 1e-12, as ``F.normalize``).
         reduction: ``"mean"`` over anchors that have a positive (0 when none has), ``"sum"``, or
             ``"none"`` for one value per anchor (0 for anchors without positives).
-        backend: ``"auto"``, ``"cpu"`` (fused C++), or ``"reference"`` (dense PyTorch).
+        backend: ``"auto"`` (``"cpu"`` for CPU tensors, ``"triton"`` for CUDA ones), ``"cpu"``
+            (fused C++), ``"triton"`` (fused Triton; CPU tensors only under TRITON_INTERPRET=1),
+            or ``"reference"`` (dense PyTorch).
 
     Returns:
         float32 loss (float64 for float64 features); gradients come back in the input dtype.
