@@ -1,5 +1,4 @@
 """Forward and backward of supcon_loss(backend="cpu" / "reference") against reference64."""
-import math
 
 import pytest
 import torch

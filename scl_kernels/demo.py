@@ -51,7 +51,7 @@ def main(argv=None):
         print(f"  running {name} ...", flush=True)
         results[name] = run(features, labels, args.temperature, backend)
 
-    print(f"\n| implementation | loss | fwd+bwd s | peak memory MB |\n|---|---|---|---|")
+    print("\n| implementation | loss | fwd+bwd s | peak memory MB |\n|---|---|---|---|")
     for name, (loss, _, seconds, peak) in results.items():
         print(f"| {name} | {loss.item():.6f} | {seconds:.3f} | {peak / 2**20:.0f} |")
     if len(results) == 2:
