@@ -42,6 +42,20 @@ def _logits2(a_ptr, a_rows, a_mask, a_scale, b_ptr, b_rows, b_mask, b_scale, D, 
 
 
 @triton.jit
+def _column_tile(q_ptr, rows, row_mask, rq, z_ptr, rz_ptr, c0, col_end, D, stride, scale_log2,
+                 SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """The column tile starting at c0 of a row block's loop: (columns, their mask, their scales,
+    masked base-2 logits)."""
+    cols = c0 + tl.arange(0, BLOCK_N)
+    col_mask = cols < col_end
+    rz = tl.load(rz_ptr + cols, mask=col_mask, other=0.0)
+    s2 = _logits2(q_ptr, rows, row_mask, rq, z_ptr, cols, col_mask, rz, D, stride, scale_log2,
+                  SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+    return cols, col_mask, rz, s2
+
+
+@triton.jit
 def _column_split(N, num_splits, split, BLOCK_N: tl.constexpr):
     """[begin, end) of this program's share of the columns, in whole BLOCK_N tiles."""
     per_split = tl.cdiv(tl.cdiv(N, BLOCK_N), num_splits) * BLOCK_N
@@ -66,11 +80,9 @@ def lse_plain_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, part_max_ptr, part_sum_ptr, M
     run_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     col_begin, col_end = _column_split(N, num_splits, split, BLOCK_N)
     for c0 in range(col_begin, col_end, BLOCK_N):
-        cols = c0 + tl.arange(0, BLOCK_N)
-        col_mask = cols < col_end
-        rz = tl.load(rz_ptr + cols, mask=col_mask, other=0.0)
-        s2 = _logits2(q_ptr, rows, row_mask, rq, z_ptr, cols, col_mask, rz, D, stride, scale_log2,
-                      SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+        _, _, _, s2 = _column_tile(q_ptr, rows, row_mask, rq, z_ptr, rz_ptr, c0, col_end, D,
+                                   stride, scale_log2, SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K,
+                                   PRECISION)
         new_max = tl.maximum(run_max, tl.max(s2, axis=1))
         # A row whose columns are all masked so far keeps max -inf; shift it by 0 instead.
         shift = tl.where(new_max == float("-inf"), 0.0, new_max)
@@ -142,12 +154,10 @@ def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dq_ptr, d
     dq = tl.zeros((BLOCK_M, BLOCK_DO), dtype=tl.float32)
     col_begin, col_end = _column_split(N, num_splits, split, BLOCK_N)
     for c0 in range(col_begin, col_end, BLOCK_N):
-        cols = c0 + tl.arange(0, BLOCK_N)
-        col_mask = cols < col_end
-        rz = tl.load(rz_ptr + cols, mask=col_mask, other=0.0)
         # Masked (-inf) before exp2: the self logit may exceed lse, which leaves it out.
-        s2 = _logits2(q_ptr, rows, row_mask, rq, z_ptr, cols, col_mask, rz, D, stride, scale_log2,
-                      SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+        cols, col_mask, rz, s2 = _column_tile(q_ptr, rows, row_mask, rq, z_ptr, rz_ptr, c0,
+                                              col_end, D, stride, scale_log2, SELF_COLUMN,
+                                              BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
         if SYMMETRIC:
             coef_cols = tl.load(coef_ptr + cols, mask=col_mask, other=0.0)
             g = tl.exp2(s2 - scale_log2) * (coef[:, None] + coef_cols[None, :])
