@@ -37,8 +37,10 @@ def sources(pattern):
 
 def extension():
     cpu_flags = shlex.split(os.environ.get("SCL_CPU_ARCH_FLAGS", "-march=native"))
-    cxx = ["-O3", "-std=c++17", "-fopenmp", *cpu_flags]
-    srcs = sources("csrc/*.cpp") + sources("csrc/cpu/*.cpp")
+    # -ffp-contract=off: the kernels round a logit before subtracting its row maximum, as the
+    # maximum itself was rounded; a contracted multiply-add would break that (docs/MATH.md).
+    cxx = ["-O3", "-std=c++17", "-fopenmp", "-ffp-contract=off", *cpu_flags]
+    srcs = [s for d in ("csrc", "csrc/core", "csrc/cpu", "csrc/triton") for s in sources(f"{d}/*.cpp")]
     if cuda_wanted():
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", os.environ.get("SCL_CUDA_ARCH_LIST", "9.0"))
         return CUDAExtension(

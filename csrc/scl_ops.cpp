@@ -4,6 +4,8 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#include <string>
+
 // Importing scl_kernels._C loads this library and runs the registrations; the module itself is
 // empty, so it needs no pybind11 and ties to no Python ABI beyond the init symbol.
 extern "C" PyObject* PyInit__C(void) {
@@ -11,18 +13,39 @@ extern "C" PyObject* PyInit__C(void) {
   return PyModule_Create(&module_def);
 }
 
+namespace {
+
+// Per-anchor SupCon loss. Single set (contrast None): the anchors are rows
+// [anchor_offset, anchor_offset + num_anchors) of features, the contrast set is every row, and
+// anchor i never sees its own row. Cross set: the anchors are all feature rows, the contrast set
+// is `contrast`, no self column (anchor_offset 0). Returns the loss per anchor (0 for anchors
+// without positives), the float64 log-sum-exp per anchor that backward needs, and |P(i)|.
+const std::string kForward =
+    "(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
+    "Tensor temperature, int num_anchors, bool normalize, int anchor_offset=0) -> "
+    "(Tensor loss, Tensor lse, Tensor num_positives)";
+// Gradients w.r.t. features, contrast ([0, D] without a contrast set) and temperature.
+const std::string kBackward =
+    "(Tensor grad_loss, Tensor features, Tensor labels, Tensor? contrast, "
+    "Tensor? contrast_labels, Tensor temperature, int num_anchors, bool normalize, Tensor lse, "
+    "int anchor_offset=0) -> (Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)";
+
+}  // namespace
+
 TORCH_LIBRARY(scl, m) {
-  // Per-anchor SupCon loss. Single set (contrast None): anchors are the first num_anchors rows of
-  // features, the contrast set is all rows, anchor i never sees column i. Cross set: anchors are
-  // all feature rows, the contrast set is `contrast`, no self column. Returns the loss per anchor
-  // (0 for anchors without positives), the log-sum-exp per anchor saved for backward, and |P(i)|.
-  m.def(
-      "supcon(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
-      "Tensor temperature, int num_anchors, bool normalize) -> (Tensor loss, Tensor lse, "
-      "Tensor num_positives)");
-  // Gradients w.r.t. features, contrast ([0, D] without a contrast set) and temperature.
-  m.def(
-      "supcon_backward(Tensor grad_loss, Tensor features, Tensor labels, Tensor? contrast, "
-      "Tensor? contrast_labels, Tensor temperature, int num_anchors, bool normalize, Tensor lse) "
-      "-> (Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)");
+  // The op: its CPU kernel is csrc/cpu, its CUDA key is left to a native CUDA kernel.
+  m.def(("supcon" + kForward).c_str());
+  m.def(("supcon_backward" + kBackward).c_str());
+  // The same op with the Triton tile kernels (csrc/triton): its own name, so that it never
+  // competes with scl::supcon for a dispatch key, and so that CPU tensors can run it in
+  // Triton's interpreter.
+  m.def(("supcon_triton" + kForward).c_str());
+  m.def(("supcon_triton_backward" + kBackward).c_str());
+  // The Triton tile kernels (scl_kernels/triton_backend registers them from Python); the
+  // arguments are those of scl::TileInputs and scl::GradCoefficients (csrc/core/tile_kernels.h).
+  m.def("supcon_triton_lse_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
+        "float inv_t, int self_offset, bool symmetric) -> Tensor lse");
+  m.def("supcon_triton_grad_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
+        "float inv_t, int self_offset, bool symmetric, Tensor coef, Tensor lse_hi, "
+        "Tensor lse_lo) -> (Tensor dq, Tensor dz)");
 }

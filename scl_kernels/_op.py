@@ -1,8 +1,7 @@
 """Fake kernels and autograd for the scl ops.
 
-torch.ops.scl.supcon's schema and CPU kernel live in csrc/; torch.ops.scl.supcon_triton (the
-Triton implementation under its own name, so it can also run CPU tensors in Triton's interpreter)
-is defined in scl_kernels/triton_backend. Both share the fakes and autograd below.
+The schemas of torch.ops.scl.supcon and torch.ops.scl.supcon_triton (the same op with the
+Triton tile kernels) live in csrc/scl_ops.cpp; both share the fakes and autograd below.
 """
 import functools
 
@@ -10,13 +9,8 @@ import torch
 
 from ._extension import library_loaded
 
-SUPCON_SCHEMA = ("(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
-                 "Tensor temperature, int num_anchors, bool normalize) -> "
-                 "(Tensor loss, Tensor lse, Tensor num_positives)")
-SUPCON_BACKWARD_SCHEMA = ("(Tensor grad_loss, Tensor features, Tensor labels, Tensor? contrast, "
-                          "Tensor? contrast_labels, Tensor temperature, int num_anchors, "
-                          "bool normalize, Tensor lse) -> "
-                          "(Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)")
+# The fused ops, each with its backward: scl::<name> and scl::<name>_backward.
+FUSED_OPS = ("supcon", "supcon_triton")
 
 
 def loss_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -34,16 +28,17 @@ def _check_devices(features, labels, contrast, contrast_labels, temperature):
         raise ValueError(f"temperature is on {temperature.device} but features is on {features.device}")
 
 
-def _fake_forward(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
+def _fake_forward(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
+                  anchor_offset=0):
     _check_devices(features, labels, contrast, contrast_labels, temperature)
     m = num_anchors if contrast is None else features.shape[0]
-    dtype = loss_dtype(features.dtype)
-    return (features.new_empty((m,), dtype=dtype), features.new_empty((m,), dtype=dtype),
+    return (features.new_empty((m,), dtype=loss_dtype(features.dtype)),
+            features.new_empty((m,), dtype=torch.float64),
             features.new_empty((m,), dtype=torch.int64))
 
 
 def _fake_backward(grad_loss, features, labels, contrast, contrast_labels, temperature,
-                   num_anchors, normalize, lse):
+                   num_anchors, normalize, lse, anchor_offset=0):
     _check_devices(features, labels, contrast, contrast_labels, temperature)
     grad_contrast = (features.new_empty((0, features.shape[1])) if contrast is None
                      else torch.empty_like(contrast))
@@ -51,11 +46,13 @@ def _fake_backward(grad_loss, features, labels, contrast, contrast_labels, tempe
 
 
 def _setup_context(ctx, inputs, output):
-    features, labels, contrast, contrast_labels, temperature, num_anchors, normalize = inputs
+    (features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
+     *anchor_offset) = inputs
     _, lse, num_positives = output
     ctx.save_for_backward(features, labels, contrast, contrast_labels, temperature, lse)
     ctx.num_anchors = num_anchors
     ctx.normalize = normalize
+    ctx.anchor_offset = anchor_offset[0] if anchor_offset else 0
     ctx.mark_non_differentiable(lse, num_positives)
 
 
@@ -63,11 +60,11 @@ def _backward(backward_op, ctx, grad_loss, _grad_lse, _grad_num_positives):
     features, labels, contrast, contrast_labels, temperature, lse = ctx.saved_tensors
     grad_features, grad_contrast, grad_temperature = backward_op(
         grad_loss, features, labels, contrast, contrast_labels, temperature, ctx.num_anchors,
-        ctx.normalize, lse)
+        ctx.normalize, lse, ctx.anchor_offset)
     needs = ctx.needs_input_grad
     return (grad_features if needs[0] else None, None,
             grad_contrast if contrast is not None and needs[2] else None, None,
-            grad_temperature if needs[4] else None, None, None)
+            grad_temperature if needs[4] else None, None, None, None)
 
 
 def _refuse_double_backward(ctx, *grads):
@@ -75,8 +72,7 @@ def _refuse_double_backward(ctx, *grads):
                        "through the loss); use backend='reference' for double backward")
 
 
-def register_fakes_and_autograd(name: str) -> None:
-    """For scl::<name> and scl::<name>_backward, defined with the two schemas above."""
+def _register_fakes_and_autograd(name: str) -> None:
     torch.library.register_fake(f"scl::{name}")(_fake_forward)
     torch.library.register_fake(f"scl::{name}_backward")(_fake_backward)
     backward_op = getattr(torch.ops.scl, f"{name}_backward").default
@@ -88,4 +84,5 @@ def register_fakes_and_autograd(name: str) -> None:
 
 
 if library_loaded():
-    register_fakes_and_autograd("supcon")
+    for _name in FUSED_OPS:
+        _register_fakes_and_autograd(_name)

@@ -1,55 +1,90 @@
-"""Backend names, which device each serves, and the choice behind backend="auto"."""
+"""The backend registry: every backend's name, its op, the devices it serves and whether it can run
+here. ``available_backends``, ``backend="auto"`` and the error messages all read the table below;
+adding a backend is one entry in it.
+"""
 import importlib
 import importlib.util
 import os
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
 
 import torch
 
 from ._extension import library_loaded, require_library
+from ._op import loss_dtype
 from .reference import supcon_reference
-
-BACKENDS = ("auto", "cpu", "triton", "reference")
 
 
 def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def triton_interpreter_enabled() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
 _triton_loaded = False
 
 
 def load_triton_backend():
-    """Imports the Triton backend, which registers its ops (and torch.ops.scl.supcon on CUDA).
-    Once done, a plain flag check: torch.compile traces it without tracing an import."""
+    """Imports the Triton backend, which registers its tile kernels. Once done, a plain flag
+    check: torch.compile traces it without tracing an import."""
     global _triton_loaded
     if _triton_loaded:
         return
+    require_library()
     if not triton_installed():
         raise ValueError("backend='triton' needs the triton package (pip install triton)")
     importlib.import_module("scl_kernels.triton_backend")
     _triton_loaded = True
 
 
-def _run_op(op, features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
-    loss, _lse, num_positives = op(features, labels, contrast, contrast_labels, temperature,
-                                   num_anchors, normalize)
-    return loss, num_positives
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    summary: str
+    device_types: Tuple[str, ...]  # the devices it serves
+    # The fused op's name in torch.ops.scl (its backward is <op>_backward); None: dense PyTorch.
+    op_name: Optional[str]
+    # Whether this installation can run it on a device of a served type (library built,
+    # packages installed, Triton's interpreter for CPU tensors).
+    installed: Callable[[torch.device], bool]
+    prepare: Callable[[], None] = lambda: None  # loads what the op needs before its first call
+    float64_kernels: bool = True  # False: float64 inputs are computed in float32
 
+    def available(self, device) -> bool:
+        device = torch.device(device)
+        return device.type in self.device_types and self.installed(device)
 
-def _fused(*args):
-    require_library()
-    return _run_op(torch.ops.scl.supcon, *args)
+    @property
+    def forward_op(self):
+        return None if self.op_name is None else getattr(torch.ops.scl, self.op_name)
 
+    @property
+    def backward_op(self):
+        return None if self.op_name is None else getattr(torch.ops.scl, f"{self.op_name}_backward")
 
-def _triton(*args):
-    load_triton_backend()
-    return _run_op(torch.ops.scl.supcon_triton, *args)
+    def computes_in(self, dtype: torch.dtype) -> torch.dtype:
+        """The precision this backend really computes in for an input dtype."""
+        return loss_dtype(dtype) if self.float64_kernels else torch.float32
+
+    def run(self, features, labels, contrast, contrast_labels, temperature, num_anchors,
+            normalize):
+        """(per-anchor loss, |P(i)|) with the op's argument conventions."""
+        if self.op_name is None:
+            return _run_reference(features, labels, contrast, contrast_labels, temperature,
+                                  num_anchors, normalize)
+        self.prepare()
+        loss, _lse, num_positives = self.forward_op(features, labels, contrast, contrast_labels,
+                                                    temperature, num_anchors, normalize)
+        return loss, num_positives
 
 
 def _check_reference_values(features, contrast, temperature):
-    # The fused ops check values inside their kernels; the dense path checks here, when eager
-    # (data-dependent checks cannot be traced).
-    if torch.compiler.is_compiling():
+    # The fused ops check values inside their kernels; the dense path checks here, when the
+    # values exist (not while tracing, not on the meta device).
+    if torch.compiler.is_compiling() or features.device.type == "meta":
         return
     for name, tensor in (("features", features), ("contrast", contrast)):
         if tensor is not None and not bool(torch.isfinite(tensor).all()):
@@ -59,41 +94,78 @@ def _check_reference_values(features, contrast, temperature):
         raise ValueError(f"temperature must be positive and finite, got {value}")
 
 
-def _reference(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
+def _run_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
+                   normalize):
     _check_reference_values(features, contrast, temperature)
     return supcon_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
                             normalize)
 
 
-def available_backends(device="cpu"):
-    """The backends that can run on ``device`` in this installation, best first."""
-    device = torch.device(device)
-    names = []
-    if device.type == "cpu" and library_loaded():
-        names.append("cpu")
-    interpreted = device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
-    if triton_installed() and (device.type == "cuda" or interpreted):
-        names.append("triton")
-    names.append("reference")
-    return names
+REGISTRY = {backend.name: backend for backend in (
+    Backend("cpu", "fused C++ kernels: BLAS tiles, vectorised exp, symmetric schedule", ("cpu",),
+            "supcon", lambda device: library_loaded()),
+    Backend("triton", "fused Triton kernels (CPU tensors in Triton's interpreter)",
+            ("cuda", "cpu"), "supcon_triton",
+            lambda device: library_loaded() and triton_installed()
+            and (device.type == "cuda" or triton_interpreter_enabled()),
+            prepare=load_triton_backend, float64_kernels=False),
+    Backend("reference", "dense PyTorch: the whole N x N logit matrix, for tests and tiny batches",
+            ("cpu", "cuda", "meta"), None, lambda device: True),
+)}
+BACKENDS = ("auto", *REGISTRY)
 
 
-def resolve_backend(name, device):
-    """The per-anchor loss function for backend ``name`` on ``device``, or a ValueError."""
-    if name not in BACKENDS:
+def get_backend(name: str) -> Backend:
+    if name not in REGISTRY:
         raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    return REGISTRY[name]
+
+
+def available_backends(device="cpu"):
+    """The backends that can run tensors of ``device`` in this installation, best first."""
+    return [name for name, backend in REGISTRY.items() if backend.available(device)]
+
+
+def _fused(backend: Backend) -> bool:
+    return backend.op_name is not None
+
+
+_warned_dense_devices = set()
+
+
+def _auto(device: torch.device) -> Backend:
+    if device.type == "meta":
+        # Shapes only: every fused op's fake kernel serves meta tensors, no kernel runs.
+        return REGISTRY["cpu"] if library_loaded() else REGISTRY["reference"]
+    fused = [b for b in REGISTRY.values() if _fused(b) and b.available(device)]
+    if fused:
+        return fused[0]
+    if device.type not in _warned_dense_devices:
+        _warned_dense_devices.add(device.type)
+        serving = [b.name for b in REGISTRY.values() if _fused(b) and device.type in b.device_types]
+        why = (f"backends {serving} serve {device.type} but cannot run in this installation "
+               f"({'build the extension, install triton' if serving else 'none is written for it'})")
+        warnings.warn(f"scl_kernels: no fused backend for {device.type} tensors ({why}); "
+                      "backend='auto' uses the dense O(N^2) 'reference' backend", stacklevel=4)
+    return REGISTRY["reference"]
+
+
+def resolve_backend(name, device) -> Backend:
+    """The backend that runs ``name`` on ``device``, or a ValueError that says why none can."""
     if name == "auto":
-        name = available_backends(device)[0]
-    if name == "reference":
-        return _reference
-    if name == "cpu":
-        if device.type != "cpu":
-            raise ValueError(f"backend='cpu' needs CPU tensors, but features is on {device}")
-        return _fused
-    if device.type not in ("cuda", "cpu"):
-        raise ValueError(f"backend='triton' needs CUDA tensors, but features is on {device}")
-    load_triton_backend()
-    if device.type == "cuda":
-        # torch.ops.scl.supcon's CUDA kernel is the Triton one: one op for every fused backend.
-        return _fused if library_loaded() else _triton
-    return _triton
+        return _auto(device)
+    backend = get_backend(name)
+    if device.type not in backend.device_types:
+        raise ValueError(f"backend={name!r} runs on {' and '.join(backend.device_types)} tensors, "
+                         f"but features is on {device}; available there: "
+                         f"{available_backends(device)}")
+    if not backend.available(device):
+        if _fused(backend) and not library_loaded():
+            require_library()
+        if name == "triton" and not triton_installed():
+            raise ValueError("backend='triton' needs the triton package (pip install triton)")
+        raise ValueError(f"backend={name!r} cannot run {device.type} tensors in this installation"
+                         + ("; Triton runs CPU tensors only in its interpreter: set "
+                            "TRITON_INTERPRET=1 before importing triton, or use CUDA tensors"
+                            if name == "triton" else ""))
+    return backend

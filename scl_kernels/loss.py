@@ -92,7 +92,7 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
         raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    run = resolve_backend(backend, features.device)
+    run = resolve_backend(backend, features.device).run
     temperature = _temperature_tensor(temperature, features.device)
 
     rows, row_labels, batch = _flatten_views(features, labels)

@@ -15,6 +15,8 @@ void sgemm_(const char* transa, const char* transb, const int* m, const int* n, 
 void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
             const double* alpha, const double* a, const int* lda, const double* b,
             const int* ldb, const double* beta, double* c, const int* ldc) __attribute__((weak));
+// MKL's per-thread thread count, C interface (absent from other BLAS libraries, hence weak).
+int MKL_Set_Num_Threads_Local(int threads) __attribute__((weak));
 }
 
 namespace scl::cpu {
@@ -26,6 +28,15 @@ inline bool blas_available() { return sgemm_ != nullptr && dgemm_ != nullptr; }
 template <typename T>
 void gemm_row_major(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha,
                     const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  // One BLAS thread per tile: the tile schedule is the parallelism, and a tile that MKL split
+  // by torch's thread count (as it does outside a parallel region) would sum in an order that
+  // depends on that count.
+  struct SequentialBlas {
+    int previous = MKL_Set_Num_Threads_Local != nullptr ? MKL_Set_Num_Threads_Local(1) : 0;
+    ~SequentialBlas() {
+      if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(previous);
+    }
+  } sequential;
   const char ta = trans_b ? 'T' : 'N';
   const char tb = trans_a ? 'T' : 'N';
   const int im = static_cast<int>(n), in = static_cast<int>(m), ik = static_cast<int>(k);

@@ -72,17 +72,17 @@ struct TileScratch {
   T* row(int64_t i) { return s.data() + i * stride; }
 
   // s = q[span rows] . z[span cols]^T, -inf on the padding of this tile's width and, with
-  // self_column, on anchor i's own column i where the tile holds it.
-  void logits(const T* q, const T* z, int64_t d, const TileSpan& span, bool self_column) {
+  // self_offset >= 0, on anchor i's own column self_offset + i where the tile holds it.
+  void logits(const T* q, const T* z, int64_t d, const TileSpan& span, int64_t self_offset) {
     gemm_row_major<T>(false, true, span.rows, span.cols, d, T(1), q + span.i0 * d, d,
                       z + span.j0 * d, d, T(0), s.data(), stride);
     for (int64_t i = 0; i < span.rows; ++i) {
       std::fill(row(i) + span.cols, row(i) + stride, kNegInf<T>);
     }
-    if (!self_column) return;
-    const int64_t first = std::max(span.i0, span.j0);
-    const int64_t last = std::min(span.i0 + span.rows, span.j0 + span.cols);
-    for (int64_t i = first; i < last; ++i) row(i - span.i0)[i - span.j0] = kNegInf<T>;
+    if (self_offset < 0) return;
+    const int64_t first = std::max(span.i0, span.j0 - self_offset);
+    const int64_t last = std::min(span.i0 + span.rows, span.j0 + span.cols - self_offset);
+    for (int64_t i = first; i < last; ++i) row(i - span.i0)[i + self_offset - span.j0] = kNegInf<T>;
   }
 };
 
@@ -107,14 +107,7 @@ void run_rounds(const std::vector<std::vector<TilePair>>& rounds, int64_t block,
 }  // namespace
 
 template <typename T>
-bool fixed_shift_is_safe(T inv_t) {
-  // exp(s - 1/t) >= exp(-2/t) must stay a normal number.
-  const T min_log = std::log(std::numeric_limits<T>::min());
-  return 2 * inv_t < -min_log * T(0.95);
-}
-
-template <typename T>
-void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, T* lse) {
+void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, double* lse) {
   using Vec = Vectorized<T>;
   constexpr int64_t lanes = Vec::size();
   const int64_t block = tile_block(n), nb = num_blocks(n, block);
@@ -125,7 +118,7 @@ void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, T* lse) {
   run_rounds<T>(round_robin_rounds(nb), block, [&](TileScratch<T>& tile, const TilePair& blocks) {
     const TileSpan span(blocks, block, n, n);
     const auto [i0, j0, rows, cols] = span;
-    tile.logits(z, z, d, span, /*self_column=*/true);
+    tile.logits(z, z, d, span, /*self_offset=*/0);
     const bool diagonal = i0 == j0;
     T* col_sums = tile.col_sums.data();
     std::fill(tile.col_sums.begin(), tile.col_sums.end(), T(0));
@@ -144,26 +137,24 @@ void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, T* lse) {
       for (int64_t j = 0; j < cols; ++j) sums[j0 + j] += static_cast<double>(col_sums[j]);
     }
   });
-  for (int64_t i = 0; i < n; ++i) lse[i] = static_cast<T>(inv_t + std::log(sums[i]));
+  for (int64_t i = 0; i < n; ++i) lse[i] = static_cast<double>(inv_t) + std::log(sums[i]);
 }
 
 template <typename T>
-void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* lse, const T* g, T* dz) {
+void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* row_coef, T* dz) {
   using Vec = Vectorized<T>;
   constexpr int64_t lanes = Vec::size();
   const int64_t block = tile_block(n), nb = num_blocks(n, block);
-  // p_ij = exp(s_ij - 1/t) * exp(1/t - lse_i), so one exp per element serves G_ij and G_ji;
-  // coef folds in g_i and the 1/t of ds/dz. Zero padding keeps the padded lanes finite.
+  // p_ij = exp(s_ij - 1/t) * exp(1/t - lse_i), so one exp per element serves G_ij and G_ji.
+  // Zero padding keeps the padded lanes of a tile's last vector finite.
   std::vector<T> coef(nb * block + lanes, T(0));
-  for (int64_t i = 0; i < n; ++i) {
-    coef[i] = g[i] == T(0) ? T(0) : g[i] * std::exp(inv_t - lse[i]) * inv_t;
-  }
+  std::copy(row_coef, row_coef + n, coef.begin());
   const Vec scale(inv_t), shift(-inv_t);
 
   run_rounds<T>(round_robin_rounds(nb), block, [&](TileScratch<T>& tile, const TilePair& blocks) {
     const TileSpan span(blocks, block, n, n);
     const auto [i0, j0, rows, cols] = span;
-    tile.logits(z, z, d, span, /*self_column=*/true);
+    tile.logits(z, z, d, span, /*self_offset=*/0);
     const bool diagonal = i0 == j0;
     // H_ij = E_ij (coef_i + coef_j): the tile's share of both G_ij and G_ji.
     const int64_t width = padded_cols<T>(cols);
@@ -186,7 +177,7 @@ void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* lse, con
 }
 
 template <typename T>
-void lse_plain(const TileProblem<T>& p, T* lse) {
+void lse_plain(const TileProblem<T>& p, double* lse) {
   using Vec = Vectorized<T>;
   constexpr int64_t lanes = Vec::size();
   const int64_t block = tile_block(std::max(p.m, p.n));
@@ -211,7 +202,7 @@ void lse_plain(const TileProblem<T>& p, T* lse) {
       const int64_t bj_end = std::min(nb, (split + 1) * blocks_per_split);
       for (int64_t bj = split * blocks_per_split; bj < bj_end; ++bj) {
         const TileSpan span({bi, bj}, block, p.m, p.n);
-        tile.logits(p.q, p.z, p.d, span, p.self_column);
+        tile.logits(p.q, p.z, p.d, span, p.self_offset);
         const int64_t width = padded_cols<T>(span.cols);
         for (int64_t i = 0; i < rows; ++i) {
           const T* srow = tile.row(i);
@@ -222,8 +213,10 @@ void lse_plain(const TileProblem<T>& p, T* lse) {
           const T new_max = std::max(run_max[i], tile_max);
           const Vec shift(-new_max);
           Vec acc(T(0));
+          // The logit rounded before the shift, as its maximum was: a fused multiply-add would
+          // exceed the maximum by up to half its ulp, which overflows exp for large logits.
           for (int64_t j = 0; j < width; j += lanes) {
-            acc = acc + vexp(at::vec::fmadd(Vec::loadu(srow + j), scale, shift));
+            acc = acc + vexp(Vec::loadu(srow + j) * scale + shift);
           }
           run_sum[i] = run_sum[i] * std::exp(static_cast<double>(run_max[i] - new_max)) +
                        static_cast<double>(horizontal_sum(acc));
@@ -236,7 +229,7 @@ void lse_plain(const TileProblem<T>& p, T* lse) {
     T row_max = kNegInf<T>;
     for (int64_t s = 0; s < splits; ++s) row_max = std::max(row_max, part_max[s * p.m + i]);
     if (row_max == kNegInf<T>) {  // no column at all: an empty sum
-      lse[i] = kNegInf<T>;
+      lse[i] = -std::numeric_limits<double>::infinity();
       continue;
     }
     double total = 0.0;
@@ -244,12 +237,14 @@ void lse_plain(const TileProblem<T>& p, T* lse) {
       const T mx = part_max[s * p.m + i];
       if (mx != kNegInf<T>) total += part_sum[s * p.m + i] * std::exp(static_cast<double>(mx - row_max));
     }
-    lse[i] = static_cast<T>(row_max + std::log(total));
+    // In float64: for large logits a float32 lse could not hold log(total) next to row_max.
+    lse[i] = static_cast<double>(row_max) + std::log(total);
   }
 }
 
 template <typename T>
-void grad_plain(const TileProblem<T>& p, const T* lse, const T* g, T* dq, T* dz) {
+void grad_plain(const TileProblem<T>& p, const T* coef, const T* lse_hi, const T* lse_lo, T* dq,
+                T* dz) {
   using Vec = Vectorized<T>;
   constexpr int64_t lanes = Vec::size();
   const int64_t block = tile_block(std::max(p.m, p.n));
@@ -259,18 +254,21 @@ void grad_plain(const TileProblem<T>& p, const T* lse, const T* g, T* dq, T* dz)
   run_rounds<T>(diagonal_waves(mb, nb), block, [&](TileScratch<T>& tile, const TilePair& blocks) {
     const TileSpan span(blocks, block, p.m, p.n);
     const auto [i0, j0, rows, cols] = span;
-    tile.logits(p.q, p.z, p.d, span, p.self_column);
+    tile.logits(p.q, p.z, p.d, span, p.self_offset);
     const int64_t width = padded_cols<T>(cols);
     for (int64_t i = 0; i < rows; ++i) {
       T* srow = tile.row(i);
-      const T gi = g[i0 + i];
-      if (gi == T(0)) {  // also keeps an empty row's lse = -inf out of the exp
+      const T ci = coef[i0 + i];
+      if (ci == T(0)) {  // also keeps an empty row's lse = -inf out of the exp
         std::fill(srow, srow + width, T(0));
         continue;
       }
-      const Vec shift(-lse[i0 + i]), coef(gi * p.inv_t);
+      // s * inv_t rounded as the forward rounded it, and lse in two parts: a float32 lse alone
+      // would be off by up to half an ulp of the largest logit.
+      const Vec hi(-lse_hi[i0 + i]), lo(lse_lo[i0 + i]), vcoef(ci);
       for (int64_t j = 0; j < width; j += lanes) {
-        (coef * vexp(at::vec::fmadd(Vec::loadu(srow + j), scale, shift))).store(srow + j);
+        const Vec shifted = (Vec::loadu(srow + j) * scale + hi) - lo;
+        (vcoef * vexp(shifted)).store(srow + j);
       }
     }
     const int64_t ld = tile.stride;
@@ -281,12 +279,11 @@ void grad_plain(const TileProblem<T>& p, const T* lse, const T* g, T* dq, T* dz)
   });
 }
 
-#define SCL_INSTANTIATE(T)                                                                 \
-  template bool fixed_shift_is_safe<T>(T);                                                 \
-  template void lse_symmetric<T>(const T*, int64_t, int64_t, T, T*);                       \
-  template void grad_symmetric<T>(const T*, int64_t, int64_t, T, const T*, const T*, T*);  \
-  template void lse_plain<T>(const TileProblem<T>&, T*);                                   \
-  template void grad_plain<T>(const TileProblem<T>&, const T*, const T*, T*, T*);
+#define SCL_INSTANTIATE(T)                                                                  \
+  template void lse_symmetric<T>(const T*, int64_t, int64_t, T, double*);                   \
+  template void grad_symmetric<T>(const T*, int64_t, int64_t, T, const T*, T*);             \
+  template void lse_plain<T>(const TileProblem<T>&, double*);                               \
+  template void grad_plain<T>(const TileProblem<T>&, const T*, const T*, const T*, T*, T*);
 SCL_INSTANTIATE(float)
 SCL_INSTANTIATE(double)
 #undef SCL_INSTANTIATE

@@ -9,7 +9,8 @@
 namespace scl::cpu {
 
 // Anchors q[m, d] against contrast rows z[n, d]; logits s_ij = q_i . z_j * inv_t.
-// With self_column, anchor i never sees column i (single-set layouts, where q is z's first m rows).
+// With self_offset >= 0, anchor i never sees column self_offset + i (single-set layouts, where q
+// is z's rows from self_offset on).
 template <typename T>
 struct TileProblem {
   const T* q;
@@ -17,33 +18,31 @@ struct TileProblem {
   const T* z;
   int64_t n;
   int64_t d;
-  bool self_column;
+  int64_t self_offset;
   T inv_t;
 };
 
-// True when exp(s - 1/t) cannot underflow to zero for unit rows (|s| <= 1/t): the condition for
-// the fixed shift that the symmetric schedule relies on.
-template <typename T>
-bool fixed_shift_is_safe(T inv_t);
-
 // lse[i] = log sum_{j != i} exp(z_i . z_j * inv_t) over unit rows z[n, d], visiting only tiles
-// I <= J: each exp serves a row sum and a column sum. Needs fixed_shift_is_safe(inv_t).
+// I <= J: each exp serves a row sum and a column sum. Needs the fixed shift to be safe
+// (scl::fixed_shift_is_safe).
 template <typename T>
-void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, T* lse);
+void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, double* lse);
 
-// dz[n, d] += sum_j (G_ij + G_ji) z_j * inv_t with G_ij = g_i exp(s_ij - lse_i) for j != i:
-// the softmax part of the single-set gradient, both anchor and contrast side, from the upper
-// triangle of tiles. Rows with g_i == 0 contribute nothing, whatever their lse.
+// dz[n, d] += sum_j exp(s_ij - inv_t) (coef_i + coef_j) z_j: the softmax part of the single-set
+// gradient, both anchor and contrast side, from the upper triangle of tiles, with
+// coef_i = g_i exp(1/t - lse_i) / t (0 for rows without gradient).
 template <typename T>
-void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* lse, const T* g, T* dz);
+void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* coef, T* dz);
 
 // lse[i] = log sum_{j in A(i)} exp(s_ij) with an online running maximum: any layout, any scale.
 template <typename T>
-void lse_plain(const TileProblem<T>& problem, T* lse);
+void lse_plain(const TileProblem<T>& problem, double* lse);
 
-// dq[m, d] += inv_t * sum_j G_ij z_j and dz[n, d] += inv_t * sum_i G_ij q_i, G as above.
+// dq[m, d] += sum_j G_ij z_j and dz[n, d] += sum_i G_ij q_i with
+// G_ij = coef_i exp(s_ij - lse_hi_i - lse_lo_i); rows with coef_i == 0 contribute nothing.
 // dq and dz must not overlap.
 template <typename T>
-void grad_plain(const TileProblem<T>& problem, const T* lse, const T* g, T* dq, T* dz);
+void grad_plain(const TileProblem<T>& problem, const T* coef, const T* lse_hi, const T* lse_lo,
+                T* dq, T* dz);
 
 }  // namespace scl::cpu

@@ -1,39 +1,24 @@
-"""Triton backend: kernels.py (jit kernels) -> launch.py (tiles, grids) -> op.py (the op's
-implementation) -> registration below."""
-import os
-
+"""Triton backend: kernels.py (jit kernels) -> launch.py (tiles, grids) -> tiles.py (the two tiled
+steps of the shared core) -> registration below, as the kernels of the ops that
+csrc/triton/supcon_triton.cpp calls. Importing this module is what makes
+torch.ops.scl.supcon_triton runnable."""
 import torch
 
-from .. import _op
-from .._extension import library_loaded
+from ..backends import triton_interpreter_enabled
+from .tiles import grad_tiles, lse_tiles
 
-_library = torch.library.Library("scl", "FRAGMENT")
-_library.define("supcon_triton" + _op.SUPCON_SCHEMA)
-_library.define("supcon_triton_backward" + _op.SUPCON_BACKWARD_SCHEMA)
-
-
-def interpreter_enabled() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
+_library = torch.library.Library("scl", "IMPL")
 
 
 def _on_cpu(fn):
     def run(*args):
-        if not interpreter_enabled():
+        if not triton_interpreter_enabled():
             raise ValueError("backend='triton' runs CPU tensors only in Triton's interpreter: set "
                              "TRITON_INTERPRET=1 before importing triton, or use CUDA tensors")
         return fn(*args)
     return run
 
 
-def _register():
-    from .op import supcon_backward, supcon_forward
-    for name, fn in (("supcon_triton", supcon_forward), ("supcon_triton_backward", supcon_backward)):
-        _library.impl(name, fn, "CUDA")
-        _library.impl(name, _on_cpu(fn), "CPU")
-    _op.register_fakes_and_autograd("supcon_triton")
-    if library_loaded():  # the Triton kernels are torch.ops.scl.supcon's CUDA implementation
-        _library.impl("supcon", supcon_forward, "CUDA")
-        _library.impl("supcon_backward", supcon_backward, "CUDA")
-
-
-_register()
+for _name, _fn in (("supcon_triton_lse_tiles", lse_tiles), ("supcon_triton_grad_tiles", grad_tiles)):
+    _library.impl(_name, _fn, "CUDA")
+    _library.impl(_name, _on_cpu(_fn), "CPU")

@@ -28,30 +28,30 @@ def _dot_tile(a_ptr, a_rows, a_mask, b_ptr, b_rows, b_mask, D, stride,
 
 @triton.jit
 def _logits2(a_ptr, a_rows, a_mask, a_scale, b_ptr, b_rows, b_mask, b_scale, D, stride,
-             scale_log2, SELF_COLUMN: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
-             BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+             scale_log2, self_offset, SELF_COLUMN: tl.constexpr, BLOCK_A: tl.constexpr,
+             BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
     """Base-2 logits of one tile, -inf outside either row range and, with SELF_COLUMN, where a
-    row meets itself (a_rows and b_rows index the same set)."""
+    row meets itself: b row a_row + self_offset (a_rows and b_rows index the same set)."""
     dots = _dot_tile(a_ptr, a_rows, a_mask, b_ptr, b_rows, b_mask, D, stride,
                      BLOCK_A, BLOCK_B, BLOCK_K, PRECISION)
     s2 = dots * (a_scale[:, None] * b_scale[None, :]) * scale_log2
     valid = a_mask[:, None] & b_mask[None, :]
     if SELF_COLUMN:
-        valid = valid & (a_rows[:, None] != b_rows[None, :])
+        valid = valid & (a_rows[:, None] + self_offset != b_rows[None, :])
     return tl.where(valid, s2, float("-inf"))
 
 
 @triton.jit
 def _column_tile(q_ptr, rows, row_mask, rq, z_ptr, rz_ptr, c0, col_end, D, stride, scale_log2,
-                 SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+                 self_offset, SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
     """The column tile starting at c0 of a row block's loop: (columns, their mask, their scales,
     masked base-2 logits)."""
     cols = c0 + tl.arange(0, BLOCK_N)
     col_mask = cols < col_end
     rz = tl.load(rz_ptr + cols, mask=col_mask, other=0.0)
     s2 = _logits2(q_ptr, rows, row_mask, rq, z_ptr, cols, col_mask, rz, D, stride, scale_log2,
-                  SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+                  self_offset, SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
     return cols, col_mask, rz, s2
 
 
@@ -65,8 +65,9 @@ def _column_split(N, num_splits, split, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def lse_plain_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, part_max_ptr, part_sum_ptr, M, N, D, stride,
-                     scale_log2, num_splits, SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+                     scale_log2, self_offset, num_splits, SELF_COLUMN: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     PRECISION: tl.constexpr):
     """Online base-2 log-sum-exp of one row block over one split of the columns.
 
     Writes the running (max, sum) pair of each row to its split's slot; splitting the columns is
@@ -81,8 +82,8 @@ def lse_plain_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, part_max_ptr, part_sum_ptr, M
     col_begin, col_end = _column_split(N, num_splits, split, BLOCK_N)
     for c0 in range(col_begin, col_end, BLOCK_N):
         _, _, _, s2 = _column_tile(q_ptr, rows, row_mask, rq, z_ptr, rz_ptr, c0, col_end, D,
-                                   stride, scale_log2, SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K,
-                                   PRECISION)
+                                   stride, scale_log2, self_offset, SELF_COLUMN, BLOCK_M, BLOCK_N,
+                                   BLOCK_K, PRECISION)
         new_max = tl.maximum(run_max, tl.max(s2, axis=1))
         # A row whose columns are all masked so far keeps max -inf; shift it by 0 instead.
         shift = tl.where(new_max == float("-inf"), 0.0, new_max)
@@ -111,7 +112,7 @@ def lse_symmetric_kernel(z_ptr, r_ptr, row_sum_ptr, N, D, stride, scale_log2,
     ri = tl.load(r_ptr + rows, mask=row_mask, other=0.0)
     rj = tl.load(r_ptr + cols, mask=col_mask, other=0.0)
     s2 = _logits2(z_ptr, rows, row_mask, ri, z_ptr, cols, col_mask, rj, D, stride, scale_log2,
-                  True, BLOCK, BLOCK, BLOCK_K, PRECISION)
+                  0, True, BLOCK, BLOCK, BLOCK_K, PRECISION)
     e = tl.exp2(s2 - scale_log2)
     tl.atomic_add(row_sum_ptr + rows, tl.sum(e, axis=1), mask=row_mask)
     if bi != bj:
@@ -119,15 +120,17 @@ def lse_symmetric_kernel(z_ptr, r_ptr, row_sum_ptr, N, D, stride, scale_log2,
 
 
 @triton.jit
-def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dq_ptr, dz_ptr, M, N, D,
-                     stride, scale_log2, num_splits, SELF_COLUMN: tl.constexpr,
+def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dq_ptr,
+                     dz_ptr, M, N, D, stride, scale_log2, self_offset, num_splits,
+                     SELF_COLUMN: tl.constexpr,
                      CONTRAST_SIDE: tl.constexpr, SYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr,
                      PRECISION: tl.constexpr):
     """Softmax part of the gradient for one row block, one chunk of output columns and one split
     of the contrast columns, from tiles G that live only in registers.
 
-    Plain: G_ij = coef_i 2^(s2_ij - lse2_i) with coef_i = g_i / t; dq_i += sum_j G_ij r_j z_j
+    Plain: G_ij = coef_i 2^(s2_ij - lse2_i) with coef_i = g_i / t and lse2 = lse2_hi + lse2_lo
+    (split so that the subtraction is exact near the row maximum); dq_i += sum_j G_ij r_j z_j
     (anchor side) and, with CONTRAST_SIDE, dz_j += sum_i G_ij r_i q_i by atomics from the same
     tile.
 
@@ -147,8 +150,9 @@ def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dq_ptr, d
     coef = tl.load(coef_ptr + rows, mask=row_mask, other=0.0)
     if not SYMMETRIC:
         # Rows that carry no gradient must not evaluate 2^(s - lse): their lse may be -inf.
-        lse2 = tl.where(coef != 0.0, tl.load(lse2_ptr + rows, mask=row_mask, other=0.0),
-                        float("inf"))
+        lse2_hi = tl.where(coef != 0.0, tl.load(lse2_hi_ptr + rows, mask=row_mask, other=0.0),
+                           float("inf"))
+        lse2_lo = tl.load(lse2_lo_ptr + rows, mask=row_mask, other=0.0)
     q_chunk = tl.load(q_ptr + rows[:, None] * stride + douts[None, :],
                       mask=row_mask[:, None] & dout_mask[None, :], other=0.0)
     dq = tl.zeros((BLOCK_M, BLOCK_DO), dtype=tl.float32)
@@ -156,13 +160,13 @@ def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dq_ptr, d
     for c0 in range(col_begin, col_end, BLOCK_N):
         # Masked (-inf) before exp2: the self logit may exceed lse, which leaves it out.
         cols, col_mask, rz, s2 = _column_tile(q_ptr, rows, row_mask, rq, z_ptr, rz_ptr, c0,
-                                              col_end, D, stride, scale_log2, SELF_COLUMN,
-                                              BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+                                              col_end, D, stride, scale_log2, self_offset,
+                                              SELF_COLUMN, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
         if SYMMETRIC:
             coef_cols = tl.load(coef_ptr + cols, mask=col_mask, other=0.0)
             g = tl.exp2(s2 - scale_log2) * (coef[:, None] + coef_cols[None, :])
         else:
-            g = tl.exp2(s2 - lse2[:, None]) * coef[:, None]
+            g = tl.exp2((s2 - lse2_hi[:, None]) - lse2_lo[:, None]) * coef[:, None]
         z_chunk = tl.load(z_ptr + cols[:, None] * stride + douts[None, :],
                           mask=col_mask[:, None] & dout_mask[None, :], other=0.0)
         dq = tl.dot((g * rz[None, :]).to(z_chunk.dtype), z_chunk, dq, input_precision=PRECISION)
@@ -180,8 +184,9 @@ def grad_rows_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dq_ptr, d
 
 
 @triton.jit
-def grad_cols_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dz_ptr, M, N, D, stride,
-                     scale_log2, SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr,
+def grad_cols_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dz_ptr, M,
+                     N, D, stride, scale_log2, self_offset, SELF_COLUMN: tl.constexpr,
+                     BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr,
                      PRECISION: tl.constexpr):
     """Contrast side without atomics (deterministic mode): one column block owns its dz rows
@@ -199,11 +204,14 @@ def grad_cols_kernel(q_ptr, z_ptr, rq_ptr, rz_ptr, lse2_ptr, coef_ptr, dz_ptr, M
         row_mask = rows < M
         rq = tl.load(rq_ptr + rows, mask=row_mask, other=0.0)
         coef = tl.load(coef_ptr + rows, mask=row_mask, other=0.0)
-        lse2 = tl.where(coef != 0.0, tl.load(lse2_ptr + rows, mask=row_mask, other=0.0),
-                        float("inf"))
+        lse2_hi = tl.where(coef != 0.0, tl.load(lse2_hi_ptr + rows, mask=row_mask, other=0.0),
+                           float("inf"))
+        lse2_lo = tl.load(lse2_lo_ptr + rows, mask=row_mask, other=0.0)
+        # The transposed tile: column j meets anchor i where j == i + self_offset.
         s2_t = _logits2(z_ptr, cols, col_mask, rz, q_ptr, rows, row_mask, rq, D, stride,
-                        scale_log2, SELF_COLUMN, BLOCK_N, BLOCK_M, BLOCK_K, PRECISION)
-        g_t = tl.exp2(s2_t - lse2[None, :]) * coef[None, :]
+                        scale_log2, -self_offset, SELF_COLUMN, BLOCK_N, BLOCK_M, BLOCK_K,
+                        PRECISION)
+        g_t = tl.exp2((s2_t - lse2_hi[None, :]) - lse2_lo[None, :]) * coef[None, :]
         q_chunk = tl.load(q_ptr + rows[:, None] * stride + douts[None, :],
                           mask=row_mask[:, None] & dout_mask[None, :], other=0.0)
         dz = tl.dot((g_t * rq[None, :]).to(q_chunk.dtype), q_chunk, dz, input_precision=PRECISION)

@@ -109,49 +109,62 @@ def _column_splits(rows, cols, device, min_rows_block=64, min_cols_block=128):
     return max(1, min(triton.cdiv(cols, min_cols_block), triton.cdiv(2 * sms, row_blocks)))
 
 
-def lse_plain(q, z, q_scale, z_scale, inv_t, self_column):
-    """Base-e log-sum-exp per anchor with an online maximum (any layout, any scale)."""
+def lse_plain(q, z, q_scale, z_scale, inv_t, self_offset):
+    """float64 log-sum-exp per anchor with an online maximum (any layout, any scale);
+    self_offset >= 0: anchor i never sees row self_offset + i of z."""
     m, n, d = q.shape[0], z.shape[0], q.shape[1]
     splits = _column_splits(m, n, q.device)
     part_max = uninitialized((splits, m), q.device)
     part_sum = uninitialized((splits, m), q.device)
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), splits)  # noqa: E731
     _lse_plain[grid](q, z, q_scale, z_scale, part_max, part_sum, m, n, d, q.stride(0),
-                     inv_t * LOG2E, splits, SELF_COLUMN=self_column, PRECISION=_precision(q.dtype))
+                     inv_t * LOG2E, max(self_offset, 0), splits, SELF_COLUMN=self_offset >= 0,
+                     PRECISION=_precision(q.dtype))
     row_max = part_max.max(dim=0).values
     shift = torch.where(torch.isinf(row_max), 0.0, row_max)
     total = (part_sum * torch.exp2(part_max - shift)).sum(dim=0)
-    return (shift + torch.log2(total)) / LOG2E  # log2(0) = -inf for an anchor with no column
+    # In float64: the maximum and log2(total) must add without rounding away the latter.
+    return (shift.double() + torch.log2(total.double())) / LOG2E  # -inf: an anchor with no column
 
 
 def lse_symmetric(z, scale, inv_t):
-    """Log-sum-exp per row of a single set with the fixed shift 1/t (unit rows only)."""
+    """float64 log-sum-exp per row of a single set with the fixed shift 1/t (unit rows only)."""
     n, d = z.shape
     row_sum = torch.zeros(n, dtype=torch.float32, device=z.device)
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]), triton.cdiv(n, meta["BLOCK"]))  # noqa: E731
     _lse_symmetric[grid](z, scale, row_sum, n, d, z.stride(0), inv_t * LOG2E,
                          PRECISION=_precision(z.dtype))
-    return inv_t + torch.log(row_sum)
+    shift2 = float(torch.tensor(inv_t * LOG2E, dtype=torch.float32))  # as the kernel rounds it
+    return (shift2 + torch.log2(row_sum.double())) / LOG2E
 
 
-def grad_plain(q, z, q_scale, z_scale, lse, coef, inv_t, self_column, deterministic):
+def _base2_split(lse_hi, lse_lo):
+    """lse * log2(e) as float32 (hi, lo) pairs; rows without columns (-inf) get (-inf, 0)."""
+    lse2 = (lse_hi.double() + lse_lo.double()) * LOG2E
+    hi = lse2.float()
+    lo = torch.where(torch.isfinite(lse2), lse2 - hi.double(), 0.0).float()
+    return hi.contiguous(), lo.contiguous()
+
+
+def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset, deterministic):
     """(dq, dz) softmax parts w.r.t. unit rows; coef_i = g_i / t. Without `deterministic`, the
     contrast side is added by atomics from the same tiles; with it, a second kernel recomputes
     the tiles column-wise and no atomics are used."""
     m, n, d = q.shape[0], z.shape[0], q.shape[1]
     dq = torch.zeros(m, d, dtype=torch.float32, device=q.device)
     dz = torch.zeros(n, d, dtype=torch.float32, device=q.device)
-    lse2 = (lse * LOG2E).contiguous()
+    lse2_hi, lse2_lo = _base2_split(lse_hi, lse_lo)
     splits = 1 if deterministic else _column_splits(m, n, q.device)
     precision = _precision(q.dtype)
+    offset, self_column = max(self_offset, 0), self_offset >= 0
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
-    _grad_rows[grid](q, z, q_scale, z_scale, lse2, coef, dq, dz, m, n, d, q.stride(0),
-                     inv_t * LOG2E, splits, SELF_COLUMN=self_column,
+    _grad_rows[grid](q, z, q_scale, z_scale, lse2_hi, lse2_lo, coef, dq, dz, m, n, d, q.stride(0),
+                     inv_t * LOG2E, offset, splits, SELF_COLUMN=self_column,
                      CONTRAST_SIDE=not deterministic, SYMMETRIC=False, PRECISION=precision)
     if deterministic:
         grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(d, meta["BLOCK_DO"]))  # noqa: E731
-        _grad_cols[grid](q, z, q_scale, z_scale, lse2, coef, dz, m, n, d, q.stride(0),
-                         inv_t * LOG2E, SELF_COLUMN=self_column, PRECISION=precision)
+        _grad_cols[grid](q, z, q_scale, z_scale, lse2_hi, lse2_lo, coef, dz, m, n, d, q.stride(0),
+                         inv_t * LOG2E, offset, SELF_COLUMN=self_column, PRECISION=precision)
     return dq, dz
 
 
@@ -163,7 +176,7 @@ def grad_symmetric(z, scale, coef, inv_t, deterministic):
     dz = torch.zeros(n, d, dtype=torch.float32, device=z.device)
     splits = 1 if deterministic else _column_splits(n, n, z.device)
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
-    _grad_rows[grid](z, z, scale, scale, coef, coef, dz, dz, n, n, d, z.stride(0), inv_t * LOG2E,
-                     splits, SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True,
-                     PRECISION=_precision(z.dtype))
+    _grad_rows[grid](z, z, scale, scale, coef, coef, coef, dz, dz, n, n, d, z.stride(0),
+                     inv_t * LOG2E, 0, splits, SELF_COLUMN=True, CONTRAST_SIDE=False,
+                     SYMMETRIC=True, PRECISION=_precision(z.dtype))
     return dz

@@ -1,0 +1,102 @@
+#include "supcon_orchestration.h"
+
+#include <ATen/Context.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <limits>
+
+namespace scl {
+namespace {
+
+// Single set with every row an anchor is symmetric (S = S^T); its fixed shift is exact only for
+// unit rows and a temperature inside the exp range of the kernels' precision. The forward visits
+// the triangle only where that is reproducible or reproducibility is not asked for.
+Schedule choose_schedule(const SupConProblem& p, const TileKernels& kernels, bool forward) {
+  const bool symmetric =
+      p.single_set && p.m == p.n && p.normalize &&
+      fixed_shift_is_safe(p.inv_t, kernels.compute_type(p.z.scalar_type())) &&
+      (!forward || kernels.symmetric_forward_is_deterministic ||
+       !at::globalContext().deterministicAlgorithms());
+  return symmetric ? Schedule::kSymmetric : Schedule::kPlain;
+}
+
+TileInputs tile_inputs(const SupConProblem& p, Schedule schedule) {
+  return {p.q, p.z, p.q_inv_norm, p.z_inv_norm, p.inv_t, p.self_offset(), schedule};
+}
+
+void check_lse(const SupConProblem& p, const at::Tensor& lse) {
+  TORCH_CHECK_VALUE(lse.dim() == 1 && lse.size(0) == p.m, "lse must have shape [", p.m,
+                    "], got ", lse.sizes());
+  TORCH_CHECK_TYPE(at::isFloatingType(lse.scalar_type()), "lse must be a floating-point tensor");
+  TORCH_CHECK_VALUE(lse.device() == p.z.device(), "lse is on ", lse.device(),
+                    " but features is on ", p.z.device());
+}
+
+// The per-anchor scalars of the backward tiles (tile_kernels.h), from float64 g and lse.
+GradCoefficients grad_coefficients(const SupConProblem& p, Schedule schedule,
+                                   const at::Tensor& g, const at::Tensor& lse,
+                                   at::ScalarType kernel_type) {
+  const at::Tensor g64 = g.to(at::kDouble);
+  if (schedule == Schedule::kSymmetric) {
+    // Zero-gradient rows must not evaluate exp(1/t - lse): lse may be -inf there.
+    const at::Tensor coef = at::where(g64 != 0, g64 * (p.inv_t - lse).exp_() * p.inv_t, 0.0);
+    return {coef.to(kernel_type), {}, {}};
+  }
+  const at::Tensor hi = lse.to(kernel_type);
+  // -inf - -inf is NaN: rows without columns have coef 0 and never read their lse.
+  const at::Tensor lo = at::where(at::isfinite(lse), lse - hi.to(at::kDouble), 0.0);
+  return {(g64 * p.inv_t).to(kernel_type), hi, lo.to(kernel_type)};
+}
+
+}  // namespace
+
+bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
+  // exp(s - 1/t) >= exp(-2/t) must stay a normal number.
+  const double min_log = compute_type == at::kDouble
+                             ? std::log(std::numeric_limits<double>::min())
+                             : std::log(static_cast<double>(std::numeric_limits<float>::min()));
+  return 2 * inv_t < -min_log * 0.95;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels& kernels,
+                                                              const SupConArgs& args) {
+  const SupConProblem p = prepare_problem(args, /*check_values=*/true);
+  const at::Tensor lse = kernels.lse(tile_inputs(p, choose_schedule(p, kernels, true)));
+  TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
+  return {anchor_losses(p, lse), lse, p.num_positives};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels& kernels,
+                                                               const at::Tensor& grad_loss,
+                                                               const SupConArgs& args,
+                                                               const at::Tensor& lse) {
+  const SupConProblem p = prepare_problem(args, /*check_values=*/false);
+  check_lse(p, lse);
+  const at::Tensor g = effective_anchor_grads(p, grad_loss);
+  const Schedule schedule = choose_schedule(p, kernels, false);
+  const at::ScalarType kernel_type = kernels.compute_type(p.z.scalar_type());
+  const TileGrads tiles = kernels.grad(
+      tile_inputs(p, schedule), grad_coefficients(p, schedule, g, lse.to(at::kDouble), kernel_type));
+  const at::Tensor dz = tiles.dz.to(p.compute_type);
+  const bool symmetric = schedule == Schedule::kSymmetric;
+  // The symmetric kernels sum both sides into dz; dq is then the same buffer.
+  const at::Tensor dq = symmetric ? dz : tiles.dq.to(p.compute_type);
+  add_positive_grads(p, g, dq, dz);
+  // dLoss/dt = -(1/t) sum_ij G_ij s_ij = -(1/t) sum_i q_i . dq_i over the anchor side; the
+  // symmetric dz holds both sides, which counts every term twice.
+  at::Tensor anchor_dot = symmetric ? unit_dot(p, p.z, p.z_inv_norm, dz) * 0.5
+                                    : unit_dot(p, p.q, p.q_inv_norm, dq);
+  const at::Tensor& t = args.temperature;
+  at::Tensor grad_t =
+      (anchor_dot * -p.inv_t).to(t.scalar_type()).reshape(t.sizes()).to(t.device());
+  if (p.single_set) {
+    if (!symmetric) dz.narrow(0, p.anchor_offset, p.m).add_(dq);
+    return {normalize_backward(p, p.z, p.z_inv_norm, dz, args.features.scalar_type()),
+            at::empty({0, p.d}, args.features.options()), grad_t};
+  }
+  return {normalize_backward(p, p.q, p.q_inv_norm, dq, args.features.scalar_type()),
+          normalize_backward(p, p.z, p.z_inv_norm, dz, args.contrast->scalar_type()), grad_t};
+}
+
+}  // namespace scl

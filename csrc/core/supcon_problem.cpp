@@ -1,0 +1,251 @@
+#include "supcon_problem.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+namespace scl {
+namespace {
+
+constexpr double kNormEps = 1e-12;  // as torch.nn.functional.normalize
+
+// Elements per chunk of the row-wise temporaries (64 MiB of float32). SCL_CHUNK_ELEMENTS
+// overrides it, so that tests can run the chunked paths on small inputs.
+int64_t chunk_elements() {
+  const char* text = std::getenv("SCL_CHUNK_ELEMENTS");
+  return text != nullptr ? std::max<int64_t>(1, std::atoll(text)) : int64_t{1} << 24;
+}
+
+// Calls fn(start, length) for consecutive chunks of `rows` rows of width d.
+template <typename Fn>
+void for_row_chunks(int64_t rows, int64_t d, Fn&& fn) {
+  const int64_t step = std::max<int64_t>(1, chunk_elements() / std::max<int64_t>(d, 1));
+  for (int64_t start = 0; start < rows; start += step) fn(start, std::min(step, rows - start));
+}
+
+// Unit rows start..start+length of `rows` in the compute dtype.
+at::Tensor unit_chunk(const at::Tensor& rows, const at::Tensor& inv_norm, int64_t start,
+                      int64_t length) {
+  const at::Tensor part = rows.narrow(0, start, length).to(inv_norm.scalar_type());
+  return part * inv_norm.narrow(0, start, length).unsqueeze(1);
+}
+
+std::string dtype_name(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
+
+void check_features(const at::Tensor& x, const char* name) {
+  TORCH_CHECK_TYPE(at::isFloatingType(x.scalar_type()),
+                   name, " must be a floating-point tensor, got ", dtype_name(x));
+  TORCH_CHECK_VALUE(x.dim() == 2, name, " must have shape [rows, dim], got ", x.dim(),
+                    " dimensions");
+  TORCH_CHECK_VALUE(x.size(0) >= 1, name, " must have at least one row");
+  TORCH_CHECK_VALUE(x.size(1) >= 1, name, " must have at least one column");
+}
+
+void check_labels(const at::Tensor& y, const char* name, const at::Tensor& rows_of,
+                  const char* rows_name) {
+  TORCH_CHECK_TYPE(at::isIntegralType(y.scalar_type(), /*includeBool=*/false),
+                   name, " must be an integer tensor, got ", dtype_name(y));
+  TORCH_CHECK_VALUE(y.dim() == 1, name, " must be one-dimensional, got ", y.dim(), " dimensions");
+  TORCH_CHECK_VALUE(y.size(0) == rows_of.size(0), name, " has ", y.size(0), " entries but ",
+                    rows_name, " has ", rows_of.size(0), " rows");
+  TORCH_CHECK_VALUE(y.device() == rows_of.device(), name, " is on ", y.device(), " but ",
+                    rows_name, " is on ", rows_of.device());
+}
+
+void check_finite(const at::Tensor& x, const char* name) {
+  TORCH_CHECK_VALUE(at::isfinite(x).all().item<bool>(), name, " contains NaN or inf");
+}
+
+// Checks everything but values; returns the temperature.
+double check_args(const SupConArgs& a) {
+  check_features(a.features, "features");
+  check_labels(a.labels, "labels", a.features, "features");
+  TORCH_CHECK_VALUE(a.contrast.has_value() == a.contrast_labels.has_value(),
+                    "contrast and contrast_labels must be given together");
+  const int64_t rows = a.features.size(0);
+  if (a.contrast.has_value()) {
+    const at::Tensor& c = *a.contrast;
+    check_features(c, "contrast");
+    TORCH_CHECK_VALUE(c.device() == a.features.device(), "contrast is on ", c.device(),
+                      " but features is on ", a.features.device());
+    TORCH_CHECK_TYPE(c.scalar_type() == a.features.scalar_type(), "contrast has dtype ",
+                     dtype_name(c), " but features has ", dtype_name(a.features));
+    TORCH_CHECK_VALUE(c.size(1) == a.features.size(1), "contrast has dimension ", c.size(1),
+                      " but features has ", a.features.size(1));
+    check_labels(*a.contrast_labels, "contrast_labels", c, "contrast");
+    TORCH_CHECK_VALUE(a.num_anchors == rows,
+                      "num_anchors must equal the number of feature rows with a contrast set");
+    TORCH_CHECK_VALUE(a.anchor_offset == 0, "anchor_offset must be 0 with a contrast set, got ",
+                      a.anchor_offset);
+  } else {
+    TORCH_CHECK_VALUE(a.num_anchors >= 1 && a.num_anchors <= rows,
+                      "num_anchors must lie in [1, ", rows, "], got ", a.num_anchors);
+    TORCH_CHECK_VALUE(a.anchor_offset >= 0 && a.anchor_offset + a.num_anchors <= rows,
+                      "anchor_offset must lie in [0, ", rows - a.num_anchors,
+                      "] (num_anchors ", a.num_anchors, " of ", rows, " rows), got ",
+                      a.anchor_offset);
+  }
+  const at::Tensor& t = a.temperature;
+  TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()),
+                   "temperature must be a floating-point tensor, got ", dtype_name(t));
+  TORCH_CHECK_VALUE(t.numel() == 1, "temperature must hold one value, got ", t.numel());
+  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device() == a.features.device(),
+                    "temperature is on ", t.device(), " but features is on ", a.features.device());
+  const double value = t.item<double>();
+  TORCH_CHECK_VALUE(std::isfinite(value) && value > 0,
+                    "temperature must be positive and finite, got ", value);
+  return value;
+}
+
+// The caller's rows made contiguous, and 1 / max(||x||, eps) per row in the compute dtype.
+std::pair<at::Tensor, at::Tensor> rows_and_inv_norms(const at::Tensor& x, at::ScalarType ct,
+                                                     bool normalize) {
+  at::Tensor rows = x.contiguous();
+  if (!normalize) return {rows, at::ones({rows.size(0)}, rows.options().dtype(ct))};
+  // The reduction accumulates in ct without a converted copy of the rows.
+  at::Tensor norms = at::linalg_vector_norm(rows, 2, {1}, false, ct);
+  return {rows, norms.clamp_min_(kNormEps).reciprocal_()};
+}
+
+}  // namespace
+
+SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
+  const double temperature = check_args(a);
+  if (check_values) {
+    check_finite(a.features, "features");
+    if (a.contrast.has_value()) check_finite(*a.contrast, "contrast");
+  }
+
+  SupConProblem p;
+  p.single_set = !a.contrast.has_value();
+  p.normalize = a.normalize;
+  p.temperature = temperature;
+  p.inv_t = 1.0 / temperature;
+  p.d = a.features.size(1);
+  p.anchor_offset = a.anchor_offset;
+  p.compute_type = a.features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  std::tie(p.z, p.z_inv_norm) =
+      rows_and_inv_norms(p.single_set ? a.features : *a.contrast, p.compute_type, a.normalize);
+  p.n = p.z.size(0);
+  if (p.single_set) {
+    p.m = a.num_anchors;
+    p.q = p.z.narrow(0, p.anchor_offset, p.m);
+    p.q_inv_norm = p.z_inv_norm.narrow(0, p.anchor_offset, p.m);
+  } else {
+    std::tie(p.q, p.q_inv_norm) = rows_and_inv_norms(a.features, p.compute_type, a.normalize);
+    p.m = p.q.size(0);
+  }
+
+  // Compact class ids, so that class sums have one row per distinct label. Every negative label
+  // becomes -1 and so one shared id: such rows are never anchors with positives, and their
+  // class's sums are never read for an anchor that has one.
+  const at::Tensor contrast_labels = p.single_set ? a.labels : *a.contrast_labels;
+  const at::Tensor all_labels =
+      p.single_set ? a.labels.to(at::kLong)
+                   : at::cat({a.labels.to(at::kLong), contrast_labels.to(at::kLong)});
+  auto [classes, ids, counts] =
+      at::_unique2(all_labels.clamp_min(-1), /*sorted=*/false, /*return_inverse=*/true,
+                   /*return_counts=*/p.single_set);
+  const int64_t num_classes = classes.size(0);
+  if (p.single_set) {
+    p.contrast_class = ids;
+    p.anchor_class = ids.narrow(0, p.anchor_offset, p.m);
+    p.anchor_valid = a.labels.narrow(0, p.anchor_offset, p.m) >= 0;
+  } else {
+    p.anchor_class = ids.narrow(0, 0, p.m);
+    p.contrast_class = ids.narrow(0, p.m, p.n);
+    p.anchor_valid = a.labels >= 0;
+    counts = at::bincount(p.contrast_class, {}, num_classes);
+  }
+  // The anchor's own row is among its class's count in single set: it is not its own positive.
+  at::Tensor positives = counts.index_select(0, p.anchor_class);
+  if (p.single_set) positives = positives - 1;
+  p.num_positives = positives.masked_fill_(p.anchor_valid.logical_not(), 0);
+
+  p.class_sums = at::zeros({num_classes, p.d}, p.z_inv_norm.options());
+  for_row_chunks(p.n, p.d, [&](int64_t start, int64_t length) {
+    p.class_sums.index_add_(0, p.contrast_class.narrow(0, start, length),
+                            unit_chunk(p.z, p.z_inv_norm, start, length));
+  });
+  return p;
+}
+
+at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse) {
+  // q_i . (C_{y_i} - [self] q_i): the sum of anchor i's positive logits times t. Anchors without
+  // positives get whatever their class row gives; the where() below drops it.
+  at::Tensor positive_dots = at::empty({p.m}, p.z_inv_norm.options());
+  for_row_chunks(p.m, p.d, [&](int64_t start, int64_t length) {
+    const at::Tensor q_unit = unit_chunk(p.q, p.q_inv_norm, start, length);
+    at::Tensor targets = p.class_sums.index_select(0, p.anchor_class.narrow(0, start, length));
+    if (p.single_set) targets.sub_(q_unit);
+    positive_dots.narrow(0, start, length).copy_((q_unit * targets).sum(1));
+  });
+  // In float64: l_i is a small difference of two terms that grow with the logits.
+  const at::Tensor mean_positive =
+      positive_dots.to(at::kDouble).mul_(p.inv_t).div_(p.num_positives.clamp_min(1));
+  const at::ScalarType loss_type = p.compute_type;
+  return at::where(p.num_positives > 0, lse - mean_positive, 0.0).to(loss_type);
+}
+
+at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad_loss) {
+  TORCH_CHECK_VALUE(grad_loss.dim() == 1 && grad_loss.size(0) == p.m,
+                    "grad_loss must have shape [", p.m, "], got ", grad_loss.sizes());
+  TORCH_CHECK_VALUE(grad_loss.device() == p.z.device(), "grad_loss is on ", grad_loss.device(),
+                    " but features is on ", p.z.device());
+  return at::where(p.num_positives > 0, grad_loss.to(p.compute_type), 0.0);
+}
+
+void add_positive_grads(const SupConProblem& p, const at::Tensor& g, const at::Tensor& dq,
+                        const at::Tensor& dz) {
+  // w_i = g_i / |P(i)|: dq_i -= (w_i / t) (C_{y_i} - [self] q_i), and every contrast row of
+  // class c gets -(1/t) W_c with W_c = sum of w_i q_i over the anchors of class c; in single
+  // set, the anchor's own row gives back its [self] share.
+  const at::Tensor w = g / p.num_positives.clamp_min(1);
+  at::Tensor weighted = at::zeros_like(p.class_sums);
+  for_row_chunks(p.m, p.d, [&](int64_t start, int64_t length) {
+    const at::Tensor q_unit = unit_chunk(p.q, p.q_inv_norm, start, length);
+    const at::Tensor w_part = w.narrow(0, start, length).unsqueeze(1);
+    const at::Tensor classes = p.anchor_class.narrow(0, start, length);
+    const at::Tensor w_q = w_part * q_unit;
+    weighted.index_add_(0, classes, w_q);
+    dq.narrow(0, start, length).sub_(p.class_sums.index_select(0, classes) * w_part, p.inv_t);
+    if (p.single_set) {
+      dq.narrow(0, start, length).add_(w_q, p.inv_t);
+      dz.narrow(0, p.anchor_offset + start, length).add_(w_q, p.inv_t);
+    }
+  });
+  for_row_chunks(p.n, p.d, [&](int64_t start, int64_t length) {
+    dz.narrow(0, start, length)
+        .sub_(weighted.index_select(0, p.contrast_class.narrow(0, start, length)), p.inv_t);
+  });
+}
+
+at::Tensor unit_dot(const SupConProblem& p, const at::Tensor& rows, const at::Tensor& inv_norm,
+                    const at::Tensor& grads) {
+  at::Tensor total = at::zeros({}, grads.options().dtype(at::kDouble));
+  for_row_chunks(grads.size(0), p.d, [&](int64_t start, int64_t length) {
+    total += (unit_chunk(rows, inv_norm, start, length) * grads.narrow(0, start, length)).sum();
+  });
+  return total;
+}
+
+at::Tensor normalize_backward(const SupConProblem& p, const at::Tensor& rows,
+                              const at::Tensor& inv_norm, const at::Tensor& d_unit,
+                              at::ScalarType out_dtype) {
+  if (!p.normalize) return d_unit.to(out_dtype);
+  at::Tensor out = at::empty(d_unit.sizes(), d_unit.options().dtype(out_dtype));
+  for_row_chunks(d_unit.size(0), p.d, [&](int64_t start, int64_t length) {
+    const at::Tensor unit = unit_chunk(rows, inv_norm, start, length);
+    const at::Tensor grad = d_unit.narrow(0, start, length);
+    const at::Tensor scale = inv_norm.narrow(0, start, length);
+    // Below eps the divisor is a constant and the gradient is no projection (as F.normalize).
+    const at::Tensor radial = at::where(scale < 1.0 / kNormEps, (unit * grad).sum(1), 0.0);
+    out.narrow(0, start, length).copy_((grad - unit * radial.unsqueeze(1)) * scale.unsqueeze(1));
+  });
+  return out;
+}
+
+}  // namespace scl

@@ -1,0 +1,68 @@
+// The device-generic O(N*D) half of the SupCon op, shared by every backend: argument checks,
+// row norms, labels, and every O(N*D) term of the loss and its gradient (positives through class
+// sums, normalisation and temperature gradients; docs/MATH.md). Row-wise steps run over bounded
+// chunks of rows, so a 16-bit input never gets a full float32 copy here.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+namespace scl {
+
+// The op's arguments, as the schema in scl_ops.cpp names them.
+struct SupConArgs {
+  const at::Tensor& features;
+  const at::Tensor& labels;
+  const std::optional<at::Tensor>& contrast;
+  const std::optional<at::Tensor>& contrast_labels;
+  const at::Tensor& temperature;
+  int64_t num_anchors;
+  bool normalize;
+  int64_t anchor_offset;
+};
+
+// One call's loss: anchors q[m, d] against contrast rows z[n, d].
+struct SupConProblem {
+  bool single_set;     // contrast is the features themselves; anchor i is row anchor_offset + i
+  bool normalize;
+  double temperature;
+  double inv_t;
+  int64_t m, n, d;
+  int64_t anchor_offset;
+  at::ScalarType compute_type;       // of the O(N*D) terms: float64 for float64 input, else float32
+  at::Tensor q, z;                   // the caller's rows, contiguous; q is a view of z in single set
+  at::Tensor q_inv_norm, z_inv_norm; // 1 / max(||x||, eps) per row (ones without normalisation)
+  at::Tensor anchor_class, contrast_class;  // compact class ids (negative labels share one id)
+  at::Tensor anchor_valid;           // label >= 0: the anchor belongs to a class
+  at::Tensor class_sums;             // [classes, d] sums of unit contrast rows per class id
+  at::Tensor num_positives;          // [m] int64, |P(i)|
+
+  int64_t self_offset() const { return single_set ? anchor_offset : -1; }
+};
+
+// Validates the op's arguments (TypeError / ValueError naming the argument) and prepares them.
+// The scan for NaN / inf reads every input once: forward does it, backward (same inputs) skips it.
+SupConProblem prepare_problem(const SupConArgs& args, bool check_values);
+
+// Per-anchor loss l_i from the float64 log-sum-exp: in the loss dtype, 0 without positives.
+at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse);
+
+// g_i in the compute dtype, 0 for anchors that carry no loss (whatever the upstream gradient).
+at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad_loss);
+
+// Adds the positive-pair part of the gradient w.r.t. unit rows to dq [m, d] and dz [n, d]
+// (dq may be dz itself, for the symmetric kernels' combined gradient).
+void add_positive_grads(const SupConProblem& p, const at::Tensor& g, const at::Tensor& dq,
+                        const at::Tensor& dz);
+
+// sum_i u_i . grads_i over the unit rows u of `rows`.
+at::Tensor unit_dot(const SupConProblem& p, const at::Tensor& rows, const at::Tensor& inv_norm,
+                    const at::Tensor& grads);
+
+// dx from the gradient w.r.t. unit rows, through z = x / max(||x||, eps), in `out_dtype`.
+at::Tensor normalize_backward(const SupConProblem& p, const at::Tensor& rows,
+                              const at::Tensor& inv_norm, const at::Tensor& d_unit,
+                              at::ScalarType out_dtype);
+
+}  // namespace scl

@@ -1,0 +1,64 @@
+// What a backend supplies to the shared SupCon core: the two tiled O(N^2) steps, nothing else
+// (docs/MATH.md, sections "Forward" and "Backward"). Everything O(N*D) (checks, norms, labels,
+// positives, gradient assembly) lives in supcon_problem.* and supcon_orchestration.*.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <utility>
+
+namespace scl {
+
+enum class Schedule {
+  // Every tile of anchors x contrast rows, online running max: any layout, any logit scale.
+  kPlain,
+  // Single set with every row an anchor and unit rows: only tiles I <= J, with the fixed shift
+  // 1/t in place of the running max, so one exp serves a row and a column.
+  kSymmetric,
+};
+
+// The operands of the tiled steps. Rows are the caller's values (contiguous, input dtype); a
+// kernel forms unit rows as x_i * inv_norm_i in whatever precision it computes.
+struct TileInputs {
+  at::Tensor q;          // [m, d] anchor rows (a view of z's rows in single set)
+  at::Tensor z;          // [n, d] contrast rows
+  at::Tensor q_inv_norm; // [m] 1 / max(||q_i||, eps), ones without normalisation; compute dtype
+  at::Tensor z_inv_norm; // [n]
+  double inv_t;
+  int64_t self_offset;   // anchor i's own column is z row self_offset + i; -1: no self column
+  Schedule schedule;
+};
+
+// The softmax part of the gradient w.r.t. unit rows, in the compute dtype. kSymmetric kernels
+// return both sides summed into `dz` ([n, d]) and leave `dq` undefined.
+struct TileGrads {
+  at::Tensor dq;  // [m, d] anchor side: (1/t) sum_j G_ij z_j
+  at::Tensor dz;  // [n, d] contrast side: (1/t) sum_i G_ij q_i
+};
+
+// The per-anchor scalars of the backward tiles (all [m], compute dtype):
+//   kPlain:     G_ij = coef_i * exp(s_ij - lse_hi_i - lse_lo_i),  coef_i = g_i / t
+//   kSymmetric: G_ij + G_ji = exp(s_ij - 1/t) (coef_i + coef_j),  coef_i = g_i e^(1/t - lse_i) / t
+// lse = lse_hi + lse_lo: the log-sum-exp split so that a float32 kernel subtracts it exactly
+// (docs/MATH.md, "Precision"). Rows with coef_i == 0 must contribute nothing, whatever their lse.
+struct GradCoefficients {
+  at::Tensor coef;
+  at::Tensor lse_hi;
+  at::Tensor lse_lo;
+};
+
+struct TileKernels {
+  const char* backend;
+  // Precision the kernels compute in for an input dtype (float64 stays float64 only where the
+  // kernels support it); it decides the fixed shift's range.
+  std::function<at::ScalarType(at::ScalarType)> compute_type;
+  // Whether the symmetric forward gives bitwise-reproducible results; when it does not, the
+  // plain schedule serves torch.use_deterministic_algorithms(True).
+  bool symmetric_forward_is_deterministic;
+  // Log-sum-exp per anchor over its columns, float64 [m] (-inf for an anchor without columns).
+  std::function<at::Tensor(const TileInputs&)> lse;
+  std::function<TileGrads(const TileInputs&, const GradCoefficients&)> grad;
+};
+
+}  // namespace scl

@@ -1,0 +1,95 @@
+// scl::supcon_triton: the shared core (csrc/core) with tile kernels written in Triton. Triton
+// launches from Python, so the tiles are the ops scl::supcon_triton_{lse,grad}_tiles, whose
+// kernels scl_kernels/triton_backend registers; this file calls them through the dispatcher.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "../core/supcon_orchestration.h"
+
+namespace scl::triton {
+namespace {
+
+// The kernels compute in float32 whatever the input (float64 inputs are read as float32).
+at::ScalarType compute_type(at::ScalarType) { return at::kFloat; }
+
+// A clear error instead of the dispatcher's when the Python side has not registered the tiles.
+void require_tile_kernel(const char* name, const at::Tensor& like) {
+  const c10::DispatchKey key = like.is_cuda() ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU;
+  TORCH_CHECK(c10::Dispatcher::singleton().findSchemaOrThrow(name, "").hasKernelForDispatchKey(key),
+              name, " has no kernel for ", like.device(),
+              ": the Triton tile kernels are registered by importing scl_kernels.triton_backend "
+              "(needs the triton package; CPU tensors need TRITON_INTERPRET=1)");
+}
+
+at::Tensor lse_tiles(const TileInputs& in) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("scl::supcon_triton_lse_tiles", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                               const at::Tensor&, const at::Tensor&, double,
+                                               int64_t, bool)>();
+  require_tile_kernel("scl::supcon_triton_lse_tiles", in.z);
+  return op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.inv_t, in.self_offset,
+                 in.schedule == Schedule::kSymmetric);
+}
+
+TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("scl::supcon_triton_grad_tiles", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
+              int64_t, bool, const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+  require_tile_kernel("scl::supcon_triton_grad_tiles", in.z);
+  const bool symmetric = in.schedule == Schedule::kSymmetric;
+  // The schema has no optional tensors: the symmetric schedule's unused lse parts are empty.
+  const at::Tensor none = at::empty({0}, c.coef.options());
+  auto [dq, dz] = op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.inv_t, in.self_offset,
+                          symmetric, c.coef, symmetric ? none : c.lse_hi,
+                          symmetric ? none : c.lse_lo);
+  return {symmetric ? at::Tensor() : dq, dz};
+}
+
+const TileKernels& triton_kernels() {
+  // The symmetric forward sums a row's tiles by atomics: not reproducible.
+  static const TileKernels kernels{"triton", compute_type,
+                                   /*symmetric_forward_is_deterministic=*/false, lse_tiles,
+                                   grad_tiles};
+  return kernels;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_triton(
+    const at::Tensor& features, const at::Tensor& labels, const std::optional<at::Tensor>& contrast,
+    const std::optional<at::Tensor>& contrast_labels, const at::Tensor& temperature,
+    int64_t num_anchors, bool normalize, int64_t anchor_offset) {
+  return supcon_forward(triton_kernels(), {features, labels, contrast, contrast_labels,
+                                           temperature, num_anchors, normalize, anchor_offset});
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_triton_backward(
+    const at::Tensor& grad_loss, const at::Tensor& features, const at::Tensor& labels,
+    const std::optional<at::Tensor>& contrast, const std::optional<at::Tensor>& contrast_labels,
+    const at::Tensor& temperature, int64_t num_anchors, bool normalize, const at::Tensor& lse,
+    int64_t anchor_offset) {
+  return supcon_backward(triton_kernels(), grad_loss,
+                         {features, labels, contrast, contrast_labels, temperature, num_anchors,
+                          normalize, anchor_offset},
+                         lse);
+}
+
+}  // namespace
+
+// Triton runs CUDA tensors, and CPU tensors in its interpreter.
+TORCH_LIBRARY_IMPL(scl, CPU, m) {
+  m.impl("supcon_triton", &supcon_triton);
+  m.impl("supcon_triton_backward", &supcon_triton_backward);
+}
+
+TORCH_LIBRARY_IMPL(scl, CUDA, m) {
+  m.impl("supcon_triton", &supcon_triton);
+  m.impl("supcon_triton_backward", &supcon_triton_backward);
+}
+
+}  // namespace scl::triton

@@ -1,0 +1,40 @@
+"""The Triton tile kernels of scl::supcon_triton: what csrc/triton/supcon_triton.cpp calls for the
+two tiled steps (csrc/core/tile_kernels.h) through the ops scl::supcon_triton_lse_tiles and
+scl::supcon_triton_grad_tiles. Everything else of the op is the shared C++ core.
+"""
+import torch
+
+from . import launch
+
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _kernel_rows(x, name):
+    """Rows as the kernels read them: contiguous, float64 as float32 (the kernels compute in fp32)."""
+    if x.numel() >= 2**31:  # the kernels address rows with int32 offsets
+        raise ValueError(f"{name} has {x.numel()} elements; the Triton backend takes fewer than "
+                         "2^31 per tensor (split the batch, or use another backend)")
+    return (x if x.dtype in KERNEL_DTYPES else x.float()).contiguous()
+
+
+def _operands(q, z, q_inv_norm, z_inv_norm):
+    return (_kernel_rows(q, "features"), _kernel_rows(z, "contrast"),
+            q_inv_norm.float().contiguous(), z_inv_norm.float().contiguous())
+
+
+def lse_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, self_offset, symmetric):
+    q, z, q_scale, z_scale = _operands(q, z, q_inv_norm, z_inv_norm)
+    if symmetric:
+        return launch.lse_symmetric(z, z_scale, inv_t)
+    return launch.lse_plain(q, z, q_scale, z_scale, inv_t, self_offset)
+
+
+def grad_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, self_offset, symmetric, coef, lse_hi, lse_lo):
+    q, z, q_scale, z_scale = _operands(q, z, q_inv_norm, z_inv_norm)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    coef = coef.float().contiguous()
+    if symmetric:
+        dz = launch.grad_symmetric(z, z_scale, coef, inv_t, deterministic)
+        return dz.new_empty((0,)), dz
+    return launch.grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
+                             deterministic)
