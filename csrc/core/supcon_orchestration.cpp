@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
+#include <c10/util/ParallelGuard.h>
 
 #include <cmath>
 #include <limits>
@@ -49,6 +50,18 @@ GradCoefficients grad_coefficients(const SupConProblem& p, Schedule schedule,
   return {(g64 * p.inv_t).to(kernel_type), hi, lo.to(kernel_type)};
 }
 
+// Below this many multiply-adds in the tiles, a call is a few dozen small ATen steps whose cost
+// is dispatch and thread wake-ups, not arithmetic: it runs on the calling thread alone.
+constexpr int64_t kSerialWork = int64_t{1} << 22;
+
+// True to keep ATen's parallel_for out of this call (a guard that stays set inside a caller's
+// own parallel region).
+bool run_serially(const SupConArgs& a) {
+  const at::Tensor& columns = a.contrast.has_value() ? *a.contrast : a.features;
+  const int64_t work = a.features.numel() * (columns.dim() >= 1 ? columns.size(0) : 1);
+  return work < kSerialWork || c10::ParallelGuard::is_enabled();
+}
+
 }  // namespace
 
 bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
@@ -61,6 +74,7 @@ bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels& kernels,
                                                               const SupConArgs& args) {
+  const c10::ParallelGuard serial(run_serially(args));
   const SupConProblem p = prepare_problem(args, /*check_values=*/true);
   const at::Tensor lse = kernels.lse(tile_inputs(p, choose_schedule(p, kernels, true)));
   TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
@@ -71,6 +85,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
                                                                const at::Tensor& grad_loss,
                                                                const SupConArgs& args,
                                                                const at::Tensor& lse) {
+  const c10::ParallelGuard serial(run_serially(args));
   const SupConProblem p = prepare_problem(args, /*check_values=*/false);
   check_lse(p, lse);
   const at::Tensor g = effective_anchor_grads(p, grad_loss);

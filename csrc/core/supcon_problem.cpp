@@ -26,11 +26,33 @@ void for_row_chunks(int64_t rows, int64_t d, Fn&& fn) {
   for (int64_t start = 0; start < rows; start += step) fn(start, std::min(step, rows - start));
 }
 
+// Small batches spend their time in op dispatch, not arithmetic: the helpers below skip the
+// ops that would change nothing (a whole-tensor narrow, a same-dtype conversion).
+at::Tensor rows_of(const at::Tensor& t, int64_t start, int64_t length) {
+  return start == 0 && length == t.size(0) ? t : t.narrow(0, start, length);
+}
+
+at::Tensor as_type(const at::Tensor& t, at::ScalarType type) {
+  return t.scalar_type() == type ? t : t.to(type);
+}
+
 // Unit rows start..start+length of `rows` in the compute dtype.
 at::Tensor unit_chunk(const at::Tensor& rows, const at::Tensor& inv_norm, int64_t start,
                       int64_t length) {
-  const at::Tensor part = rows.narrow(0, start, length).to(inv_norm.scalar_type());
-  return part * inv_norm.narrow(0, start, length).unsqueeze(1);
+  const at::Tensor part = as_type(rows_of(rows, start, length), inv_norm.scalar_type());
+  return part * rows_of(inv_norm, start, length).unsqueeze(1);
+}
+
+// dst[index[k]] += src[k] for every row k, several k possibly sharing a destination row.
+// index_add_'s parallel scatter costs more in thread start-up than small inputs take; the
+// serial accumulation of index_put_ is the faster one there (and slower for large inputs).
+void add_rows_at(const at::Tensor& dst, const at::Tensor& index, const at::Tensor& src) {
+  constexpr int64_t kSerialScatterElements = int64_t{1} << 15;
+  if (src.numel() <= kSerialScatterElements) {
+    dst.index_put_({index}, src, /*accumulate=*/true);
+  } else {
+    dst.index_add_(0, index, src);
+  }
 }
 
 std::string dtype_name(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
@@ -144,16 +166,16 @@ SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
   // class's sums are never read for an anchor that has one.
   const at::Tensor contrast_labels = p.single_set ? a.labels : *a.contrast_labels;
   const at::Tensor all_labels =
-      p.single_set ? a.labels.to(at::kLong)
-                   : at::cat({a.labels.to(at::kLong), contrast_labels.to(at::kLong)});
+      p.single_set ? as_type(a.labels, at::kLong)
+                   : at::cat({as_type(a.labels, at::kLong), as_type(contrast_labels, at::kLong)});
   auto [classes, ids, counts] =
       at::_unique2(all_labels.clamp_min(-1), /*sorted=*/false, /*return_inverse=*/true,
                    /*return_counts=*/p.single_set);
   const int64_t num_classes = classes.size(0);
   if (p.single_set) {
     p.contrast_class = ids;
-    p.anchor_class = ids.narrow(0, p.anchor_offset, p.m);
-    p.anchor_valid = a.labels.narrow(0, p.anchor_offset, p.m) >= 0;
+    p.anchor_class = rows_of(ids, p.anchor_offset, p.m);
+    p.anchor_valid = rows_of(a.labels, p.anchor_offset, p.m) >= 0;
   } else {
     p.anchor_class = ids.narrow(0, 0, p.m);
     p.contrast_class = ids.narrow(0, p.m, p.n);
@@ -167,8 +189,8 @@ SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
 
   p.class_sums = at::zeros({num_classes, p.d}, p.z_inv_norm.options());
   for_row_chunks(p.n, p.d, [&](int64_t start, int64_t length) {
-    p.class_sums.index_add_(0, p.contrast_class.narrow(0, start, length),
-                            unit_chunk(p.z, p.z_inv_norm, start, length));
+    add_rows_at(p.class_sums, rows_of(p.contrast_class, start, length),
+                unit_chunk(p.z, p.z_inv_norm, start, length));
   });
   return p;
 }
@@ -179,15 +201,15 @@ at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse) {
   at::Tensor positive_dots = at::empty({p.m}, p.z_inv_norm.options());
   for_row_chunks(p.m, p.d, [&](int64_t start, int64_t length) {
     const at::Tensor q_unit = unit_chunk(p.q, p.q_inv_norm, start, length);
-    at::Tensor targets = p.class_sums.index_select(0, p.anchor_class.narrow(0, start, length));
+    at::Tensor targets = p.class_sums.index_select(0, rows_of(p.anchor_class, start, length));
     if (p.single_set) targets.sub_(q_unit);
-    positive_dots.narrow(0, start, length).copy_((q_unit * targets).sum(1));
+    at::Tensor out = rows_of(positive_dots, start, length);
+    at::sum_out(out, q_unit * targets, {1});
   });
   // In float64: l_i is a small difference of two terms that grow with the logits.
   const at::Tensor mean_positive =
-      positive_dots.to(at::kDouble).mul_(p.inv_t).div_(p.num_positives.clamp_min(1));
-  const at::ScalarType loss_type = p.compute_type;
-  return at::where(p.num_positives > 0, lse - mean_positive, 0.0).to(loss_type);
+      as_type(positive_dots, at::kDouble).mul_(p.inv_t).div_(p.num_positives.clamp_min(1));
+  return as_type(at::where(p.num_positives > 0, lse - mean_positive, 0.0), p.compute_type);
 }
 
 at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad_loss) {
@@ -195,7 +217,7 @@ at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad
                     "grad_loss must have shape [", p.m, "], got ", grad_loss.sizes());
   TORCH_CHECK_VALUE(grad_loss.device() == p.z.device(), "grad_loss is on ", grad_loss.device(),
                     " but features is on ", p.z.device());
-  return at::where(p.num_positives > 0, grad_loss.to(p.compute_type), 0.0);
+  return at::where(p.num_positives > 0, as_type(grad_loss, p.compute_type), 0.0);
 }
 
 void add_positive_grads(const SupConProblem& p, const at::Tensor& g, const at::Tensor& dq,
@@ -203,23 +225,25 @@ void add_positive_grads(const SupConProblem& p, const at::Tensor& g, const at::T
   // w_i = g_i / |P(i)|: dq_i -= (w_i / t) (C_{y_i} - [self] q_i), and every contrast row of
   // class c gets -(1/t) W_c with W_c = sum of w_i q_i over the anchors of class c; in single
   // set, the anchor's own row gives back its [self] share.
-  const at::Tensor w = g / p.num_positives.clamp_min(1);
+  const at::Tensor w = g / p.num_positives.clamp_min(1).to(g.scalar_type());
   at::Tensor weighted = at::zeros_like(p.class_sums);
   for_row_chunks(p.m, p.d, [&](int64_t start, int64_t length) {
     const at::Tensor q_unit = unit_chunk(p.q, p.q_inv_norm, start, length);
-    const at::Tensor w_part = w.narrow(0, start, length).unsqueeze(1);
-    const at::Tensor classes = p.anchor_class.narrow(0, start, length);
+    const at::Tensor w_part = rows_of(w, start, length).unsqueeze(1);
+    const at::Tensor classes = rows_of(p.anchor_class, start, length);
     const at::Tensor w_q = w_part * q_unit;
-    weighted.index_add_(0, classes, w_q);
-    dq.narrow(0, start, length).sub_(p.class_sums.index_select(0, classes) * w_part, p.inv_t);
+    add_rows_at(weighted, classes, w_q);
+    // In single set the anchor's own row was counted in its class sum: give it back.
+    at::Tensor row_part = p.class_sums.index_select(0, classes).mul_(w_part);
     if (p.single_set) {
-      dq.narrow(0, start, length).add_(w_q, p.inv_t);
-      dz.narrow(0, p.anchor_offset + start, length).add_(w_q, p.inv_t);
+      row_part.sub_(w_q);
+      rows_of(dz, p.anchor_offset + start, length).add_(w_q, p.inv_t);
     }
+    rows_of(dq, start, length).sub_(row_part, p.inv_t);
   });
   for_row_chunks(p.n, p.d, [&](int64_t start, int64_t length) {
-    dz.narrow(0, start, length)
-        .sub_(weighted.index_select(0, p.contrast_class.narrow(0, start, length)), p.inv_t);
+    rows_of(dz, start, length)
+        .sub_(weighted.index_select(0, rows_of(p.contrast_class, start, length)), p.inv_t);
   });
 }
 
@@ -227,7 +251,7 @@ at::Tensor unit_dot(const SupConProblem& p, const at::Tensor& rows, const at::Te
                     const at::Tensor& grads) {
   at::Tensor total = at::zeros({}, grads.options().dtype(at::kDouble));
   for_row_chunks(grads.size(0), p.d, [&](int64_t start, int64_t length) {
-    total += (unit_chunk(rows, inv_norm, start, length) * grads.narrow(0, start, length)).sum();
+    total += (unit_chunk(rows, inv_norm, start, length) * rows_of(grads, start, length)).sum();
   });
   return total;
 }
@@ -235,15 +259,15 @@ at::Tensor unit_dot(const SupConProblem& p, const at::Tensor& rows, const at::Te
 at::Tensor normalize_backward(const SupConProblem& p, const at::Tensor& rows,
                               const at::Tensor& inv_norm, const at::Tensor& d_unit,
                               at::ScalarType out_dtype) {
-  if (!p.normalize) return d_unit.to(out_dtype);
+  if (!p.normalize) return as_type(d_unit, out_dtype);
   at::Tensor out = at::empty(d_unit.sizes(), d_unit.options().dtype(out_dtype));
   for_row_chunks(d_unit.size(0), p.d, [&](int64_t start, int64_t length) {
     const at::Tensor unit = unit_chunk(rows, inv_norm, start, length);
-    const at::Tensor grad = d_unit.narrow(0, start, length);
-    const at::Tensor scale = inv_norm.narrow(0, start, length);
+    const at::Tensor grad = rows_of(d_unit, start, length);
+    const at::Tensor scale = rows_of(inv_norm, start, length);
     // Below eps the divisor is a constant and the gradient is no projection (as F.normalize).
     const at::Tensor radial = at::where(scale < 1.0 / kNormEps, (unit * grad).sum(1), 0.0);
-    out.narrow(0, start, length).copy_((grad - unit * radial.unsqueeze(1)) * scale.unsqueeze(1));
+    rows_of(out, start, length).copy_((grad - unit * radial.unsqueeze(1)) * scale.unsqueeze(1));
   });
   return out;
 }
