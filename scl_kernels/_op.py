@@ -1,10 +1,9 @@
-"""Fake kernels and autograd for the scl ops.
+"""Fake kernels for the scl ops, so that they trace under torch.compile and run on meta tensors.
 
 The schemas of torch.ops.scl.supcon and torch.ops.scl.supcon_triton (the same op with the
-Triton tile kernels) live in csrc/scl_ops.cpp; both share the fakes and autograd below.
+Triton tile kernels) live in csrc/scl_ops.cpp, their autograd in csrc/autograd.cpp; both share
+the fakes below.
 """
-import functools
-
 import torch
 
 from ._extension import library_loaded
@@ -45,44 +44,7 @@ def _fake_backward(grad_loss, features, labels, contrast, contrast_labels, tempe
     return torch.empty_like(features), grad_contrast, torch.empty_like(temperature)
 
 
-def _setup_context(ctx, inputs, output):
-    (features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-     *anchor_offset) = inputs
-    _, lse, num_positives = output
-    ctx.save_for_backward(features, labels, contrast, contrast_labels, temperature, lse)
-    ctx.num_anchors = num_anchors
-    ctx.normalize = normalize
-    ctx.anchor_offset = anchor_offset[0] if anchor_offset else 0
-    ctx.mark_non_differentiable(lse, num_positives)
-
-
-def _backward(backward_op, ctx, grad_loss, _grad_lse, _grad_num_positives):
-    features, labels, contrast, contrast_labels, temperature, lse = ctx.saved_tensors
-    grad_features, grad_contrast, grad_temperature = backward_op(
-        grad_loss, features, labels, contrast, contrast_labels, temperature, ctx.num_anchors,
-        ctx.normalize, lse, ctx.anchor_offset)
-    needs = ctx.needs_input_grad
-    return (grad_features if needs[0] else None, None,
-            grad_contrast if contrast is not None and needs[2] else None, None,
-            grad_temperature if needs[4] else None, None, None, None)
-
-
-def _refuse_double_backward(ctx, *grads):
-    raise RuntimeError("scl_kernels' SupCon ops have no second derivative (create_graph=True "
-                       "through the loss); use backend='reference' for double backward")
-
-
-def _register_fakes_and_autograd(name: str) -> None:
-    torch.library.register_fake(f"scl::{name}")(_fake_forward)
-    torch.library.register_fake(f"scl::{name}_backward")(_fake_backward)
-    backward_op = getattr(torch.ops.scl, f"{name}_backward").default
-    torch.library.register_autograd(f"scl::{name}", functools.partial(_backward, backward_op),
-                                    setup_context=_setup_context)
-    # Without an autograd kernel, create_graph=True would silently differentiate nothing.
-    torch.library.register_autograd(f"scl::{name}_backward", _refuse_double_backward,
-                                    setup_context=lambda ctx, inputs, output: None)
-
-
 if library_loaded():
     for _name in FUSED_OPS:
-        _register_fakes_and_autograd(_name)
+        torch.library.register_fake(f"scl::{_name}")(_fake_forward)
+        torch.library.register_fake(f"scl::{_name}_backward")(_fake_backward)

@@ -16,8 +16,12 @@ from ._op import loss_dtype
 from .reference import supcon_reference
 
 
+# Looked up once: a package search stats the file system, and backend="auto" asks on every call.
+_TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+
+
 def triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    return _TRITON_INSTALLED
 
 
 def triton_interpreter_enabled() -> bool:
