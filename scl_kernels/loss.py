@@ -241,8 +241,7 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
         return per_anchor
     if reduction == "sum":
         return per_anchor.sum()
-    anchors_with_positives = (num_positives > 0).sum().clamp_min(1)
-    return per_anchor.sum() / anchors_with_positives.to(per_anchor.dtype)
+    return per_anchor.sum() / torch.count_nonzero(num_positives).clamp_min_(1)
 
 
 class SupConLoss(nn.Module):
