@@ -77,6 +77,16 @@ def test_raw_op_outputs(op_backend, layout, dtype, temperature, normalize, randn
     assert res.outputs[0].shape == (num_anchor_rows(kw),)
 
 
+@pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"],
+                    dtype=[torch.float16, torch.bfloat16], temperature=[0.02, 0.1])
+def test_raw_op_outputs_16_bit(op_backend, layout, dtype, temperature, randn, randint, gen):
+    """16-bit inputs: float32 loss, float64 lse, gradients in the input dtype."""
+    kw = make_layout(layout, randn, randint, dtype=dtype, n=40, d=24, classes=10)
+    res = _check(op_backend, op_args(kw, temperature), gen)
+    assert res.outputs[0].dtype == torch.float32
+    assert res.grads[0].dtype == dtype
+
+
 @pytest.mark.matrix(dtype=FLOATS, normalize=[True, False])
 def test_raw_op_single_row(op_backend, dtype, normalize, randn, gen):
     # one row, single set: anchor 0 has no column at all; its loss must be 0 and finite
