@@ -195,6 +195,15 @@ def loss_dtype_for(dtype):
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def tolerance_dtype(dtype, compute_dtype=None):
+    """The dtype whose tolerances apply to a backend's results: the input's, unless the backend
+    computes in a coarser one (``Backend.computes_in``: float64 inputs computed in float32)."""
+    if compute_dtype is not None and (torch.finfo(compute_dtype).eps
+                                      > torch.finfo(loss_dtype_for(dtype)).eps):
+        return compute_dtype
+    return dtype
+
+
 def assert_close_elementwise(actual, expected, rtol, atol, what):
     """|actual - expected| <= rtol*|expected| + atol element-wise; atol may be a tensor."""
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
@@ -295,15 +304,18 @@ def _leaf(x):
 def check_against_reference(backend, features, labels=None, temperature=0.1, *, contrast=None,
                             contrast_labels=None, contrast_mode="all", normalize=True,
                             reduction="mean", generator=None, grads=True, tol=None,
-                            upstream=None):
+                            upstream=None, compute_dtype=None):
     """Runs supcon_loss(backend=backend) and supcon_reference64 on the same inputs and compares
     the loss and, when ``grads``, the gradients w.r.t. features, contrast (if given) and
     temperature (if it is a tensor that requires grad). ``upstream``: the gradient fed to the
-    output (random by default). Returns a :class:`Checked`."""
+    output (random by default). ``compute_dtype``: what the backend computes ``features.dtype``
+    in (``Backend.computes_in``); a coarser one than the input's sets the tolerances.
+    Returns a :class:`Checked`."""
     import scl_kernels
 
     dtype = features.dtype
-    tol = tol or TOLERANCES[dtype]
+    tol_dtype = tolerance_dtype(dtype, compute_dtype)
+    tol = tol or TOLERANCES[tol_dtype]
     f = _leaf(features) if grads else features.detach()
     c = None
     if contrast is not None:
@@ -326,7 +338,7 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
     assert out.dtype == loss_dtype_for(dtype), f"loss dtype {out.dtype} for {dtype} input"
     assert out.shape == ref.loss.shape, f"loss shape {tuple(out.shape)} != {tuple(ref.loss.shape)}"
     assert out.device == features.device
-    factor = _logit_factor(dtype, ref.logits)
+    factor = _logit_factor(tol_dtype, ref.logits)
     # l_i = LSE_i - mean positive logit cancels (exactly 0 when the positive is the only column):
     # its rounding error scales with the two terms, not with l_i
     loss_atol = tol.loss_atol * factor * loss_scale(ref, reduction) + 1e-300
@@ -363,7 +375,7 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
     if c is not None:
         scales["contrast"] = _rows_to_input_shape(c_scale, contrast, None)
 
-    compute_eps = 2.0 ** -52 if dtype == torch.float64 else 2.0 ** -23
+    compute_eps = 2.0 ** -52 if tol_dtype == torch.float64 else 2.0 ** -23
     for name, inp, g, w in zip(names, inputs, got, want):
         assert g is not None, f"no gradient for {name}"
         assert g.dtype == inp.dtype, f"grad of {name} has dtype {g.dtype}, input {inp.dtype}"
@@ -383,3 +395,163 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
         result.grads[name] = g
         result.ref_grads[name] = w
     return result
+
+
+# --------------------------------------------------------------------------------------------
+# The raw ops: torch.ops.scl.<op>(features, labels, contrast, contrast_labels, temperature,
+# num_anchors, normalize, anchor_offset=0) -> (loss, lse, num_positives), and its backward
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class OpRef:
+    loss: torch.Tensor            # float64 [A]: the anchors' losses
+    lse: torch.Tensor             # float64 [A] (-inf for an anchor without any column)
+    num_positives: torch.Tensor   # int64 [A]
+    ref: RefResult = field(repr=False)   # the whole set's reference (every row an anchor)
+    block: slice = None           # the anchors' rows within ref's anchors
+    grads: tuple = None           # (features, contrast or None, temperature) float64 gradients
+    scales: tuple = None          # per-element scales of the features / contrast gradients, t's
+
+
+def op_reference64(features, labels, contrast, contrast_labels, temperature, num_anchors,
+                   normalize, anchor_offset=0, grad_loss=None):
+    """The raw op's contract in float64, from :func:`supcon_reference64` of the whole set.
+
+    Single set (contrast None): the reference with every row an anchor, restricted to the anchor
+    block rows [anchor_offset, anchor_offset + num_anchors); anchor i's self column is row
+    anchor_offset + i and every row is a column. With a contrast set, the feature rows are the
+    anchors (anchor_offset must be 0). With ``grad_loss``, also the gradients of
+    sum_i grad_loss_i * loss_i w.r.t. features ([N, D]: rows outside the block get their
+    contrast-side gradient), contrast and temperature.
+    """
+    x = features.detach().to(device="cpu", dtype=torch.float64).requires_grad_(True)
+    t = temperature.detach().to(device="cpu", dtype=torch.float64).requires_grad_(True)
+    c = None
+    if contrast is None:
+        ref = supcon_reference64(x, labels.cpu(), t, normalize=normalize, reduction="none",
+                                 full=True)
+        block = slice(anchor_offset, anchor_offset + num_anchors)
+        assert 0 <= anchor_offset and block.stop <= x.shape[0], "anchor block outside the rows"
+    else:
+        assert anchor_offset == 0, "anchor_offset must be 0 with a contrast set"
+        c = contrast.detach().to(device="cpu", dtype=torch.float64).requires_grad_(True)
+        ref = supcon_reference64(x, labels.cpu(), t, contrast=c,
+                                 contrast_labels=contrast_labels.cpu(), normalize=normalize,
+                                 reduction="none", full=True)
+        block = slice(0, x.shape[0])
+    result = OpRef(ref.per_anchor[block].detach(), ref.lse[block], ref.num_positives[block], ref,
+                   block)
+    if grad_loss is None:
+        return result
+    g = grad_loss.detach().to(device="cpu", dtype=torch.float64)
+    inputs = [x, t] + ([c] if c is not None else [])
+    got = torch.autograd.grad((g * ref.per_anchor[block]).sum(), inputs, allow_unused=True)
+    got = [torch.zeros_like(i) if a is None else a for a, i in zip(got, inputs)]
+    anchor_grads = torch.zeros(ref.per_anchor.shape, dtype=torch.float64)
+    anchor_grads[block] = g
+    f_scale, c_scale, t_scale = gradient_scales(ref, float(t.detach()), anchor_grads, normalize)
+    result.grads = (got[0], got[2] if c is not None else None, got[1])
+    result.scales = (_rows_to_input_shape(f_scale, features, None),
+                     None if c is None else _rows_to_input_shape(c_scale, contrast, None), t_scale)
+    return result
+
+
+def poison_free_memory(device):
+    """Fills memory that the allocator hands out next with NaN, so that output elements a kernel
+    forgets to write show up as NaN: buffers of many sizes, all alive at once and then freed
+    (freed one by one, glibc would merge them into the top of the heap and return it to the OS)."""
+    held = [torch.full((1 << bits,), float("nan"), dtype=torch.float64, device=device)
+            for bits in range(14) for _ in range(8)]
+    del held
+
+
+@dataclass
+class OpChecked:
+    outputs: tuple        # (loss, lse, num_positives)
+    grads: tuple          # (grad_features, grad_contrast, grad_temperature) or None
+    ref: OpRef
+
+
+def check_op_against_reference(forward_op, backward_op, args, *, anchor_offset=None,
+                               compute_dtype=None, grad_loss=None, generator=None,
+                               backward=True, lse_float64=True):
+    """Runs a backend's raw ops (``forward_op`` / ``backward_op``, OpOverloadPackets) on
+    ``args`` = (features, labels, contrast, contrast_labels, temperature, num_anchors, normalize),
+    with ``anchor_offset`` when not None, and compares every output with
+    :func:`op_reference64`. Free memory is poisoned with NaN before each call, so outputs must
+    be written in full. ``lse_float64``: the contract that lse is float64 for every input dtype
+    (checked last, after every value)."""
+    features, labels, contrast, contrast_labels, temperature, num_anchors, normalize = args
+    kwargs = {} if anchor_offset is None else {"anchor_offset": anchor_offset}
+    offset = anchor_offset or 0
+    dtype = features.dtype
+    tol_dtype = tolerance_dtype(dtype, compute_dtype)
+    tol = TOLERANCES[tol_dtype]
+
+    poison_free_memory(features.device)
+    loss, lse, num_positives = forward_op(*args, **kwargs)
+    a = num_anchors if contrast is None else features.shape[0]
+    want = None
+    if backward:
+        if grad_loss is None:
+            grad_loss = torch.randn(a, generator=generator, dtype=torch.float64)
+        grad_loss = grad_loss.to(device=features.device, dtype=loss_dtype_for(dtype))
+    want = op_reference64(features, labels, contrast, contrast_labels, temperature, num_anchors,
+                          normalize, offset, grad_loss)
+
+    for name, out in (("loss", loss), ("lse", lse), ("num_positives", num_positives)):
+        assert out.shape == (a,), f"{name} has shape {tuple(out.shape)}, expected ({a},)"
+        assert out.device == features.device, f"{name} is on {out.device}"
+    assert loss.dtype == loss_dtype_for(dtype), f"loss dtype {loss.dtype} for {dtype} input"
+    assert num_positives.dtype == torch.int64, f"num_positives dtype {num_positives.dtype}"
+    assert torch.equal(num_positives.cpu(), want.num_positives), (
+        f"num_positives {num_positives.tolist()} != {want.num_positives.tolist()}")
+    assert torch.isfinite(loss).all(), f"loss not finite: {loss}"
+    assert (loss.cpu()[want.num_positives == 0] == 0).all(), "anchors without positives must give 0"
+
+    # float64: as the reference; float32: the accumulated rounding of fp32 dot products and
+    # exps, relative to the size of the logits (1/t for unit rows)
+    rtol = 1e-12 if tol_dtype == torch.float64 else 2e-6
+    logits = want.ref.logits.detach()[want.block]
+    finite_logits = logits[torch.isfinite(logits)]
+    scale = float(finite_logits.abs().max()) if finite_logits.numel() else 1.0
+    scale = max(scale, 1.0 / float(temperature)) if normalize else max(scale, 1.0)
+    has_column = torch.isfinite(want.lse)
+    assert torch.isfinite(lse.cpu()[has_column]).all(), f"lse not finite: {lse}"
+    assert_close_elementwise(lse.cpu()[has_column], want.lse[has_column], rtol, rtol * scale, "lse")
+    assert_close_elementwise(loss, want.loss, 10 * rtol, 10 * rtol * scale, "loss")
+
+    grads = None
+    if backward:
+        poison_free_memory(features.device)
+        grads = backward_op(grad_loss, *args, lse, **kwargs)
+        grad_features, grad_contrast, grad_temperature = grads
+        d = features.shape[1]
+        assert grad_features.shape == features.shape and grad_features.dtype == dtype, (
+            f"grad_features: {tuple(grad_features.shape)} {grad_features.dtype}")
+        if contrast is None:
+            assert grad_contrast.shape == (0, d), f"grad_contrast has shape {tuple(grad_contrast.shape)}"
+        else:
+            assert grad_contrast.shape == contrast.shape and grad_contrast.dtype == contrast.dtype
+        assert grad_temperature.shape == temperature.shape, "grad_temperature shape"
+        assert grad_temperature.dtype == temperature.dtype, "grad_temperature dtype"
+        factor = _logit_factor(tol_dtype, want.ref.logits)
+        compute_eps = 2.0 ** -52 if tol_dtype == torch.float64 else 2.0 ** -23
+        f_scale, c_scale, t_scale = want.scales
+        pairs = [("grad_features", grad_features, want.grads[0], f_scale, dtype)]
+        if contrast is not None:
+            pairs.append(("grad_contrast", grad_contrast, want.grads[1], c_scale, contrast.dtype))
+        for name, got, expected, scale_, grad_dtype in pairs:
+            fi = torch.finfo(grad_dtype)
+            atol = max(fi.tiny * fi.eps, torch.finfo(loss_dtype_for(dtype)).tiny)
+            assert_close_elementwise(got, expected, max(tol.grad_rtol * factor, fi.eps),
+                                     atol + tol.grad_atol * factor * scale_, name)
+        fi = torch.finfo(temperature.dtype)
+        assert_close_elementwise(grad_temperature, want.grads[2],
+                                 max(tol.grad_rtol * factor, fi.eps),
+                                 fi.tiny + 32 * compute_eps * factor * t_scale, "grad_temperature")
+    if lse_float64:
+        assert lse.dtype == torch.float64, (
+            f"lse is {lse.dtype}: the contract is float64 lse for every input dtype (the "
+            f"log-sum-exp saved for backward)")
+    return OpChecked((loss, lse, num_positives), grads, want)

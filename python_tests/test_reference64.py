@@ -8,7 +8,8 @@ import torch
 import scl_kernels
 import scl_kernels.loss
 from layouts import LAYOUTS, make_layout
-from reference64 import check_against_reference, supcon_reference64
+from reference64 import (check_against_reference, check_op_against_reference, op_reference64,
+                         supcon_reference64)
 
 
 def _loop_supcon(features, labels, t, contrast=None, contrast_labels=None, mode="all",
@@ -152,3 +153,71 @@ def test_checker_catches_mutants(kind, monkeypatch, randn, randint, gen):
     with pytest.raises(AssertionError):
         check_against_reference("cpu", x, labels, torch.tensor(0.2, requires_grad=True),
                                 generator=gen)
+
+
+# ------------------------------------------------------------------------------------------
+# The raw-op reference and checker
+# ------------------------------------------------------------------------------------------
+
+def test_op_reference_anchor_blocks(randn, randint):
+    """op_reference64's anchor block against supcon_reference64 of contrast_mode='one' (the
+    block at offset 0) and of a rotated copy of the rows (the block moved to the front)."""
+    # 15 rows = 3 views of 5 samples, view-major: the first block of 5 is contrast_mode="one"
+    x, sample_labels = randn(15, 4, dtype=torch.float64), randint(0, 3, (5,))
+    y = sample_labels.repeat(3)
+    t = torch.tensor(0.3, dtype=torch.float64)
+    first = op_reference64(x, y, None, None, t, 5, True, 0)
+    views = x.reshape(3, 5, 4).transpose(0, 1)  # views[b, v] = row v * 5 + b
+    one = supcon_reference64(views, sample_labels, 0.3, contrast_mode="one", reduction="none")
+    torch.testing.assert_close(first.loss, one.detach(), rtol=1e-14, atol=1e-14)
+    x, y = x[:12], y[:12]
+    shifted = op_reference64(x, y, None, None, t, 4, True, 7, grad_loss=torch.ones(4))
+    order = torch.cat([torch.arange(7, 12), torch.arange(7)])
+    moved = op_reference64(x[order], y[order], None, None, t, 4, True, 0, grad_loss=torch.ones(4))
+    torch.testing.assert_close(shifted.loss, moved.loss, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(shifted.lse, moved.lse, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(shifted.grads[0][order], moved.grads[0], rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(shifted.grads[2], moved.grads[2], rtol=1e-12, atol=1e-14)
+    # rows outside the block still get their contrast-side gradient
+    assert (shifted.grads[0][:7].abs().sum(dim=1) > 0).all()
+
+
+def _op_mutant(kind):
+    forward, backward = torch.ops.scl.supcon, torch.ops.scl.supcon_backward
+
+    def run_forward(*args, **kwargs):
+        loss, lse, num_positives = forward(*args, **kwargs)
+        if kind == "loss":
+            loss = loss * 1.001
+        elif kind == "lse":
+            lse = lse + 1e-3
+        elif kind == "num_positives":
+            num_positives = num_positives.flip(0)
+        elif kind == "unwritten_loss":
+            loss = loss.clone()
+            loss[-1] = float("nan")
+        return loss, lse, num_positives
+
+    def run_backward(*args, **kwargs):
+        grad_features, grad_contrast, grad_temperature = backward(*args, **kwargs)
+        if kind == "grad_features":
+            grad_features = grad_features * 1.001
+        elif kind == "grad_temperature":
+            grad_temperature = grad_temperature * 1.001
+        elif kind == "contrast_side_rows_missing":  # rows past the anchors left at zero
+            grad_features = grad_features.clone()
+            grad_features[10:] = 0
+        return grad_features, grad_contrast, grad_temperature
+    return run_forward, run_backward
+
+
+@pytest.mark.parametrize("kind", ["loss", "lse", "num_positives", "unwritten_loss", "grad_features",
+                                  "grad_temperature", "contrast_side_rows_missing"])
+def test_op_checker_catches_mutants(kind, randn, randint, gen, cpu_library):
+    args = (randn(24, 5), randint(0, 4, (24,)), None, None, torch.tensor(0.2, dtype=torch.float64),
+            10, True)
+    ops = (torch.ops.scl.supcon, torch.ops.scl.supcon_backward)
+    # lse_float64=False: the oracle, not today's lse dtype, is under test here
+    check_op_against_reference(*ops, args, generator=gen, lse_float64=False)
+    with pytest.raises(AssertionError):
+        check_op_against_reference(*_op_mutant(kind), args, generator=gen, lse_float64=False)
