@@ -32,47 +32,9 @@ import scl_kernels.backends  # noqa: E402
 from scl_kernels._extension import library_loaded  # noqa: E402
 
 
-# ------------------------------------------------------------------------------------------
-# TEMPORARY SHIM, until scl_kernels.backends.get_backend(name) lands (core engineer: delete
-# this block and the fallback in get_backend() below; nothing else refers to it).
-# It rebuilds from today's code what get_backend will return: the raw ops and the precision
-# a backend really computes in.
-# ------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _ShimBackend:
-    name: str
-    forward_op: object    # torch.ops OpOverloadPacket, or None
-    backward_op: object
-    float64_in: torch.dtype  # what float64 inputs are computed in
-
-    def computes_in(self, dtype):
-        return self.float64_in if dtype == torch.float64 else torch.float32
-
-
-def _backend_info(name):
-    if name == "cpu":
-        return _ShimBackend(name, torch.ops.scl.supcon, torch.ops.scl.supcon_backward,
-                            torch.float64)
-    if name == "triton":
-        scl_kernels.backends.load_triton_backend()
-        return _ShimBackend(name, torch.ops.scl.supcon_triton, torch.ops.scl.supcon_triton_backward,
-                            torch.float32)
-    if name == "reference":
-        return _ShimBackend(name, None, None, torch.float64)
-    raise KeyError(f"the test shim does not know backend {name!r}")
-
-# ------------------------------------------------------------------------------------------
-# end of TEMPORARY SHIM
-# ------------------------------------------------------------------------------------------
-
-
 def get_backend(name):
-    """scl_kernels.backends.get_backend(name): name, forward_op, backward_op, computes_in."""
-    real = getattr(scl_kernels.backends, "get_backend", None)
-    if real is None:
-        return _backend_info(name)  # TEMPORARY SHIM
-    return real(name)
+    """The registry's entry: name, forward_op, backward_op, computes_in."""
+    return scl_kernels.backends.get_backend(name)
 
 
 # ------------------------------------------------------------------------------------------

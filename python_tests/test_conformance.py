@@ -33,6 +33,18 @@ def _loss(backend, **kw):
 
 
 # ------------------------------------------------------------------------------------------
+# The shared core's O(N*D) terms run in bounded chunks of rows (SCL_CHUNK_ELEMENTS elements
+# each): 7-row chunks at D = 20 split anchors, contrast rows and the gradient assembly.
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"])
+def test_row_chunks_of_the_linear_terms(backend, layout, randn, randint, gen, monkeypatch):
+    monkeypatch.setenv("SCL_CHUNK_ELEMENTS", str(7 * 20))
+    kw = make_layout(layout, randn, randint, n=40, d=20)
+    _run(backend, kw, gen, temperature=torch.tensor(0.1, requires_grad=True))
+
+
+# ------------------------------------------------------------------------------------------
 # Every layout, fp32 and fp64, three temperatures: 0.02 takes the running-max ("plain") path
 # in fp32, 0.1 and 10 the fixed-shift symmetric path for single-set "all". 45 x 37 crosses the
 # interpreter's 32-wide tiles.
@@ -297,7 +309,7 @@ CONTRACT_CASES = [
 ]
 
 
-@pytest.mark.matrix(case=CONTRACT_CASES)
+@pytest.mark.matrix(case=CONTRACT_CASES, quick="all")
 def test_float32_accuracy_contract(backend, case):
     _, scale, temperature, normalize = case
     g = torch.Generator().manual_seed(1)  # the same numbers as torch.manual_seed(1)

@@ -23,14 +23,6 @@ def _check(op_backend, args, gen, **kw):
                                       generator=gen, **kw)
 
 
-def _require_anchor_offset(op_backend):
-    """The anchor_offset tests fail here, saying so, until the ops take the argument."""
-    for op in (op_backend.forward_op, op_backend.backward_op):
-        schema = op.default._schema
-        names = [a.name for a in schema.arguments]
-        assert "anchor_offset" in names, f"{schema.name} has no anchor_offset argument yet: {schema}"
-
-
 # ------------------------------------------------------------------------------------------
 # get_backend: what the suite asks of a backend
 # ------------------------------------------------------------------------------------------
@@ -40,11 +32,9 @@ KNOWN_OPS = {"cpu": ("supcon", "supcon_backward"),
              "reference": (None, None)}
 
 
+@pytest.mark.quick
 def test_get_backend(backend):
-    get = getattr(scl_kernels.backends, "get_backend", None)
-    assert get is not None, ("scl_kernels.backends.get_backend(name) does not exist yet (the suite "
-                             "runs on the temporary shim in conftest.py)")
-    info = get(backend.name)
+    info = scl_kernels.backends.get_backend(backend.name)
     assert info.name == backend.name
     if backend.name in KNOWN_OPS:
         forward, backward = KNOWN_OPS[backend.name]
@@ -69,7 +59,8 @@ def test_get_backend(backend):
 # the reference; lse is float64 for every input dtype
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.matrix(layout=LAYOUTS, dtype=FLOATS, temperature=[0.02, 0.1], normalize=[True, False])
+@pytest.mark.matrix(layout=LAYOUTS, dtype=FLOATS, temperature=[0.02, 0.1], normalize=[True, False],
+                    quick="each")
 def test_raw_op_outputs(op_backend, layout, dtype, temperature, normalize, randn, randint, gen):
     kw = make_layout(layout, randn, randint, dtype=dtype, n=op_backend.budget.rows(140), d=9,
                      classes=40)
@@ -138,7 +129,6 @@ def test_fake_matches_real(op_backend, randn, randint):
 def test_fake_matches_real_with_anchor_offset(op_backend, randn, randint):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    _require_anchor_offset(op_backend)
     args = op_backend.put((randn(9, 3), randint(0, 3, (9,)), None, None, torch.tensor(0.1), 4, True))
     _assert_fake_matches_real(op_backend, args, {"anchor_offset": 3}, FakeTensorMode)
 
@@ -181,9 +171,8 @@ OFFSET_CASES = [
 
 
 @pytest.mark.matrix(case=OFFSET_CASES, dtype=FLOATS, normalize=[True, False],
-                    temperature=[0.02, 0.1], sizes={"case": lambda c: (c[1], 0)})
+                    temperature=[0.02, 0.1], sizes={"case": lambda c: (c[1], 0)}, quick="each")
 def test_anchor_offset(op_backend, case, dtype, normalize, temperature, randn, randint, gen):
-    _require_anchor_offset(op_backend)
     _, n, num_anchors, offset = case
     x = randn(n, 37, dtype=dtype)
     labels = randint(-1, 5, (n,))
@@ -196,7 +185,6 @@ def test_anchor_offset(op_backend, case, dtype, normalize, temperature, randn, r
 
 @pytest.mark.matrix(dtype=FLOATS)
 def test_anchor_offset_zero_is_the_default(op_backend, dtype, randn, randint):
-    _require_anchor_offset(op_backend)
     args = op_backend.put((randn(20, 6, dtype=dtype), randint(0, 3, (20,)), None, None,
                            torch.tensor(0.1, dtype=torch.float64), 8, True))
     default = op_backend.forward_op(*args)
@@ -211,7 +199,6 @@ def test_anchor_offset_zero_is_the_default(op_backend, dtype, randn, randint):
 
 def test_anchor_offset_blocks_add_up(op_backend, randn, randint):
     """Anchor blocks that tile the rows give the losses and summed gradients of the whole set."""
-    _require_anchor_offset(op_backend)
     n = 45
     args = op_backend.put((randn(n, 11, dtype=torch.float64), randint(0, 4, (n,)), None, None,
                            torch.tensor(0.2, dtype=torch.float64), n, True))
@@ -248,7 +235,6 @@ BAD_OFFSETS = [
 
 @pytest.mark.matrix(case=BAD_OFFSETS, direction=["forward", "backward"])
 def test_bad_anchor_offset(op_backend, case, direction, randn, randint):
-    _require_anchor_offset(op_backend)
     _, n, num_anchors, offset, cross = case
     contrast = (randn(5, 4), randint(0, 3, (5,))) if cross else (None, None)
     args = op_backend.put((randn(n, 4), randint(0, 3, (n,)), *contrast,
@@ -312,7 +298,6 @@ def test_opcheck_backward(op_backend, layout, randn, randint):
 
 @pytest.mark.matrix(direction=["forward", "backward"], normalize=[True, False])
 def test_opcheck_anchor_offset(op_backend, direction, normalize, randn, randint):
-    _require_anchor_offset(op_backend)
     x = op_backend.put(randn(12, 5)).requires_grad_()
     args = (x, op_backend.put(randint(0, 3, (12,))), None, None,
             torch.tensor(0.1, requires_grad=True), 4, normalize)

@@ -51,10 +51,10 @@ SINGLE_VIEW_CALLS = {
 }
 
 
-@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("backend_name", ["cpu", "reference"])
 @pytest.mark.parametrize("call", SINGLE_VIEW_CALLS, ids=list(SINGLE_VIEW_CALLS))
-def test_single_view_without_labels_warns(fresh_warning, call, backend):
-    loss = SINGLE_VIEW_CALLS[call](backend)
+def test_single_view_without_labels_warns(fresh_warning, call, backend_name):
+    loss = SINGLE_VIEW_CALLS[call](backend_name)
     assert float(loss) == 0.0
     (warning,) = _single_view_warnings(fresh_warning)
     message = str(warning.message)
@@ -179,9 +179,9 @@ def test_constructor_checks_a_tensor_temperature_value(value, as_parameter):
         SupConLoss(temperature)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_constructor_accepts_every_backend_name(backend):
-    assert SupConLoss(backend=backend).backend == backend
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_constructor_accepts_every_backend_name(backend_name):
+    assert SupConLoss(backend=backend_name).backend == backend_name
 
 
 def test_constructor_accepts_valid_temperatures():
@@ -348,17 +348,14 @@ META_CALLS = [
 ]
 
 
-@pytest.mark.parametrize("backend", ["reference", "auto"])
+@pytest.mark.parametrize("backend_name", ["reference", "auto"])
 @pytest.mark.parametrize("reduction", ["mean", "none"])
 @pytest.mark.parametrize("case", META_CALLS, ids=[c[0] for c in META_CALLS])
-def test_meta_features(case, reduction, backend):
+def test_meta_features(case, reduction, backend_name):
+    """Shapes only: "auto" goes through the fused op's fake kernel, "reference" runs dense."""
     _, kwargs, shape = case
     kwargs = dict(kwargs)
-    try:
-        out = supcon_loss(kwargs.pop("features"), backend=backend, reduction=reduction, **kwargs)
-    except ValueError as error:  # acceptable if it says what is wrong
-        assert "item()" not in str(error) and "meta" in str(error)
-        return
+    out = supcon_loss(kwargs.pop("features"), backend=backend_name, reduction=reduction, **kwargs)
     assert out.device.type == "meta"
     assert out.dtype == torch.float32
     assert tuple(out.shape) == (shape if reduction == "none" else ())

@@ -2,6 +2,8 @@
 and check_against_reference catching deliberately wrong backends."""
 import math
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -114,7 +116,7 @@ class _ScaleGrad(torch.autograd.Function):
 
 
 def _mutant(kind):
-    real = scl_kernels.loss.resolve_backend("cpu", torch.device("cpu"))
+    real = scl_kernels.loss.resolve_backend("cpu", torch.device("cpu")).run
 
     def run(rows, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
         if kind == "loss":
@@ -149,7 +151,8 @@ def test_checker_catches_mutants(kind, monkeypatch, randn, randint, gen):
     # the unmutated backend passes
     check_against_reference("cpu", x, labels, torch.tensor(0.2, requires_grad=True), generator=gen)
     mutant = _mutant(kind)
-    monkeypatch.setattr(scl_kernels.loss, "resolve_backend", lambda name, device: mutant)
+    monkeypatch.setattr(scl_kernels.loss, "resolve_backend",
+                        lambda name, device: SimpleNamespace(run=mutant))
     with pytest.raises(AssertionError):
         check_against_reference("cpu", x, labels, torch.tensor(0.2, requires_grad=True),
                                 generator=gen)

@@ -74,14 +74,6 @@ def test_triton_op_without_interpreter_is_a_clear_error(randn, randint, monkeypa
         scl_kernels.supcon_loss(randn(8, 4), randint(0, 2, (8,)), backend="triton")
 
 
-@pytest.mark.parametrize("layout", ["single_all", "multiview_one", "cross_labels"])
-def test_row_chunking_of_the_linear_terms(layout, randn, randint, gen, monkeypatch):
-    from scl_kernels.triton_backend import problem
-    monkeypatch.setattr(problem, "CHUNK_ELEMENTS", 7 * 20)  # 7-row chunks at D = 20
-    kw = make_layout(layout, randn, randint, n=40, d=20)
-    check_against_reference("triton", generator=gen, **kw)
-
-
 @pytest.mark.parametrize("layout", ["single_all", "multiview_one", "simcse"])
 def test_poisoned_scratch_is_fully_written(layout, randn, randint, gen, monkeypatch):
     from scl_kernels.triton_backend import launch

@@ -63,11 +63,18 @@ class Backend:
 
     @property
     def forward_op(self):
-        return None if self.op_name is None else getattr(torch.ops.scl, self.op_name)
+        """The fused op (an OpOverloadPacket), ready to call; None for the dense reference."""
+        return self._op("")
 
     @property
     def backward_op(self):
-        return None if self.op_name is None else getattr(torch.ops.scl, f"{self.op_name}_backward")
+        return self._op("_backward")
+
+    def _op(self, suffix):
+        if self.op_name is None:
+            return None
+        self.prepare()
+        return getattr(torch.ops.scl, self.op_name + suffix)
 
     def computes_in(self, dtype: torch.dtype) -> torch.dtype:
         """The precision this backend really computes in for an input dtype."""
@@ -79,7 +86,6 @@ class Backend:
         if self.op_name is None:
             return _run_reference(features, labels, contrast, contrast_labels, temperature,
                                   num_anchors, normalize)
-        self.prepare()
         loss, _lse, num_positives = self.forward_op(features, labels, contrast, contrast_labels,
                                                     temperature, num_anchors, normalize)
         return loss, num_positives
