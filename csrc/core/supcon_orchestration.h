@@ -22,6 +22,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
                                                                const SupConArgs& args,
                                                                const at::Tensor& lse);
 
+// The op's two kernels for TORCH_LIBRARY_IMPL, bound to one backend's tile kernels:
+//   m.impl("supcon", &FusedOpKernels<cpu_kernels>::forward);
+template <const TileKernels& (*kKernels)()>
+struct FusedOpKernels {
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(
+      const at::Tensor& features, const at::Tensor& labels, const std::optional<at::Tensor>& contrast,
+      const std::optional<at::Tensor>& contrast_labels, const at::Tensor& temperature,
+      int64_t num_anchors, bool normalize, int64_t anchor_offset) {
+    return supcon_forward(kKernels(), {features, labels, contrast, contrast_labels, temperature,
+                                       num_anchors, normalize, anchor_offset});
+  }
+
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
+      const at::Tensor& grad_loss, const at::Tensor& features, const at::Tensor& labels,
+      const std::optional<at::Tensor>& contrast, const std::optional<at::Tensor>& contrast_labels,
+      const at::Tensor& temperature, int64_t num_anchors, bool normalize, const at::Tensor& lse,
+      int64_t anchor_offset) {
+    return supcon_backward(kKernels(), grad_loss,
+                           {features, labels, contrast, contrast_labels, temperature, num_anchors,
+                            normalize, anchor_offset},
+                           lse);
+  }
+};
+
 // True when exp(s - 1/t) cannot underflow for unit rows (|s| <= 1/t) in `compute_type`: the
 // condition of the fixed shift that the symmetric schedule relies on.
 bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type);

@@ -49,7 +49,6 @@ struct GradCoefficients {
 };
 
 struct TileKernels {
-  const char* backend;
   // Precision the kernels compute in for an input dtype (float64 stays float64 only where the
   // kernels support it); it decides the fixed shift's range.
   std::function<at::ScalarType(at::ScalarType)> compute_type;

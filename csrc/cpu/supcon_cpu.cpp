@@ -4,8 +4,6 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include <tuple>
-
 #include "../core/supcon_orchestration.h"
 #include "blas.h"
 #include "supcon_tiles.h"
@@ -23,6 +21,7 @@ struct UnitRows {
 };
 
 UnitRows unit_rows(const TileInputs& in) {
+  TORCH_CHECK(blas_available(), "scl: this PyTorch build exports no BLAS; use backend='reference'");
   const at::ScalarType ct = compute_type(in.z.scalar_type());
   auto unit = [&](const at::Tensor& rows, const at::Tensor& inv_norm) {
     return (rows.to(ct) * inv_norm.to(ct).unsqueeze(1)).contiguous();
@@ -76,44 +75,17 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
 }
 
 const TileKernels& cpu_kernels() {
-  static const TileKernels kernels{"cpu", compute_type,
+  static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/true, lse_tiles,
                                    grad_tiles};
   return kernels;
 }
 
-void check_cpu(const at::Tensor& features) {
-  TORCH_CHECK(blas_available(), "scl: this PyTorch build exports no BLAS; use backend='reference'");
-  TORCH_CHECK_VALUE(features.device().is_cpu(), "the CPU kernel got features on ",
-                    features.device());
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_cpu(
-    const at::Tensor& features, const at::Tensor& labels, const std::optional<at::Tensor>& contrast,
-    const std::optional<at::Tensor>& contrast_labels, const at::Tensor& temperature,
-    int64_t num_anchors, bool normalize, int64_t anchor_offset) {
-  check_cpu(features);
-  return supcon_forward(cpu_kernels(), {features, labels, contrast, contrast_labels, temperature,
-                                        num_anchors, normalize, anchor_offset});
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward_cpu(
-    const at::Tensor& grad_loss, const at::Tensor& features, const at::Tensor& labels,
-    const std::optional<at::Tensor>& contrast, const std::optional<at::Tensor>& contrast_labels,
-    const at::Tensor& temperature, int64_t num_anchors, bool normalize, const at::Tensor& lse,
-    int64_t anchor_offset) {
-  check_cpu(features);
-  return supcon_backward(cpu_kernels(), grad_loss,
-                         {features, labels, contrast, contrast_labels, temperature, num_anchors,
-                          normalize, anchor_offset},
-                         lse);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(scl, CPU, m) {
-  m.impl("supcon", &supcon_cpu);
-  m.impl("supcon_backward", &supcon_backward_cpu);
+  m.impl("supcon", &FusedOpKernels<cpu_kernels>::forward);
+  m.impl("supcon_backward", &FusedOpKernels<cpu_kernels>::backward);
 }
 
 }  // namespace scl::cpu

@@ -54,42 +54,23 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
 
 const TileKernels& triton_kernels() {
   // The symmetric forward sums a row's tiles by atomics: not reproducible.
-  static const TileKernels kernels{"triton", compute_type,
+  static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false, lse_tiles,
                                    grad_tiles};
   return kernels;
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_triton(
-    const at::Tensor& features, const at::Tensor& labels, const std::optional<at::Tensor>& contrast,
-    const std::optional<at::Tensor>& contrast_labels, const at::Tensor& temperature,
-    int64_t num_anchors, bool normalize, int64_t anchor_offset) {
-  return supcon_forward(triton_kernels(), {features, labels, contrast, contrast_labels,
-                                           temperature, num_anchors, normalize, anchor_offset});
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_triton_backward(
-    const at::Tensor& grad_loss, const at::Tensor& features, const at::Tensor& labels,
-    const std::optional<at::Tensor>& contrast, const std::optional<at::Tensor>& contrast_labels,
-    const at::Tensor& temperature, int64_t num_anchors, bool normalize, const at::Tensor& lse,
-    int64_t anchor_offset) {
-  return supcon_backward(triton_kernels(), grad_loss,
-                         {features, labels, contrast, contrast_labels, temperature, num_anchors,
-                          normalize, anchor_offset},
-                         lse);
 }
 
 }  // namespace
 
 // Triton runs CUDA tensors, and CPU tensors in its interpreter.
 TORCH_LIBRARY_IMPL(scl, CPU, m) {
-  m.impl("supcon_triton", &supcon_triton);
-  m.impl("supcon_triton_backward", &supcon_triton_backward);
+  m.impl("supcon_triton", &FusedOpKernels<triton_kernels>::forward);
+  m.impl("supcon_triton_backward", &FusedOpKernels<triton_kernels>::backward);
 }
 
 TORCH_LIBRARY_IMPL(scl, CUDA, m) {
-  m.impl("supcon_triton", &supcon_triton);
-  m.impl("supcon_triton_backward", &supcon_triton_backward);
+  m.impl("supcon_triton", &FusedOpKernels<triton_kernels>::forward);
+  m.impl("supcon_triton_backward", &FusedOpKernels<triton_kernels>::backward);
 }
 
 }  // namespace scl::triton
