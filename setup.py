@@ -15,7 +15,6 @@ build reads the same requirement from torch's CMake package (CMakeLists.txt).
 import glob
 import os
 import shlex
-import shutil
 import sys
 
 from setuptools import find_packages, setup
@@ -35,17 +34,11 @@ def log(message):
 
 
 def cuda_toolkit():
-    """(nvcc, None) when a CUDA build would find nvcc and the CUDA headers, else (None, why not).
-
-    A CUDA torch compiles with the toolkit at its cpp_extension.CUDA_HOME (CUDA_HOME / CUDA_PATH,
+    """(nvcc, None) when torch's CUDA build would find nvcc and the CUDA headers, else (None, why
+    not). A CUDA torch compiles with the toolkit at cpp_extension.CUDA_HOME (CUDA_HOME / CUDA_PATH,
     else the parent of the nvcc on PATH, else /usr/local/cuda), with -I CUDA_HOME/include and
-    CUDA_INC_PATH; a CPU-only torch has none, so look in the same places for the message."""
-    if torch.version.cuda is not None:
-        home = cpp_extension.CUDA_HOME
-    else:
-        home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-        if not home and shutil.which("nvcc"):
-            home = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("nvcc"))))
+    CUDA_INC_PATH."""
+    home = cpp_extension.CUDA_HOME
     nvcc = os.path.join(home, "bin", "nvcc") if home else None
     if nvcc is None or not os.path.exists(nvcc):
         return None, "nvcc is not found (set CUDA_HOME, or put nvcc on PATH)"
@@ -66,11 +59,13 @@ def cuda_wanted(cuda_sources):
     missing = []
     if not cuda_sources:
         missing.append("there are no CUDA sources (csrc/cuda/*.cu)")
+    nvcc = None
     if torch.version.cuda is None:
         missing.append(f"torch {torch.__version__} is not a CUDA build")
-    nvcc, why_not = cuda_toolkit()
-    if why_not:
-        missing.append(why_not)
+    else:
+        nvcc, why_not = cuda_toolkit()
+        if why_not:
+            missing.append(why_not)
     if choice != "auto":
         if missing:
             raise RuntimeError("SCL_BUILD_CUDA=1 cannot build the CUDA extension: " + "; ".join(missing))
