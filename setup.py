@@ -1,53 +1,98 @@
 """Builds scl_kernels._C, the library that registers torch.ops.scl.
 
 Build knobs (environment variables, in the manner of flash-attention):
-  SCL_BUILD_CUDA      auto (default: when torch has CUDA and nvcc is found), 1 (force), 0 (skip)
+  SCL_BUILD_CUDA      auto (default: when there are CUDA sources, csrc/cuda/*.cu, torch has CUDA and
+                      nvcc is found), 1 (force; fails when any of the three is missing), 0 (skip)
   SCL_CUDA_ARCH_LIST  compute capabilities for nvcc, default "9.0" (Hopper); sets TORCH_CUDA_ARCH_LIST
   SCL_CPU_ARCH_FLAGS  ISA flags for the CPU kernels, default "-march=native"; "" for a portable build
   MAX_JOBS            parallel compile jobs (read by torch's BuildExtension)
+
+The C++ standard is the one the installed torch asks for: no -std is passed here, so torch's
+BuildExtension adds its own default to both the host compiler's and nvcc's flags (-std=c++20 for
+torch 2.13 / 2.14, whose headers need it from 2.14 on; -std=c++17 for older releases). The CMake
+build reads the same requirement from torch's CMake package (CMakeLists.txt).
 """
 import glob
 import os
-import shutil
 import shlex
+import sys
 
 from setuptools import find_packages, setup
+from torch.utils import cpp_extension
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 import torch
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
-def cuda_wanted():
-    choice = os.environ.get("SCL_BUILD_CUDA", "auto").lower()
-    if choice in ("0", "false", "no"):
-        return False
-    nvcc_found = shutil.which("nvcc") is not None or os.path.exists(
-        os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"))
-    if choice in ("1", "true", "yes"):
-        if torch.version.cuda is None or not nvcc_found:
-            raise RuntimeError("SCL_BUILD_CUDA=1 needs a CUDA build of torch and nvcc")
-        return True
-    return torch.version.cuda is not None and nvcc_found
-
-
 def sources(pattern):
     return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern)))
 
 
+def log(message):
+    print(f"scl_kernels setup.py: {message}", file=sys.stderr)
+
+
+def cuda_toolkit():
+    """(nvcc, None) when torch's CUDA build would find nvcc and the CUDA headers, else (None, why
+    not). A CUDA torch compiles with the toolkit at cpp_extension.CUDA_HOME (CUDA_HOME / CUDA_PATH,
+    else the parent of the nvcc on PATH, else /usr/local/cuda), with -I CUDA_HOME/include and
+    CUDA_INC_PATH."""
+    home = cpp_extension.CUDA_HOME
+    nvcc = os.path.join(home, "bin", "nvcc") if home else None
+    if nvcc is None or not os.path.exists(nvcc):
+        return None, "nvcc is not found (set CUDA_HOME, or put nvcc on PATH)"
+    include_dirs = [os.path.join(home, "include"), os.environ.get("CUDA_INC_PATH") or ""]
+    if not any(os.path.exists(os.path.join(d, "cuda_runtime.h")) for d in include_dirs if d):
+        return None, (f"{home}/include has no cuda_runtime.h (set CUDA_HOME to the CUDA toolkit's "
+                      "root, e.g. CUDA_HOME=/usr/local/cuda)")
+    return nvcc, None
+
+
+def cuda_wanted(cuda_sources):
+    choice = os.environ.get("SCL_BUILD_CUDA", "auto").strip().lower() or "auto"
+    if choice in ("0", "false", "no", "off"):
+        log("SCL_BUILD_CUDA=0: building the CPU extension")
+        return False
+    if choice not in ("auto", "1", "true", "yes", "on"):
+        raise RuntimeError(f"SCL_BUILD_CUDA={choice!r}: expected auto, 1 or 0")
+    missing = []
+    if not cuda_sources:
+        missing.append("there are no CUDA sources (csrc/cuda/*.cu)")
+    nvcc = None
+    if torch.version.cuda is None:
+        missing.append(f"torch {torch.__version__} is not a CUDA build")
+    else:
+        nvcc, why_not = cuda_toolkit()
+        if why_not:
+            missing.append(why_not)
+    if choice != "auto":
+        if missing:
+            raise RuntimeError("SCL_BUILD_CUDA=1 cannot build the CUDA extension: " + "; ".join(missing))
+        log(f"SCL_BUILD_CUDA=1: building the CUDA extension with {nvcc}")
+        return True
+    if missing:
+        log("SCL_BUILD_CUDA=auto: building the CPU extension, as " + "; ".join(missing))
+        return False
+    log(f"SCL_BUILD_CUDA=auto: building the CUDA extension with {nvcc}")
+    return True
+
+
 def extension():
+    # No -std anywhere: BuildExtension adds the standard of the torch being built against.
     cpu_flags = shlex.split(os.environ.get("SCL_CPU_ARCH_FLAGS", "-march=native"))
     # -ffp-contract=off: the kernels round a logit before subtracting its row maximum, as the
     # maximum itself was rounded; a contracted multiply-add would break that (docs/MATH.md).
-    cxx = ["-O3", "-std=c++17", "-fopenmp", "-ffp-contract=off", *cpu_flags]
+    cxx = ["-O3", "-fopenmp", "-ffp-contract=off", *cpu_flags]
     srcs = [s for d in ("csrc", "csrc/core", "csrc/cpu", "csrc/triton") for s in sources(f"{d}/*.cpp")]
-    if cuda_wanted():
+    cuda_sources = sources("csrc/cuda/*.cu")
+    if cuda_wanted(cuda_sources):
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", os.environ.get("SCL_CUDA_ARCH_LIST", "9.0"))
         return CUDAExtension(
             "scl_kernels._C",
-            srcs + sources("csrc/cuda/*.cu") + sources("csrc/cuda/*.cpp"),
+            srcs + cuda_sources + sources("csrc/cuda/*.cpp"),
             extra_compile_args={"cxx": cxx + ["-DSCL_WITH_CUDA"],
-                                "nvcc": ["-O3", "-std=c++17", "--use_fast_math", "-DSCL_WITH_CUDA"]},
+                                "nvcc": ["-O3", "--use_fast_math", "-DSCL_WITH_CUDA"]},
             extra_link_args=["-fopenmp"],
         )
     return CppExtension("scl_kernels._C", srcs, extra_compile_args=cxx, extra_link_args=["-fopenmp"])
