@@ -1,6 +1,6 @@
 """An independent float64 dense SupCon reference and a backend-vs-reference checker.
 
-Written from the public contract (KERNEL_MATH.md and the supcon_loss docstring), without importing
+Written from the public contract (docs/MATH.md and the supcon_loss docstring), without importing
 scl_kernels.reference: every mask is built explicitly and every value is float64, so autograd
 through it gives the exact gradient that a backend must reproduce.
 

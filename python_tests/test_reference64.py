@@ -16,7 +16,7 @@ from reference64 import (check_against_reference, check_op_against_reference, op
 
 def _loop_supcon(features, labels, t, contrast=None, contrast_labels=None, mode="all",
                  normalize=True, reduction="mean"):
-    """The maths of KERNEL_MATH.md written as plain Python loops over floats."""
+    """The maths of docs/MATH.md written as plain Python loops over floats."""
     f = features.double().tolist()
     if features.dim() == 3:
         b, v = features.shape[0], features.shape[1]

@@ -1,4 +1,4 @@
-// Fused tile kernels of the SupCon loss on the CPU (KERNEL_MATH.md sections 2-4). They take raw
+// Fused tile kernels of the SupCon loss on the CPU (docs/MATH.md sections 2-4). They take raw
 // row-major pointers and know nothing of labels: positives are O(N*D) work done by the caller
 // through class sums, so these kernels only produce the log-sum-exp per anchor (forward) and the
 // softmax part of the gradient (backward). No N x N buffer: one tile per thread.

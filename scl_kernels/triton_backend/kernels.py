@@ -1,4 +1,4 @@
-"""Triton kernels of the SupCon loss (KERNEL_MATH.md sections 2-4).
+"""Triton kernels of the SupCon loss (docs/MATH.md sections 2-4).
 
 Every kernel reads raw rows and a per-row scale r (1 / max(||x||, eps), or 1 without
 normalisation) and forms logits in base 2: s2_ij = (x_i . x_j) * r_i * r_j * log2(e) / t, so that
@@ -99,7 +99,7 @@ def lse_symmetric_kernel(z_ptr, r_ptr, row_sum_ptr, N, D, stride, scale_log2,
     """Row sums of exp2(s2 - log2(e)/t) from one upper-triangle tile I <= J of Z Z^T.
 
     The fixed shift (s <= 1/t for unit rows) makes the terms of row i and of column j the same
-    numbers, so one exp serves both sums (KERNEL_MATH.md section 4). Launched on an nb x nb grid
+    numbers, so one exp serves both sums (docs/MATH.md section 4). Launched on an nb x nb grid
     of which the lower triangle returns at once."""
     bi = tl.program_id(0)
     bj = tl.program_id(1)
