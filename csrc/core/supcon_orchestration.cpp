@@ -23,7 +23,8 @@ Schedule choose_schedule(const SupConProblem& p, const TileKernels& kernels, boo
 }
 
 TileInputs tile_inputs(const SupConProblem& p, Schedule schedule) {
-  return {p.q, p.z, p.q_inv_norm, p.z_inv_norm, p.inv_t, p.self_offset(), schedule};
+  return {p.q, p.z, p.q_inv_norm, p.z_inv_norm, p.q_unit, p.z_unit, p.inv_t, p.self_offset(),
+          schedule};
 }
 
 void check_lse(const SupConProblem& p, const at::Tensor& lse) {
@@ -100,18 +101,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   add_positive_grads(p, g, dq, dz);
   // dLoss/dt = -(1/t) sum_ij G_ij s_ij = -(1/t) sum_i q_i . dq_i over the anchor side; the
   // symmetric dz holds both sides, which counts every term twice.
-  at::Tensor anchor_dot = symmetric ? unit_dot(p, p.z, p.z_inv_norm, dz) * 0.5
-                                    : unit_dot(p, p.q, p.q_inv_norm, dq);
+  at::Tensor anchor_dot = symmetric ? unit_dot(p, Rows::kContrast, dz) * 0.5
+                                    : unit_dot(p, Rows::kAnchors, dq);
   const at::Tensor& t = args.temperature;
   at::Tensor grad_t =
       (anchor_dot * -p.inv_t).to(t.scalar_type()).reshape(t.sizes()).to(t.device());
   if (p.single_set) {
     if (!symmetric) dz.narrow(0, p.anchor_offset, p.m).add_(dq);
-    return {normalize_backward(p, p.z, p.z_inv_norm, dz, args.features.scalar_type()),
+    return {normalize_backward(p, Rows::kContrast, dz, args.features.scalar_type()),
             at::empty({0, p.d}, args.features.options()), grad_t};
   }
-  return {normalize_backward(p, p.q, p.q_inv_norm, dq, args.features.scalar_type()),
-          normalize_backward(p, p.z, p.z_inv_norm, dz, args.contrast->scalar_type()), grad_t};
+  return {normalize_backward(p, Rows::kAnchors, dq, args.features.scalar_type()),
+          normalize_backward(p, Rows::kContrast, dz, args.contrast->scalar_type()), grad_t};
 }
 
 }  // namespace scl

@@ -123,23 +123,34 @@ double check_args(const SupConArgs& a) {
 }
 
 // The caller's rows made contiguous, and 1 / max(||x||, eps) per row in the compute dtype.
-std::pair<at::Tensor, at::Tensor> rows_and_inv_norms(const at::Tensor& x, at::ScalarType ct,
-                                                     bool normalize) {
+// With check_values, NaN / inf in x is an error naming it.
+std::pair<at::Tensor, at::Tensor> rows_and_inv_norms(const at::Tensor& x, const char* name,
+                                                     at::ScalarType ct, bool normalize,
+                                                     bool check_values) {
   at::Tensor rows = x.contiguous();
-  if (!normalize) return {rows, at::ones({rows.size(0)}, rows.options().dtype(ct))};
+  if (!normalize) {
+    if (check_values) check_finite(rows, name);
+    return {rows, at::ones({rows.size(0)}, rows.options().dtype(ct))};
+  }
   // The reduction accumulates in ct without a converted copy of the rows.
   at::Tensor norms = at::linalg_vector_norm(rows, 2, {1}, false, ct);
+  // Finite norms mean finite rows: the scan of every element is needed only when a norm is not
+  // finite (a NaN / inf, or finite values whose squares overflow).
+  if (check_values && !at::isfinite(norms).all().item<bool>()) check_finite(rows, name);
   return {rows, norms.clamp_min_(kNormEps).reciprocal_()};
 }
 
 }  // namespace
 
+at::Tensor SupConProblem::unit(Rows which, int64_t start, int64_t length) const {
+  const bool anchors = which == Rows::kAnchors;
+  const at::Tensor& cached = anchors ? q_unit : z_unit;
+  if (cached.defined()) return rows_of(cached, start, length);
+  return unit_chunk(anchors ? q : z, anchors ? q_inv_norm : z_inv_norm, start, length);
+}
+
 SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
   const double temperature = check_args(a);
-  if (check_values) {
-    check_finite(a.features, "features");
-    if (a.contrast.has_value()) check_finite(*a.contrast, "contrast");
-  }
 
   SupConProblem p;
   p.single_set = !a.contrast.has_value();
@@ -149,15 +160,20 @@ SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
   p.d = a.features.size(1);
   p.anchor_offset = a.anchor_offset;
   p.compute_type = a.features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  if (!p.single_set) {  // the features' errors first
+    std::tie(p.q, p.q_inv_norm) =
+        rows_and_inv_norms(a.features, "features", p.compute_type, a.normalize, check_values);
+  }
   std::tie(p.z, p.z_inv_norm) =
-      rows_and_inv_norms(p.single_set ? a.features : *a.contrast, p.compute_type, a.normalize);
+      rows_and_inv_norms(p.single_set ? a.features : *a.contrast,
+                         p.single_set ? "features" : "contrast", p.compute_type, a.normalize,
+                         check_values);
   p.n = p.z.size(0);
   if (p.single_set) {
     p.m = a.num_anchors;
     p.q = p.z.narrow(0, p.anchor_offset, p.m);
     p.q_inv_norm = p.z_inv_norm.narrow(0, p.anchor_offset, p.m);
   } else {
-    std::tie(p.q, p.q_inv_norm) = rows_and_inv_norms(a.features, p.compute_type, a.normalize);
     p.m = p.q.size(0);
   }
 
@@ -187,10 +203,15 @@ SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
   if (p.single_set) positives = positives - 1;
   p.num_positives = positives.masked_fill_(p.anchor_valid.logical_not(), 0);
 
+  if ((p.single_set ? p.n : p.n + p.m) * p.d <= chunk_elements()) {
+    p.z_unit = unit_chunk(p.z, p.z_inv_norm, 0, p.n);
+    p.q_unit = p.single_set ? rows_of(p.z_unit, p.anchor_offset, p.m)
+                            : unit_chunk(p.q, p.q_inv_norm, 0, p.m);
+  }
   p.class_sums = at::zeros({num_classes, p.d}, p.z_inv_norm.options());
   for_row_chunks(p.n, p.d, [&](int64_t start, int64_t length) {
     add_rows_at(p.class_sums, rows_of(p.contrast_class, start, length),
-                unit_chunk(p.z, p.z_inv_norm, start, length));
+                p.unit(Rows::kContrast, start, length));
   });
   return p;
 }
@@ -200,7 +221,7 @@ at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse) {
   // positives get whatever their class row gives; the where() below drops it.
   at::Tensor positive_dots = at::empty({p.m}, p.z_inv_norm.options());
   for_row_chunks(p.m, p.d, [&](int64_t start, int64_t length) {
-    const at::Tensor q_unit = unit_chunk(p.q, p.q_inv_norm, start, length);
+    const at::Tensor q_unit = p.unit(Rows::kAnchors, start, length);
     at::Tensor targets = p.class_sums.index_select(0, rows_of(p.anchor_class, start, length));
     if (p.single_set) targets.sub_(q_unit);
     at::Tensor out = rows_of(positive_dots, start, length);
@@ -228,7 +249,7 @@ void add_positive_grads(const SupConProblem& p, const at::Tensor& g, const at::T
   const at::Tensor w = g / p.num_positives.clamp_min(1).to(g.scalar_type());
   at::Tensor weighted = at::zeros_like(p.class_sums);
   for_row_chunks(p.m, p.d, [&](int64_t start, int64_t length) {
-    const at::Tensor q_unit = unit_chunk(p.q, p.q_inv_norm, start, length);
+    const at::Tensor q_unit = p.unit(Rows::kAnchors, start, length);
     const at::Tensor w_part = rows_of(w, start, length).unsqueeze(1);
     const at::Tensor classes = rows_of(p.anchor_class, start, length);
     const at::Tensor w_q = w_part * q_unit;
@@ -247,24 +268,23 @@ void add_positive_grads(const SupConProblem& p, const at::Tensor& g, const at::T
   });
 }
 
-at::Tensor unit_dot(const SupConProblem& p, const at::Tensor& rows, const at::Tensor& inv_norm,
-                    const at::Tensor& grads) {
+at::Tensor unit_dot(const SupConProblem& p, Rows rows, const at::Tensor& grads) {
   at::Tensor total = at::zeros({}, grads.options().dtype(at::kDouble));
   for_row_chunks(grads.size(0), p.d, [&](int64_t start, int64_t length) {
-    total += (unit_chunk(rows, inv_norm, start, length) * rows_of(grads, start, length)).sum();
+    total += (p.unit(rows, start, length) * rows_of(grads, start, length)).sum();
   });
   return total;
 }
 
-at::Tensor normalize_backward(const SupConProblem& p, const at::Tensor& rows,
-                              const at::Tensor& inv_norm, const at::Tensor& d_unit,
+at::Tensor normalize_backward(const SupConProblem& p, Rows rows, const at::Tensor& d_unit,
                               at::ScalarType out_dtype) {
   if (!p.normalize) return as_type(d_unit, out_dtype);
   at::Tensor out = at::empty(d_unit.sizes(), d_unit.options().dtype(out_dtype));
   for_row_chunks(d_unit.size(0), p.d, [&](int64_t start, int64_t length) {
-    const at::Tensor unit = unit_chunk(rows, inv_norm, start, length);
+    const at::Tensor unit = p.unit(rows, start, length);
     const at::Tensor grad = rows_of(d_unit, start, length);
-    const at::Tensor scale = rows_of(inv_norm, start, length);
+    const at::Tensor scale =
+        rows_of(rows == Rows::kAnchors ? p.q_inv_norm : p.z_inv_norm, start, length);
     // Below eps the divisor is a constant and the gradient is no projection (as F.normalize).
     const at::Tensor radial = at::where(scale < 1.0 / kNormEps, (unit * grad).sum(1), 0.0);
     rows_of(out, start, length).copy_((grad - unit * radial.unsqueeze(1)) * scale.unsqueeze(1));

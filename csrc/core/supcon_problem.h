@@ -22,6 +22,9 @@ struct SupConArgs {
   int64_t anchor_offset;
 };
 
+// Which rows of a problem: the anchors q or the contrast rows z.
+enum class Rows { kAnchors, kContrast };
+
 // One call's loss: anchors q[m, d] against contrast rows z[n, d].
 struct SupConProblem {
   bool single_set;     // contrast is the features themselves; anchor i is row anchor_offset + i
@@ -33,12 +36,18 @@ struct SupConProblem {
   at::ScalarType compute_type;       // of the O(N*D) terms: float64 for float64 input, else float32
   at::Tensor q, z;                   // the caller's rows, contiguous; q is a view of z in single set
   at::Tensor q_inv_norm, z_inv_norm; // 1 / max(||x||, eps) per row (ones without normalisation)
+  // The unit rows in the compute dtype, kept when they fit in one chunk (small batches, whose
+  // time goes to passes over the rows rather than to the tiles); undefined otherwise.
+  at::Tensor q_unit, z_unit;
   at::Tensor anchor_class, contrast_class;  // compact class ids (negative labels share one id)
   at::Tensor anchor_valid;           // label >= 0: the anchor belongs to a class
   at::Tensor class_sums;             // [classes, d] sums of unit contrast rows per class id
   at::Tensor num_positives;          // [m] int64, |P(i)|
 
   int64_t self_offset() const { return single_set ? anchor_offset : -1; }
+
+  // Unit rows start..start+length of q or z in the compute dtype.
+  at::Tensor unit(Rows rows, int64_t start, int64_t length) const;
 };
 
 // Validates the op's arguments (TypeError / ValueError naming the argument) and prepares them.
@@ -56,13 +65,11 @@ at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad
 void add_positive_grads(const SupConProblem& p, const at::Tensor& g, const at::Tensor& dq,
                         const at::Tensor& dz);
 
-// sum_i u_i . grads_i over the unit rows u of `rows`.
-at::Tensor unit_dot(const SupConProblem& p, const at::Tensor& rows, const at::Tensor& inv_norm,
-                    const at::Tensor& grads);
+// sum_i u_i . grads_i over the unit rows u of `rows` (float64, 0-dim).
+at::Tensor unit_dot(const SupConProblem& p, Rows rows, const at::Tensor& grads);
 
 // dx from the gradient w.r.t. unit rows, through z = x / max(||x||, eps), in `out_dtype`.
-at::Tensor normalize_backward(const SupConProblem& p, const at::Tensor& rows,
-                              const at::Tensor& inv_norm, const at::Tensor& d_unit,
+at::Tensor normalize_backward(const SupConProblem& p, Rows rows, const at::Tensor& d_unit,
                               at::ScalarType out_dtype);
 
 }  // namespace scl

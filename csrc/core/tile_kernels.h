@@ -25,6 +25,8 @@ struct TileInputs {
   at::Tensor z;          // [n, d] contrast rows
   at::Tensor q_inv_norm; // [m] 1 / max(||q_i||, eps), ones without normalisation; compute dtype
   at::Tensor z_inv_norm; // [n]
+  at::Tensor q_unit;     // the unit rows in the core's compute dtype where it keeps them (small
+  at::Tensor z_unit;     // batches), for kernels that want them; undefined otherwise
   double inv_t;
   int64_t self_offset;   // anchor i's own column is z row self_offset + i; -1: no self column
   Schedule schedule;

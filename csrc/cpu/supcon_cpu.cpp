@@ -26,6 +26,8 @@ UnitRows unit_rows(const TileInputs& in) {
   auto unit = [&](const at::Tensor& rows, const at::Tensor& inv_norm) {
     return (rows.to(ct) * inv_norm.to(ct).unsqueeze(1)).contiguous();
   };
+  // The core keeps them, in this same precision, for small batches.
+  if (in.z_unit.defined()) return {in.q_unit.contiguous(), in.z_unit};
   UnitRows u;
   u.z = unit(in.z, in.z_inv_norm);
   u.q = in.self_offset >= 0 ? u.z.narrow(0, in.self_offset, in.q.size(0))

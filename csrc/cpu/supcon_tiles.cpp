@@ -21,10 +21,13 @@ using at::vec::Vectorized;
 
 // Rows and columns of one tile: 128 while the batch is small (more tiles than threads x rounds),
 // 256 from 8,192 rows on, where operand blocks stop fitting in cache and the larger tile halves
-// the memory traffic per FLOP (bench/NOTES.md: 18.5 s -> 14.8 s at N = 65,536). Below 128 rows,
-// the rows rounded up to 16: a fine-tuning batch of 16 need not fill and scan a 128 x 128 tile.
+// the memory traffic per FLOP (bench/NOTES.md: 18.5 s -> 14.8 s at N = 65,536). Below 512 rows,
+// a quarter of the rows rounded up to 16: four blocks a side give every round of the schedules
+// at least two tiles to run side by side (a tile's BLAS calls are single-threaded), and a
+// fine-tuning batch of 16 need not fill and scan a 128 x 128 tile. The rule depends on the shape
+// alone, so results stay independent of the thread count.
 int64_t tile_block(int64_t rows) {
-  return rows >= 8192 ? 256 : std::min<int64_t>(128, (rows + 15) / 16 * 16);
+  return rows >= 8192 ? 256 : std::clamp<int64_t>((rows / 4 + 15) / 16 * 16, 16, 128);
 }
 // Tasks the plain forward aims for when row blocks are few: enough for a many-core machine.
 constexpr int64_t kMinTasks = 64;
