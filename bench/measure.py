@@ -65,3 +65,72 @@ def available_bytes(device):
     return psutil.virtual_memory().available
 
 
+
+
+def interleaved_seconds(fns, device, *, warmup=3, rounds=20, min_seconds=0.0,
+                        max_seconds=math.inf, min_rounds=5):
+    """Seconds per call of every function in ``fns`` ({name: fn}), measured in rounds.
+
+    Each round times every function once (a timing is ``calls`` back-to-back calls, enough to last
+    ``min_seconds``), in an order rotated by one per round: on a shared machine a slow spell then
+    hits all functions alike, and no function always runs right after the same other one.
+    Rounds stop after ``rounds``, or once ``max_seconds`` have been spent (but never before
+    ``min_rounds``). Returns {name: [seconds per call, one entry per round]} and {name: calls per
+    timing}.
+    """
+    names = list(fns)
+    calls = {}
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+        synchronize(device)
+        start = time.perf_counter()
+        fns[name]()
+        synchronize(device)
+        first = time.perf_counter() - start
+        calls[name] = max(1, math.ceil(min_seconds / first)) if first > 0 else 1
+    times = {name: [] for name in names}
+    spent = 0.0
+    for r in range(rounds):
+        if r >= min_rounds and spent > max_seconds:
+            break
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            fn, count = fns[name], calls[name]
+            start = time.perf_counter()
+            for _ in range(count):
+                fn()
+            synchronize(device)
+            elapsed = time.perf_counter() - start
+            times[name].append(elapsed / count)
+            spent += elapsed
+    return times, calls
+
+
+def _cpu_jiffies():
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def busy_fraction(seconds=0.5):
+    """Fraction of all cores busy over ``seconds`` while this process sleeps: what other processes
+    use. None where /proc/stat cannot be read."""
+    try:
+        busy0, total0 = _cpu_jiffies()
+        time.sleep(seconds)
+        busy1, total1 = _cpu_jiffies()
+    except (OSError, ValueError, IndexError):
+        return None
+    return (busy1 - busy0) / max(1, total1 - total0)
+
+
+def wait_until_quiet(threshold, max_wait, *, sample=0.5):
+    """Sleeps until other processes use less than ``threshold`` of the cores (busy_fraction), for
+    at most ``max_wait`` seconds. Returns the last busy fraction seen (None if unknown)."""
+    deadline = time.perf_counter() + max_wait
+    while True:
+        busy = busy_fraction(sample)
+        if busy is None or busy < threshold or time.perf_counter() >= deadline:
+            return busy
