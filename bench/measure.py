@@ -1,6 +1,8 @@
 """How the benchmarks measure: a training step to time, synchronised wall-clock medians, and the
 peak memory a call adds on top of what was allocated before it."""
 import math
+import os
+import resource
 import statistics
 import time
 
@@ -65,3 +67,125 @@ def available_bytes(device):
     return psutil.virtual_memory().available
 
 
+
+
+def interleaved_seconds(fns, device, *, warmup=3, rounds=20, min_seconds=0.0,
+                        max_seconds=math.inf, min_rounds=5, quiet_threshold=None, max_wait=0.0):
+    """Seconds per call of every function in ``fns`` ({name: fn}), measured in rounds.
+
+    Each round times every function once (a timing is ``calls`` back-to-back calls, enough to last
+    ``min_seconds``), in an order rotated by one per round: on a shared machine a slow spell then
+    hits all functions alike, and no function always runs right after the same other one.
+    Rounds stop after ``rounds``, or once ``max_seconds`` have been spent timing (but never before
+    ``min_rounds``).
+
+    With ``quiet_threshold`` (a share of all cores), a round counts only if other processes used
+    less than that share while it ran (OthersCpu); a disturbed round is dropped, and before the
+    next one the call waits for a quiet spell (wait_until_quiet, at most ``max_wait`` seconds in
+    all). Once both budgets are spent, rounds count as they come, so the call always ends.
+
+    Returns {name: [seconds per call, one entry per counted round]}, {name: calls per timing} and
+    {"dropped": rounds dropped, "disturbed": disturbed rounds counted anyway, "others": median
+    share of the cores other processes used during the counted rounds (None if unknown)}.
+    """
+    names = list(fns)
+    calls = {}
+    for name in names:
+        for _ in range(warmup):
+            fns[name]()
+        synchronize(device)
+        start = time.perf_counter()
+        fns[name]()
+        synchronize(device)
+        first = time.perf_counter() - start
+        calls[name] = max(1, math.ceil(min_seconds / first)) if first > 0 else 1
+    times = {name: [] for name in names}
+    info = {"dropped": 0, "disturbed": 0, "others": None}
+    others_seen = []
+    spent = waited = 0.0
+    wait_first = quiet_threshold is not None
+    kept = r = 0
+    while kept < rounds and not (kept >= min_rounds and spent > max_seconds):
+        if wait_first and waited < max_wait:
+            started = time.perf_counter()
+            wait_until_quiet(quiet_threshold, max_wait - waited, sample=0.2)
+            waited += time.perf_counter() - started
+        shift = r % len(names)
+        r += 1
+        round_times = {}
+        others = OthersCpu()
+        for name in names[shift:] + names[:shift]:
+            fn, count = fns[name], calls[name]
+            start = time.perf_counter()
+            for _ in range(count):
+                fn()
+            synchronize(device)
+            elapsed = time.perf_counter() - start
+            round_times[name] = elapsed / count
+            spent += elapsed
+        share = others.share()
+        disturbed = quiet_threshold is not None and share is not None and share >= quiet_threshold
+        wait_first = disturbed
+        if disturbed and not (spent > max_seconds and waited >= max_wait):
+            info["dropped"] += 1
+            continue
+        info["disturbed"] += disturbed
+        if share is not None:
+            others_seen.append(share)
+        for name, seconds in round_times.items():
+            times[name].append(seconds)
+        kept += 1
+    if others_seen:
+        info["others"] = statistics.median(others_seen)
+    return times, calls, info
+
+
+class OthersCpu:
+    """Share of all cores that other processes use from construction to ``share()``: busy time
+    in /proc/stat minus this process' own CPU time. Resolution one clock tick (10 ms) per core, so
+    it needs spans of some 50 ms or more. None where /proc/stat cannot be read."""
+
+    def __init__(self):
+        self._start = self._sample()
+
+    @staticmethod
+    def _sample():
+        try:
+            busy, total = _cpu_jiffies()
+        except (OSError, ValueError, IndexError):
+            return None
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return busy, total, usage.ru_utime + usage.ru_stime
+
+    def share(self):
+        end = self._sample()
+        if self._start is None or end is None or end[1] <= self._start[1]:
+            return None
+        tick = os.sysconf("SC_CLK_TCK")
+        busy = (end[0] - self._start[0]) / tick - (end[2] - self._start[2])
+        return max(0.0, busy / ((end[1] - self._start[1]) / tick))
+
+
+def _cpu_jiffies():
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def busy_fraction(seconds=0.5):
+    """Share of all cores busy over ``seconds`` while this process sleeps: what other processes
+    use. None where /proc/stat cannot be read."""
+    others = OthersCpu()
+    time.sleep(seconds)
+    return others.share()
+
+
+def wait_until_quiet(threshold, max_wait, *, sample=0.5):
+    """Sleeps until other processes use less than ``threshold`` of the cores (busy_fraction), for
+    at most ``max_wait`` seconds. Returns the last busy fraction seen (None if unknown)."""
+    deadline = time.perf_counter() + max_wait
+    while True:
+        busy = busy_fraction(sample)
+        if busy is None or busy < threshold or time.perf_counter() >= deadline:
+            return busy

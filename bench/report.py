@@ -66,14 +66,14 @@ def _fmt(value, digits=2):
     return str(value)
 
 
-def write_csv(path, rows):
+def write_csv(path, rows, fields=FIELDS):
     with open(path, "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=FIELDS, extrasaction="ignore")
+        writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
 
 
-def _table(header, lines):
+def markdown_table(header, lines):
     text = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     text += ["| " + " | ".join(_fmt(v) for v in line) + " |" for line in lines]
     return "\n".join(text)
@@ -84,7 +84,7 @@ def write_markdown(path, rows, *, title, machine, settings, notes):
     parts += [f"- **{label}**: {text}" for label, text in machine.items()]
     parts += [f"- **{label}**: {text}" for label, text in settings.items()]
     parts += ["", *notes, ""]
-    parts.append(_table(
+    parts.append(markdown_table(
         ("implementation", "backend", "N", "D", "dtype", "fwd ms", "fwd+bwd ms", "fwd peak MB",
          "fwd+bwd peak MB", "time / dense", "memory / dense", "status"),
         [(r["implementation"], r.get("backend"), r["n"], r["d"], r["dtype"], r.get("fwd_ms"),
@@ -95,7 +95,7 @@ def write_markdown(path, rows, *, title, machine, settings, notes):
         parts += ["", "## Against the floor (bench/floor.py, KERNEL_MATH section 5)", "",
                   "Floor = the GEMM passes through torch.mm plus the exps through torch.exp; "
                   "plain: 4 passes + 2 N² exps, symmetric: 2 passes + N² exps.", ""]
-        parts.append(_table(
+        parts.append(markdown_table(
             ("implementation", "N", "D", "dtype", "GEMM pass ms", "N² exps ms", "plain floor ms",
              "symmetric floor ms", "fwd+bwd ms", "/ plain floor", "/ symmetric floor"),
             [(r["implementation"], r["n"], r["d"], r["dtype"], r["gemm_pass_ms"], r["exp_n2_ms"],
