@@ -1,4 +1,4 @@
-"""The schedule floor of KERNEL_MATH section 5 on this device: what a forward+backward would take
+"""The schedule floor of docs/MATH.md section 5 on this device: what a forward+backward would take
 if it did nothing but its GEMMs (timed through torch.mm) and its exps (through torch.exp).
 
     python -m bench.floor --n 16384 --d 128 --dtype float32 --device cpu

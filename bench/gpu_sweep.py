@@ -1,4 +1,4 @@
-"""GPU sweep of the fused SupCon op against the floors of KERNEL_MATH.md section 5 and against
+"""GPU sweep of the fused SupCon op against the floors of docs/MATH.md section 5 and against
 dense PyTorch (eager and torch.compile) and pytorch-metric-learning, where those fit.
 
     python -m bench.gpu_sweep                       # the full sweep (long: split it with flags)
@@ -21,7 +21,7 @@ import sys
 import torch
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-# Hopper (H100 SXM5 / H200) dense tensor-core peaks and the exp unit, per KERNEL_MATH.md
+# Hopper (H100 SXM5 / H200) dense tensor-core peaks and the exp unit, per docs/MATH.md
 # section 5. fp32 inputs run as three tf32 products (tf32x3): a third of the tf32 peak.
 PEAK_FLOPS = {"bf16": 989e12, "fp16": 989e12, "fp32": 495e12 / 3}
 EXP_PER_SECOND = 3.9e12

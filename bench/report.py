@@ -92,7 +92,7 @@ def write_markdown(path, rows, *, title, machine, settings, notes):
           r.get("memory_vs_dense"), r["status"]) for r in rows]))
     floored = [r for r in rows if r.get("plain_floor_ms") is not None and r.get("backend")]
     if floored:
-        parts += ["", "## Against the floor (bench/floor.py, KERNEL_MATH section 5)", "",
+        parts += ["", "## Against the floor (bench/floor.py, docs/MATH.md section 5)", "",
                   "Floor = the GEMM passes through torch.mm plus the exps through torch.exp; "
                   "plain: 4 passes + 2 N² exps, symmetric: 2 passes + N² exps.", ""]
         parts.append(markdown_table(
