@@ -43,18 +43,6 @@ at::Tensor unit_chunk(const at::Tensor& rows, const at::Tensor& inv_norm, int64_
   return part * rows_of(inv_norm, start, length).unsqueeze(1);
 }
 
-// dst[index[k]] += src[k] for every row k, several k possibly sharing a destination row.
-// index_add_'s parallel scatter costs more in thread start-up than small inputs take; the
-// serial accumulation of index_put_ is the faster one there (and slower for large inputs).
-void add_rows_at(const at::Tensor& dst, const at::Tensor& index, const at::Tensor& src) {
-  constexpr int64_t kSerialScatterElements = int64_t{1} << 15;
-  if (src.numel() <= kSerialScatterElements) {
-    dst.index_put_({index}, src, /*accumulate=*/true);
-  } else {
-    dst.index_add_(0, index, src);
-  }
-}
-
 std::string dtype_name(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
 
 void check_features(const at::Tensor& x, const char* name) {
@@ -210,8 +198,8 @@ SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
   }
   p.class_sums = at::zeros({num_classes, p.d}, p.z_inv_norm.options());
   for_row_chunks(p.n, p.d, [&](int64_t start, int64_t length) {
-    add_rows_at(p.class_sums, rows_of(p.contrast_class, start, length),
-                p.unit(Rows::kContrast, start, length));
+    p.class_sums.index_add_(0, rows_of(p.contrast_class, start, length),
+                            p.unit(Rows::kContrast, start, length));
   });
   return p;
 }
@@ -253,7 +241,7 @@ void add_positive_grads(const SupConProblem& p, const at::Tensor& g, const at::T
     const at::Tensor w_part = rows_of(w, start, length).unsqueeze(1);
     const at::Tensor classes = rows_of(p.anchor_class, start, length);
     const at::Tensor w_q = w_part * q_unit;
-    add_rows_at(weighted, classes, w_q);
+    weighted.index_add_(0, classes, w_q);
     // In single set the anchor's own row was counted in its class sum: give it back.
     at::Tensor row_part = p.class_sums.index_select(0, classes).mul_(w_part);
     if (p.single_set) {
