@@ -70,7 +70,8 @@ def available_bytes(device):
 
 
 def interleaved_seconds(fns, device, *, warmup=3, rounds=20, min_seconds=0.0,
-                        max_seconds=math.inf, min_rounds=5, quiet_threshold=None, max_wait=0.0):
+                        max_seconds=math.inf, min_rounds=5, quiet_threshold=None, max_wait=0.0,
+                        round_hook=None):
     """Seconds per call of every function in ``fns`` ({name: fn}), measured in rounds.
 
     Each round times every function once (a timing is ``calls`` back-to-back calls, enough to last
@@ -83,6 +84,9 @@ def interleaved_seconds(fns, device, *, warmup=3, rounds=20, min_seconds=0.0,
     less than that share while it ran (OthersCpu); a disturbed round is dropped, and before the
     next one the call waits for a quiet spell (wait_until_quiet, at most ``max_wait`` seconds in
     all). Once both budgets are spent, rounds count as they come, so the call always ends.
+
+    ``round_hook(event)``, if given, is called with "start" before each round's timings and with
+    "kept" or "dropped" after them (for callables that record more than their duration).
 
     Returns {name: [seconds per call, one entry per counted round]}, {name: calls per timing} and
     {"dropped": rounds dropped, "disturbed": disturbed rounds counted anyway, "others": median
@@ -113,6 +117,8 @@ def interleaved_seconds(fns, device, *, warmup=3, rounds=20, min_seconds=0.0,
         shift = r % len(names)
         r += 1
         round_times = {}
+        if round_hook:
+            round_hook("start")
         others = OthersCpu()
         for name in names[shift:] + names[:shift]:
             fn, count = fns[name], calls[name]
@@ -128,7 +134,11 @@ def interleaved_seconds(fns, device, *, warmup=3, rounds=20, min_seconds=0.0,
         wait_first = disturbed
         if disturbed and not (spent > max_seconds and waited >= max_wait):
             info["dropped"] += 1
+            if round_hook:
+                round_hook("dropped")
             continue
+        if round_hook:
+            round_hook("kept")
         info["disturbed"] += disturbed
         if share is not None:
             others_seen.append(share)
