@@ -24,6 +24,12 @@ def triton_installed() -> bool:
     return _TRITON_INSTALLED
 
 
+TRITON_MISSING = "backend='triton' needs the triton package (pip install triton)"
+TRITON_CPU_NEEDS_INTERPRETER = ("backend='triton' runs CPU tensors only in Triton's interpreter: "
+                                "set TRITON_INTERPRET=1 before importing triton, or use CUDA "
+                                "tensors")
+
+
 def triton_interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -39,7 +45,7 @@ def load_triton_backend():
         return
     require_library()
     if not triton_installed():
-        raise ValueError("backend='triton' needs the triton package (pip install triton)")
+        raise ValueError(TRITON_MISSING)
     importlib.import_module("scl_kernels.triton_backend")
     _triton_loaded = True
 
@@ -47,7 +53,6 @@ def load_triton_backend():
 @dataclass(frozen=True)
 class Backend:
     name: str
-    summary: str
     device_types: Tuple[str, ...]  # the devices it serves
     # The fused op's name in torch.ops.scl (its backward is <op>_backward); None: dense PyTorch.
     op_name: Optional[str]
@@ -112,15 +117,15 @@ def _run_reference(features, labels, contrast, contrast_labels, temperature, num
 
 
 REGISTRY = {backend.name: backend for backend in (
-    Backend("cpu", "fused C++ kernels: BLAS tiles, vectorised exp, symmetric schedule", ("cpu",),
-            "supcon", lambda device: library_loaded()),
-    Backend("triton", "fused Triton kernels (CPU tensors in Triton's interpreter)",
-            ("cuda", "cpu"), "supcon_triton",
+    # fused C++ kernels: BLAS tiles, vectorised exp, symmetric schedule
+    Backend("cpu", ("cpu",), "supcon", lambda device: library_loaded()),
+    # fused Triton kernels (CPU tensors in Triton's interpreter, for tests)
+    Backend("triton", ("cuda", "cpu"), "supcon_triton",
             lambda device: library_loaded() and triton_installed()
             and (device.type == "cuda" or triton_interpreter_enabled()),
             prepare=load_triton_backend, float64_kernels=False),
-    Backend("reference", "dense PyTorch: the whole N x N logit matrix, for tests and tiny batches",
-            ("cpu", "cuda", "meta"), None, lambda device: True),
+    # dense PyTorch: the whole N x N logit matrix, for tests and tiny batches
+    Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True),
 )}
 BACKENDS = ("auto", *REGISTRY)
 
@@ -173,9 +178,8 @@ def resolve_backend(name, device) -> Backend:
         if _fused(backend) and not library_loaded():
             require_library()
         if name == "triton" and not triton_installed():
-            raise ValueError("backend='triton' needs the triton package (pip install triton)")
-        raise ValueError(f"backend={name!r} cannot run {device.type} tensors in this installation"
-                         + ("; Triton runs CPU tensors only in its interpreter: set "
-                            "TRITON_INTERPRET=1 before importing triton, or use CUDA tensors"
-                            if name == "triton" else ""))
+            raise ValueError(TRITON_MISSING)
+        if name == "triton":
+            raise ValueError(TRITON_CPU_NEEDS_INTERPRETER)
+        raise ValueError(f"backend={name!r} cannot run {device.type} tensors in this installation")
     return backend

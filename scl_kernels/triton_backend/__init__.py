@@ -4,7 +4,7 @@ csrc/triton/supcon_triton.cpp calls. Importing this module is what makes
 torch.ops.scl.supcon_triton runnable."""
 import torch
 
-from ..backends import triton_interpreter_enabled
+from ..backends import TRITON_CPU_NEEDS_INTERPRETER, triton_interpreter_enabled
 from .tiles import grad_tiles, lse_tiles
 
 _library = torch.library.Library("scl", "IMPL")
@@ -13,8 +13,7 @@ _library = torch.library.Library("scl", "IMPL")
 def _on_cpu(fn):
     def run(*args):
         if not triton_interpreter_enabled():
-            raise ValueError("backend='triton' runs CPU tensors only in Triton's interpreter: set "
-                             "TRITON_INTERPRET=1 before importing triton, or use CUDA tensors")
+            raise ValueError(TRITON_CPU_NEEDS_INTERPRETER)
         return fn(*args)
     return run
 
