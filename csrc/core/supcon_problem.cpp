@@ -143,7 +143,6 @@ SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
   SupConProblem p;
   p.single_set = !a.contrast.has_value();
   p.normalize = a.normalize;
-  p.temperature = temperature;
   p.inv_t = 1.0 / temperature;
   p.d = a.features.size(1);
   p.anchor_offset = a.anchor_offset;
@@ -176,20 +175,21 @@ SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
       at::_unique2(all_labels.clamp_min(-1), /*sorted=*/false, /*return_inverse=*/true,
                    /*return_counts=*/p.single_set);
   const int64_t num_classes = classes.size(0);
+  at::Tensor anchor_valid;  // label >= 0: the anchor belongs to a class
   if (p.single_set) {
     p.contrast_class = ids;
     p.anchor_class = rows_of(ids, p.anchor_offset, p.m);
-    p.anchor_valid = rows_of(a.labels, p.anchor_offset, p.m) >= 0;
+    anchor_valid = rows_of(a.labels, p.anchor_offset, p.m) >= 0;
   } else {
     p.anchor_class = ids.narrow(0, 0, p.m);
     p.contrast_class = ids.narrow(0, p.m, p.n);
-    p.anchor_valid = a.labels >= 0;
+    anchor_valid = a.labels >= 0;
     counts = at::bincount(p.contrast_class, {}, num_classes);
   }
   // The anchor's own row is among its class's count in single set: it is not its own positive.
   at::Tensor positives = counts.index_select(0, p.anchor_class);
   if (p.single_set) positives = positives - 1;
-  p.num_positives = positives.masked_fill_(p.anchor_valid.logical_not(), 0);
+  p.num_positives = positives.masked_fill_(anchor_valid.logical_not(), 0);
 
   if ((p.single_set ? p.n : p.n + p.m) * p.d <= chunk_elements()) {
     p.z_unit = unit_chunk(p.z, p.z_inv_norm, 0, p.n);

@@ -29,7 +29,6 @@ enum class Rows { kAnchors, kContrast };
 struct SupConProblem {
   bool single_set;     // contrast is the features themselves; anchor i is row anchor_offset + i
   bool normalize;
-  double temperature;
   double inv_t;
   int64_t m, n, d;
   int64_t anchor_offset;
@@ -40,7 +39,6 @@ struct SupConProblem {
   // time goes to passes over the rows rather than to the tiles); undefined otherwise.
   at::Tensor q_unit, z_unit;
   at::Tensor anchor_class, contrast_class;  // compact class ids (negative labels share one id)
-  at::Tensor anchor_valid;           // label >= 0: the anchor belongs to a class
   at::Tensor class_sums;             // [classes, d] sums of unit contrast rows per class id
   at::Tensor num_positives;          // [m] int64, |P(i)|
 
