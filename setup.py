@@ -110,5 +110,9 @@ setup(
     extras_require={
         "test": ["pytest", "numpy"],
         "bench": ["pytest-benchmark", "pytorch-metric-learning", "matplotlib", "psutil"],
+        # scl_kernels.finetune: the Trainer and sentence-transformers integrations and the CLI.
+        "finetune": ["transformers>=4.46", "accelerate>=1.1", "sentence-transformers>=3.0",
+                     "datasets", "scikit-learn", "matplotlib", "tqdm"],
     },
+    entry_points={"console_scripts": ["scl-finetune = scl_kernels.finetune.cli:main"]},
 )

@@ -1,0 +1,53 @@
+"""Which vector of a Hugging Face sequence classifier the contrastive term sees."""
+import torch
+
+EMBEDDINGS = ("first_token", "mean", "head")
+
+
+def sentence_embedding(model, outputs, attention_mask=None, kind="first_token"):
+    """The ``[N, hidden]`` sentence embedding for the contrastive term.
+
+    Args:
+        model: the ``*ForSequenceClassification`` model that produced ``outputs``.
+        outputs: its output, from a forward called with ``output_hidden_states=True``.
+        attention_mask: ``[N, L]`` mask of real tokens (needed by ``"mean"`` when padded).
+        kind: which vector (all from the last layer):
+
+            * ``"first_token"`` (default): the first token's hidden state ([CLS] / ``<s>``), as
+              Gunel et al. RoBERTa has no pooler, so this is the paper's embedding there.
+            * ``"mean"``: the mean of the real tokens' hidden states (sentence-transformers'
+              pooling).
+            * ``"head"``: the classification head's dense + tanh of the first token: the
+              ``classifier.dense`` layer of RoBERTa-style heads, or the base model's pooler in
+              BERT-style models. Computed without the head's dropout.
+
+    Returns:
+        A tensor in the model's dtype, with a graph when ``outputs`` has one.
+
+    Raises:
+        ValueError: the outputs have no hidden states, ``kind`` is unknown, or ``"head"`` is
+            asked of a model with neither head.
+    """
+    if kind not in EMBEDDINGS:
+        raise ValueError(f"kind must be one of {EMBEDDINGS}, got {kind!r}")
+    hidden_states = getattr(outputs, "hidden_states", None)
+    if not hidden_states:
+        raise ValueError("the model outputs have no hidden states: call the model with "
+                         "output_hidden_states=True")
+    last = hidden_states[-1]
+    if kind == "first_token":
+        return last[:, 0]
+    if kind == "mean":
+        if attention_mask is None:
+            return last.mean(dim=1)
+        mask = attention_mask.unsqueeze(-1).to(last.dtype)
+        return (last * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+    head_dense = getattr(getattr(model, "classifier", None), "dense", None)
+    if head_dense is not None:
+        return torch.tanh(head_dense(last[:, 0]))
+    pooler = getattr(getattr(model, "base_model", None), "pooler", None)
+    if pooler is not None:
+        return pooler(last)
+    raise ValueError(f"{type(model).__name__} has neither a classification head with a dense "
+                     "layer (RoBERTa-style) nor a pooler (BERT-style): use kind='first_token' or "
+                     "'mean'")

@@ -1,0 +1,187 @@
+"""Gradient cache (Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under Memory
+Limited Setup"): a contrastive batch of any size with the encoder memory of one chunk.
+
+A contrastive loss couples every example of the batch, so the batch cannot simply be split into
+micro-batches (gradient accumulation would shrink the set each anchor contrasts against). But
+the loss's inputs, the embeddings, are small ([N, D]): embed the batch in chunks without a graph,
+compute the loss and its gradient with respect to the embeddings, then re-embed each chunk with a
+graph and back-propagate that chunk's slice of the cached gradient. The parameter gradient is the
+same as one pass over the whole batch; the price is a second forward pass of the encoder.
+"""
+import contextlib
+from collections.abc import Mapping
+
+import torch
+
+
+def split_batch(batch, chunk_size):
+    """Splits a batch into chunks of at most ``chunk_size`` examples (dim 0).
+
+    Args:
+        batch: a tensor, a mapping (a dict, a Hugging Face ``BatchEncoding``) or a tuple / list
+            whose tensor values share their first dimension; other values are passed to every
+            chunk unchanged.
+        chunk_size: positive int.
+
+    Returns:
+        A list of chunks of the batch's type (a mapping becomes a dict).
+    """
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if isinstance(batch, torch.Tensor):
+        if batch.dim() == 0:
+            raise ValueError("a batch tensor needs a first (example) dimension, got a 0-dim tensor")
+        return list(batch.split(chunk_size))
+    if isinstance(batch, Mapping):
+        keys, values = list(batch.keys()), list(batch.values())
+    elif isinstance(batch, (tuple, list)):
+        keys, values = None, list(batch)
+    else:
+        raise TypeError(f"batch must be a tensor, a mapping or a tuple/list, got {type(batch).__name__}")
+    sizes = {v.shape[0] for v in values if isinstance(v, torch.Tensor) and v.dim() > 0}
+    if len(sizes) != 1:
+        raise ValueError("the tensors of a batch must share their first (example) dimension, got "
+                         f"sizes {sorted(sizes)}" if sizes else "the batch holds no tensor to split")
+    size = sizes.pop()
+    chunks = []
+    for start in range(0, size, chunk_size):
+        part = [v[start:start + chunk_size] if isinstance(v, torch.Tensor) and v.dim() > 0 else v
+                for v in values]
+        chunks.append(dict(zip(keys, part)) if keys is not None else type(batch)(part))
+    return chunks
+
+
+class _RandomState:
+    """The generators' state before a chunk's first pass, to replay its dropout masks."""
+
+    def __init__(self):
+        self.cpu = torch.get_rng_state()
+        self.cuda = (torch.cuda.get_rng_state_all()
+                     if torch.cuda.is_available() and torch.cuda.is_initialized() else [])
+
+    @contextlib.contextmanager
+    def replay(self):
+        # fork_rng restores the state on exit: the run ends with the generators where the first
+        # pass left them, as if the chunk had been encoded once.
+        with torch.random.fork_rng(devices=range(len(self.cuda))):
+            torch.set_rng_state(self.cpu)
+            if self.cuda:
+                torch.cuda.set_rng_state_all(self.cuda)
+            yield
+
+
+def _as_tuple(outputs):
+    if isinstance(outputs, torch.Tensor):
+        return (outputs,)
+    if isinstance(outputs, (tuple, list)) and outputs and all(isinstance(o, torch.Tensor) for o in outputs):
+        return tuple(outputs)
+    raise TypeError("encode must return a tensor or a tuple of tensors (e.g. (logits, embeddings)), "
+                    f"got {type(outputs).__name__}")
+
+
+class GradientCache:
+    """Runs one training step of a contrastive loss over a batch, one encoder chunk at a time.
+
+    ``step(batch)`` leaves in every parameter's ``.grad`` the gradient of
+    ``loss_fn(*encode(batch))`` (added to what is there, as ``loss.backward()`` does), while the
+    encoder only ever holds the activations of ``chunk_size`` examples::
+
+        def encode(chunk):
+            out = model(**chunk, output_hidden_states=True)
+            return out.logits, out.hidden_states[-1][:, 0]
+
+        criterion = SupConCrossEntropyLoss(lam=0.9, temperature=0.3)
+        cache = GradientCache(encode, criterion, chunk_size=32)
+        for batch in loader:                  # batches of e.g. 1024 examples
+            labels = batch.pop("labels")
+            loss = cache.step(batch, labels)  # loss_fn(logits, embeddings, labels)
+            optimizer.step(); optimizer.zero_grad()
+
+    Dropout: each chunk's second (graph-building) pass replays the random state of its first,
+    so it sees the same dropout masks and the gradient is that of the loss that was computed.
+    Layers with running statistics (batch norm) update them in both passes.
+    """
+
+    def __init__(self, encode, loss_fn, chunk_size, *, loss_backward=None, sync_context=None):
+        """
+        Args:
+            encode: ``encode(chunk)`` -> a tensor or a tuple of tensors with the chunk's examples
+                on dim 0 (e.g. ``(logits, embeddings)``). Called twice per chunk: once under
+                ``torch.no_grad()``, once with a graph; it must be deterministic given the random
+                state (dropout is replayed).
+            loss_fn: ``loss_fn(*outputs, *loss_args, **loss_kwargs)`` -> 0-dim tensor, where each
+                output is the concatenation of the chunks' outputs at that position.
+            chunk_size: examples per encoder pass (positive int); a batch no larger than that is
+                encoded once, with a graph, and gets no second pass.
+            loss_backward: back-propagates the loss into its inputs, ``loss.backward()`` by
+                default; pass e.g. ``accelerator.backward`` or
+                ``lambda loss: scaler.scale(loss).backward()`` for mixed-precision loss
+                scaling: the scaled output gradients then flow into the encoder unchanged.
+            sync_context: a context manager factory entered around every chunk's backward pass
+                but the last, e.g. ``model.no_sync`` of DistributedDataParallel, so gradients are
+                all-reduced once per step.
+        """
+        if not callable(encode) or not callable(loss_fn):
+            raise TypeError("encode and loss_fn must be callables")
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        self.encode = encode
+        self.loss_fn = loss_fn
+        self.chunk_size = chunk_size
+        self.loss_backward = loss_backward if loss_backward is not None else torch.Tensor.backward
+        self.sync_context = sync_context
+
+    def step(self, batch, *loss_args, return_outputs=False, **loss_kwargs):
+        """Computes the loss of ``batch`` and accumulates its gradient into the parameters.
+
+        Args:
+            batch: what :func:`split_batch` takes (tensor, mapping, tuple or list).
+            *loss_args, **loss_kwargs: passed to ``loss_fn`` after the outputs (e.g. labels),
+                whole, not chunked.
+            return_outputs: also return the concatenated outputs (detached).
+
+        Returns:
+            The loss, detached; with ``return_outputs``, ``(loss, outputs)``.
+        """
+        chunks = split_batch(batch, self.chunk_size)
+        if len(chunks) == 1:
+            with torch.enable_grad():
+                outputs = _as_tuple(self.encode(chunks[0]))
+                loss = self.loss_fn(*outputs, *loss_args, **loss_kwargs)
+            self.loss_backward(loss)
+            outputs = tuple(o.detach() for o in outputs)
+            return (loss.detach(), outputs) if return_outputs else loss.detach()
+
+        states, chunk_outputs = [], []
+        with torch.no_grad():
+            for chunk in chunks:
+                states.append(_RandomState())
+                chunk_outputs.append(_as_tuple(self.encode(chunk)))
+        if len({len(o) for o in chunk_outputs}) != 1:
+            raise ValueError("encode returned a different number of tensors for different chunks")
+        rows = [o[0].shape[0] for o in chunk_outputs]
+        outputs = tuple(torch.cat(parts).detach().requires_grad_(parts[0].is_floating_point())
+                        for parts in zip(*chunk_outputs))
+        del chunk_outputs
+        with torch.enable_grad():
+            loss = self.loss_fn(*outputs, *loss_args, **loss_kwargs)
+        self.loss_backward(loss)
+        cached = [o.grad for o in outputs]
+
+        start = 0
+        for index, (chunk, state, count) in enumerate(zip(chunks, states, rows)):
+            last = index == len(chunks) - 1
+            sync = self.sync_context() if self.sync_context is not None and not last else contextlib.nullcontext()
+            with sync, state.replay(), torch.enable_grad():
+                replayed = _as_tuple(self.encode(chunk))
+                if [o.shape for o in replayed] != [o[start:start + count].shape for o in outputs]:
+                    raise RuntimeError("encode returned different shapes for the same chunk in its "
+                                       "two passes")
+                stop = start + count
+                pairs = [(out, grad[start:stop]) for out, grad in zip(replayed, cached)
+                         if grad is not None and out.requires_grad]
+                if pairs:
+                    torch.autograd.backward([p[0] for p in pairs], [p[1] for p in pairs])
+            start = stop
+        outputs = tuple(o.detach() for o in outputs)
+        return (loss.detach(), outputs) if return_outputs else loss.detach()

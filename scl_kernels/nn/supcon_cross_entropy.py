@@ -1,0 +1,140 @@
+"""The fine-tuning objective of Gunel et al. (ICLR 2021): (1 - lam) * CE + lam * SCL."""
+import math
+from numbers import Real
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..loss import _check_options, _check_tensor, supcon_loss
+
+SCL_REDUCTIONS = ("mean", "sum")
+
+
+class SupConCrossEntropyParts(NamedTuple):
+    """The objective and its two terms, each unweighted (for logging)."""
+    loss: torch.Tensor
+    cross_entropy: torch.Tensor
+    supcon: torch.Tensor
+
+
+def _check_lam(lam):
+    if isinstance(lam, bool) or not isinstance(lam, Real):
+        raise TypeError(f"lam must be a float in [0, 1], got {type(lam).__name__}")
+    if not (math.isfinite(lam) and 0.0 <= lam <= 1.0):
+        raise ValueError(f"lam must be in [0, 1], got {lam}")
+
+
+class SupConCrossEntropyLoss(nn.Module):
+    """Cross-entropy plus the supervised contrastive term, for fine-tuning a classifier::
+
+        loss = (1 - lam) * F.cross_entropy(logits, labels) + lam * SCL(embeddings, labels)
+
+    as in Gunel et al., "Supervised Contrastive Learning for Pre-trained Language Model
+    Fine-tuning" (ICLR 2021), where the embeddings are the L2-normalised first-token ([CLS] /
+    ``<s>``) vectors of the encoder's last layer. SCL is the fused :func:`~scl_kernels.supcon_loss`
+    (no N x N matrix is stored), with ``normalize=True`` doing the L2 normalisation.
+
+    Cross-entropy is a mean over the batch. The paper writes SCL as a *sum* over the N anchors,
+    which makes its effective weight N times larger than the same ``lam`` on a mean: at batch 16
+    the two differ by 16x. ``scl_reduction`` picks one:
+
+    * ``"mean"`` (default): SCL averaged over the anchors that have a positive, the convention of
+      most re-implementations; ``lam`` is then batch-size independent.
+    * ``"sum"``: the paper's formula, a sum over anchors.
+
+    Example::
+
+        criterion = SupConCrossEntropyLoss(lam=0.9, temperature=0.3)
+        out = model(**batch, output_hidden_states=True)
+        loss = criterion(out.logits, out.hidden_states[-1][:, 0], batch["labels"])
+    """
+
+    def __init__(self, lam=0.9, temperature=0.3, *, scl_reduction="mean", normalize=True,
+                 backend="auto"):
+        """Checks and stores the options.
+
+        Args:
+            lam: weight of the contrastive term, in [0, 1]; 0 is plain cross-entropy and 1 plain
+                SCL. Default 0.9 (with ``temperature=0.3``, the defaults of the paper's
+                re-implementations; its grid was lam in {0.1, 0.3, 0.5, 0.7, 0.9, 1.0}).
+            temperature: SCL's softmax temperature, a positive float or a 0-dim tensor (an
+                ``nn.Parameter`` is learnable). The paper's grid: {0.1, 0.3, 0.5, 0.7}.
+            scl_reduction: ``"mean"`` (default) or ``"sum"`` over anchors, see above.
+            normalize: L2-normalise the embeddings first (default True, as in the paper).
+            backend: the SupCon backend, as in :func:`~scl_kernels.supcon_loss`.
+
+        Raises:
+            TypeError / ValueError naming the argument.
+        """
+        super().__init__()
+        _check_lam(lam)
+        if scl_reduction not in SCL_REDUCTIONS:
+            raise ValueError(f"scl_reduction must be one of {SCL_REDUCTIONS}, got {scl_reduction!r}")
+        _check_options(temperature, "all", normalize, "mean", backend, check_tensor_value=True)
+        self.lam = float(lam)
+        self.temperature = temperature
+        self.scl_reduction = scl_reduction
+        self.normalize = normalize
+        self.backend = backend
+
+    def _cross_entropy(self, logits, labels):
+        _check_tensor(logits, "logits", floating=True)
+        if logits.dim() != 2 or logits.shape[0] != labels.shape[0]:
+            raise ValueError(f"logits must have shape [N, num_classes] with N = {labels.shape[0]} "
+                             f"(the labels), got {tuple(logits.shape)}")
+        return F.cross_entropy(logits, labels)
+
+    def _supcon(self, embeddings, labels):
+        if embeddings.dim() != 2:
+            raise ValueError(f"embeddings must have shape [N, D], got {tuple(embeddings.shape)}")
+        return supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize,
+                           reduction=self.scl_reduction, backend=self.backend)
+
+    def _check_labels(self, labels):
+        _check_tensor(labels, "labels", floating=False)
+        if labels.dim() != 1:
+            raise ValueError(f"labels must have shape [N], got {tuple(labels.shape)}")
+
+    def parts(self, logits, embeddings, labels):
+        """The objective and both of its terms (unweighted), for logging.
+
+        Takes the arguments of :meth:`forward`; returns a :class:`SupConCrossEntropyParts`
+        ``(loss, cross_entropy, supcon)``. Both terms are computed whatever ``lam`` is.
+        """
+        self._check_labels(labels)
+        cross_entropy = self._cross_entropy(logits, labels)
+        supcon = self._supcon(embeddings, labels)
+        loss = (1.0 - self.lam) * cross_entropy + self.lam * supcon
+        return SupConCrossEntropyParts(loss, cross_entropy, supcon)
+
+    def forward(self, logits, embeddings, labels):
+        """The objective of one batch (a 0-dim tensor).
+
+        Args:
+            logits: ``[N, num_classes]`` classifier outputs (before softmax).
+            embeddings: ``[N, D]`` sentence embeddings (normalised by the loss unless
+                ``normalize=False``), e.g. the last layer's first-token vectors.
+            labels: integer ``[N]`` class indices. A negative label is ignored by cross-entropy
+                only if it equals its ``ignore_index`` (-100); SupCon treats any negative label as
+                "no class" (a negative for every anchor, no loss of its own).
+
+        A term whose weight is 0 (``lam`` of 0 or 1) is not computed, so its input needs no
+        graph.
+        """
+        self._check_labels(labels)
+        loss = None
+        if self.lam < 1.0:
+            loss = (1.0 - self.lam) * self._cross_entropy(logits, labels)
+        if self.lam > 0.0:
+            scl = self.lam * self._supcon(embeddings, labels)
+            loss = scl if loss is None else loss + scl
+        return loss
+
+    def extra_repr(self):
+        temperature = self.temperature
+        if isinstance(temperature, torch.Tensor):
+            temperature = f"{type(temperature).__name__}(...)"
+        return (f"lam={self.lam}, temperature={temperature}, scl_reduction={self.scl_reduction!r}, "
+                f"normalize={self.normalize}, backend={self.backend!r}")
