@@ -53,6 +53,16 @@ def test_each_kind(architecture):
         torch.testing.assert_close(model.classifier(head), outputs.logits)
 
 
+def test_distilbert_head_is_its_pre_classifier():
+    torch.manual_seed(0)
+    config = transformers.DistilBertConfig(vocab_size=100, dim=32, n_layers=2, n_heads=4,
+                                           hidden_dim=37, max_position_embeddings=64, num_labels=3)
+    model = transformers.DistilBertForSequenceClassification(config).eval()
+    outputs, _, mask = run(model)
+    head = sentence_embedding(model, outputs, mask, "head")
+    torch.testing.assert_close(model.classifier(head), outputs.logits)
+
+
 def test_errors():
     model = classifier("bert")
     outputs, _, mask = run(model)
@@ -61,7 +71,7 @@ def test_errors():
     no_hidden = model(input_ids=torch.randint(3, 100, (2, 4)))
     with pytest.raises(ValueError, match="output_hidden_states=True"):
         sentence_embedding(model, no_hidden)
-    with pytest.raises(ValueError, match="neither"):
+    with pytest.raises(ValueError, match="no classification head"):
         sentence_embedding(torch.nn.Linear(2, 2), outputs, mask, "head")
     assert EMBEDDINGS == ("first_token", "mean", "head")
 

@@ -245,3 +245,46 @@ def test_encode_must_return_tensors_of_stable_shape():
         GradientCache(lambda c: c, SupConCrossEntropyLoss(), 0)
     with pytest.raises(TypeError, match="callables"):
         GradientCache(None, SupConCrossEntropyLoss(), 2)
+
+
+def test_loss_defers_the_encoder_backward_to_the_callers_backward():
+    torch.manual_seed(0)
+    model = TinyEncoder(dropout=0.3).double().train()
+    criterion = SupConCrossEntropyLoss(0.6, 0.2)
+    inputs, labels = data(n=13)
+    _, want = chunked_reference(model, criterion, inputs, labels, 4, seed=2)
+
+    torch.manual_seed(2)
+    model.zero_grad()
+    cache = GradientCache(model, criterion, 4)
+    loss = cache.loss(inputs, labels)
+    assert loss.requires_grad and all(p.grad is None for p in model.parameters())
+    torch.manual_seed(99)  # the trainer may draw random numbers before it calls backward
+    (0.5 * loss).backward()  # e.g. gradient accumulation over two batches
+    for g, w in zip(gradients(model), want):
+        torch.testing.assert_close(g, 0.5 * w, rtol=1e-10, atol=1e-12)
+
+
+def test_an_output_the_loss_does_not_use_gets_no_gradient():
+    torch.manual_seed(0)
+    model = TinyEncoder().double()
+    inputs, labels = data()
+    model.zero_grad()
+    GradientCache(model, lambda logits, embeddings: embeddings.square().sum(), 4).step(inputs)
+    assert model.head.weight.grad is None  # only the logits depend on the head
+    got = model.body[0].weight.grad.clone()
+    model.zero_grad()
+    model(inputs)[1].square().sum().backward()
+    torch.testing.assert_close(got, model.body[0].weight.grad)
+
+
+def test_loss_without_grad_mode_is_the_value_only():
+    torch.manual_seed(0)
+    model = TinyEncoder().double()
+    criterion = SupConCrossEntropyLoss()
+    inputs, labels = data()
+    with torch.no_grad():
+        for chunk_size in (4, 64):
+            loss = GradientCache(model, criterion, chunk_size).loss(inputs, labels)
+            assert not loss.requires_grad
+            torch.testing.assert_close(loss, criterion(*model(inputs), labels))

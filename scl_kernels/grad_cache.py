@@ -97,6 +97,10 @@ class GradientCache:
             loss = cache.step(batch, labels)  # loss_fn(logits, embeddings, labels)
             optimizer.step(); optimizer.zero_grad()
 
+    Inside a training loop that is not one's own (a loss module given to a trainer, which
+    scales, accumulates and back-propagates the loss itself), :meth:`loss` returns the loss
+    instead, and the chunks are re-encoded when the trainer calls its backward.
+
     Dropout: each chunk's second (graph-building) pass replays the random state of its first,
     so it sees the same dropout masks and the gradient is that of the loss that was computed.
     Layers with running statistics (batch norm) update them in both passes.
@@ -131,8 +135,83 @@ class GradientCache:
         self.loss_backward = loss_backward if loss_backward is not None else torch.Tensor.backward
         self.sync_context = sync_context
 
+    def loss(self, batch, *loss_args, return_outputs=False, **loss_kwargs):
+        """The loss of ``batch``, whose backward pass sends its gradient into the encoder.
+
+        Encodes the batch chunk by chunk without a graph and returns ``loss_fn`` of the
+        concatenated outputs. Back-propagating the returned loss (``loss.backward()``, a scaled
+        loss, gradient accumulation: whatever a training loop does with a loss) re-encodes each
+        chunk with a graph under its replayed random state and back-propagates that chunk's
+        slice of the outputs' gradient, so the encoder's parameters receive in ``.grad`` the
+        gradient of the uncached loss. (As with re-entrant checkpointing, the encoder's
+        gradients arrive in ``.grad``, not through ``torch.autograd.grad``.) This is the form
+        for a loss module inside someone else's training loop; :meth:`step` is the form for a
+        loop of one's own.
+
+        Args:
+            batch: what :func:`split_batch` takes (tensor, mapping, tuple or list).
+            *loss_args, **loss_kwargs: passed to ``loss_fn`` after the outputs (e.g. labels),
+                whole, not chunked.
+            return_outputs: also return the concatenated outputs (detached).
+
+        Returns:
+            The 0-dim loss, with a graph unless grad mode is off (then it is only the value);
+            with ``return_outputs``, ``(loss, outputs)``.
+        """
+        chunks = split_batch(batch, self.chunk_size)
+        if len(chunks) == 1:
+            outputs = _as_tuple(self.encode(chunks[0]))
+            loss = self.loss_fn(*outputs, *loss_args, **loss_kwargs)
+            return (loss, tuple(o.detach() for o in outputs)) if return_outputs else loss
+
+        states, chunk_outputs = [], []
+        with torch.no_grad():
+            for chunk in chunks:
+                states.append(_RandomState())
+                chunk_outputs.append(_as_tuple(self.encode(chunk)))
+        if len({len(o) for o in chunk_outputs}) != 1:
+            raise ValueError("encode returned a different number of tensors for different chunks")
+        rows = [o[0].shape[0] for o in chunk_outputs]
+        outputs = tuple(torch.cat(parts) for parts in zip(*chunk_outputs))
+        del chunk_outputs
+        if not torch.is_grad_enabled():  # evaluation: the value only, nothing to replay
+            loss = self.loss_fn(*outputs, *loss_args, **loss_kwargs)
+            return (loss, outputs) if return_outputs else loss
+        differentiable = [i for i, o in enumerate(outputs) if o.is_floating_point()]
+
+        def replay(gradients):
+            """Re-encodes every chunk with a graph and back-propagates its gradient slice."""
+            by_output = dict(zip(differentiable, gradients))
+            start = 0
+            for index, (chunk, state, count) in enumerate(zip(chunks, states, rows)):
+                last = index == len(chunks) - 1
+                sync = (self.sync_context() if self.sync_context is not None and not last
+                        else contextlib.nullcontext())
+                with sync, state.replay(), torch.enable_grad():
+                    replayed = _as_tuple(self.encode(chunk))
+                    if [o.shape for o in replayed] != [o[start:start + count].shape for o in outputs]:
+                        raise RuntimeError("encode returned different shapes for the same chunk in "
+                                           "its two passes")
+                    pairs = [(out, by_output[i][start:start + count]) for i, out in enumerate(replayed)
+                             if by_output.get(i) is not None and out.requires_grad]
+                    if pairs:
+                        torch.autograd.backward([p[0] for p in pairs], [p[1] for p in pairs])
+                start += count
+
+        leaves = [outputs[i].requires_grad_() for i in differentiable]
+        with torch.enable_grad():
+            routed = _ReplayChunks.apply(replay, *leaves)
+            inputs = list(outputs)
+            for i, tensor in zip(differentiable, routed):
+                inputs[i] = tensor
+            loss = self.loss_fn(*inputs, *loss_args, **loss_kwargs)
+        if return_outputs:
+            return loss, tuple(o.detach() for o in outputs)
+        return loss
+
     def step(self, batch, *loss_args, return_outputs=False, **loss_kwargs):
-        """Computes the loss of ``batch`` and accumulates its gradient into the parameters.
+        """Computes the loss of ``batch`` and accumulates its gradient into the parameters:
+        ``loss_backward`` of :meth:`loss`.
 
         Args:
             batch: what :func:`split_batch` takes (tensor, mapping, tuple or list).
@@ -143,45 +222,22 @@ class GradientCache:
         Returns:
             The loss, detached; with ``return_outputs``, ``(loss, outputs)``.
         """
-        chunks = split_batch(batch, self.chunk_size)
-        if len(chunks) == 1:
-            with torch.enable_grad():
-                outputs = _as_tuple(self.encode(chunks[0]))
-                loss = self.loss_fn(*outputs, *loss_args, **loss_kwargs)
-            self.loss_backward(loss)
-            outputs = tuple(o.detach() for o in outputs)
-            return (loss.detach(), outputs) if return_outputs else loss.detach()
-
-        states, chunk_outputs = [], []
-        with torch.no_grad():
-            for chunk in chunks:
-                states.append(_RandomState())
-                chunk_outputs.append(_as_tuple(self.encode(chunk)))
-        if len({len(o) for o in chunk_outputs}) != 1:
-            raise ValueError("encode returned a different number of tensors for different chunks")
-        rows = [o[0].shape[0] for o in chunk_outputs]
-        outputs = tuple(torch.cat(parts).detach().requires_grad_(parts[0].is_floating_point())
-                        for parts in zip(*chunk_outputs))
-        del chunk_outputs
-        with torch.enable_grad():
-            loss = self.loss_fn(*outputs, *loss_args, **loss_kwargs)
+        loss, outputs = self.loss(batch, *loss_args, return_outputs=True, **loss_kwargs)
         self.loss_backward(loss)
-        cached = [o.grad for o in outputs]
-
-        start = 0
-        for index, (chunk, state, count) in enumerate(zip(chunks, states, rows)):
-            last = index == len(chunks) - 1
-            sync = self.sync_context() if self.sync_context is not None and not last else contextlib.nullcontext()
-            with sync, state.replay(), torch.enable_grad():
-                replayed = _as_tuple(self.encode(chunk))
-                if [o.shape for o in replayed] != [o[start:start + count].shape for o in outputs]:
-                    raise RuntimeError("encode returned different shapes for the same chunk in its "
-                                       "two passes")
-                stop = start + count
-                pairs = [(out, grad[start:stop]) for out, grad in zip(replayed, cached)
-                         if grad is not None and out.requires_grad]
-                if pairs:
-                    torch.autograd.backward([p[0] for p in pairs], [p[1] for p in pairs])
-            start = stop
-        outputs = tuple(o.detach() for o in outputs)
         return (loss.detach(), outputs) if return_outputs else loss.detach()
+
+
+class _ReplayChunks(torch.autograd.Function):
+    """The identity on the cached outputs; its backward hands their gradient to ``replay``,
+    which re-encodes the chunks and back-propagates it into the encoder."""
+
+    @staticmethod
+    def forward(ctx, replay, *outputs):
+        ctx.replay = replay
+        ctx.set_materialize_grads(False)  # an output the loss does not use gets None, not zeros
+        return tuple(o.view_as(o) for o in outputs)
+
+    @staticmethod
+    def backward(ctx, *gradients):
+        ctx.replay(gradients)
+        return (None,) * (1 + len(gradients))

@@ -68,7 +68,10 @@ class ClassBalancedBatchSampler(Sampler):
                 anchor has a positive). Every class needs at least 2 examples.
             seed: seed of the shuffles.
             num_replicas, rank: the data-parallel world: default the initialised default
-                process group's size and rank, else 1 and 0.
+                process group's size and rank, else 1 and 0. Pass ``num_replicas=1, rank=0``
+                where something else deals the batches out to the processes (Hugging Face
+                accelerate's ``prepare`` of a DataLoader, as in the Trainer): sharding twice
+                would drop batches.
 
         Raises:
             ValueError: bad sizes, a class with a single example, or fewer than 2 classes.

@@ -17,9 +17,10 @@ def sentence_embedding(model, outputs, attention_mask=None, kind="first_token"):
               Gunel et al. RoBERTa has no pooler, so this is the paper's embedding there.
             * ``"mean"``: the mean of the real tokens' hidden states (sentence-transformers'
               pooling).
-            * ``"head"``: the classification head's dense + tanh of the first token: the
-              ``classifier.dense`` layer of RoBERTa-style heads, or the base model's pooler in
-              BERT-style models. Computed without the head's dropout.
+            * ``"head"``: the classification head's hidden layer on the first token: dense +
+              tanh of RoBERTa-style heads (``classifier.dense``), DistilBERT's
+              ``pre_classifier`` + ReLU, or the base model's pooler (dense + tanh) in BERT-style
+              models. Computed without the head's dropout.
 
     Returns:
         A tensor in the model's dtype, with a graph when ``outputs`` has one.
@@ -45,9 +46,12 @@ def sentence_embedding(model, outputs, attention_mask=None, kind="first_token"):
     head_dense = getattr(getattr(model, "classifier", None), "dense", None)
     if head_dense is not None:
         return torch.tanh(head_dense(last[:, 0]))
+    pre_classifier = getattr(model, "pre_classifier", None)
+    if pre_classifier is not None:  # DistilBERT's head: dense + ReLU
+        return torch.relu(pre_classifier(last[:, 0]))
     pooler = getattr(getattr(model, "base_model", None), "pooler", None)
     if pooler is not None:
         return pooler(last)
-    raise ValueError(f"{type(model).__name__} has neither a classification head with a dense "
-                     "layer (RoBERTa-style) nor a pooler (BERT-style): use kind='first_token' or "
-                     "'mean'")
+    raise ValueError(f"{type(model).__name__} has no classification head with a hidden layer "
+                     "(RoBERTa's classifier.dense, DistilBERT's pre_classifier) and no pooler "
+                     "(BERT-style): use kind='first_token' or 'mean'")
