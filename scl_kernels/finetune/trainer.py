@@ -17,8 +17,7 @@ from transformers import Trainer, TrainingArguments
 from transformers.utils import is_datasets_available
 
 from ..grad_cache import GradientCache
-from ..nn import SupConCrossEntropyLoss
-from ..nn import SCL_REDUCTIONS
+from ..nn import SCL_REDUCTIONS, SupConCrossEntropyLoss
 from ..sampling import ClassBalancedBatchSampler
 from .embeddings import EMBEDDINGS, sentence_embedding
 
