@@ -175,6 +175,22 @@ def test_gradient_accumulation_averages_the_per_batch_objectives(tmp_path, chunk
     assert not all(torch.allclose(g, w, atol=1e-6) for g, w in zip(model.parameters(), whole))
 
 
+def test_accumulated_cross_entropy_is_one_large_batch(tmp_path):
+    """With lam = 0 the objective is a plain mean: accumulating two batches of 4 is one batch of
+    8, as with the Trainer's own loss (the accumulation scaling is right)."""
+    labels = [0, 0, 1, 1, 2, 1, 2, 0]
+    results = []
+    for accumulation, batch_size in ((2, 4), (1, 8)):
+        model = roberta()
+        args = arguments(tmp_path, gradient_accumulation_steps=accumulation, max_steps=1,
+                         max_grad_norm=0.0, train_sampling_strategy="sequential",
+                         per_device_train_batch_size=batch_size, scl_lambda=0.0)
+        sgd_trainer(model, args, ListDataset(labels), lr=0.5).train()
+        results.append([p.detach().clone() for p in model.parameters()])
+    for accumulated, whole in zip(*results):
+        torch.testing.assert_close(accumulated, whole, rtol=1e-5, atol=1e-6)
+
+
 def test_predict_and_evaluate_see_plain_logits(tmp_path):
     labels = [0, 1, 2, 0, 1, 2, 1]
     model = roberta()
