@@ -14,6 +14,7 @@ pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
 
 from scl_kernels.finetune import cli, report  # noqa: E402
+from tiny_models import tiny_classifier  # noqa: E402
 
 WORDS = {"pos": ["good", "great", "fine", "nice"], "neg": ["bad", "awful", "poor", "sad"]}
 FILLER = ["the", "movie", "was", "a", "plot", "very"]
@@ -44,15 +45,11 @@ def save_tiny_model(directory, kind):
     directory.mkdir()
     (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
     tokenizer = transformers.BertTokenizer.from_pretrained(str(directory))
-    sizes = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                 intermediate_size=37, num_labels=2, pad_token_id=0)
-    if kind == "bert":
-        model = transformers.BertForSequenceClassification(transformers.BertConfig(
-            max_position_embeddings=32, **sizes))
-    else:
-        # RoBERTa's position ids start after the padding id: room for the text + 2.
-        model = transformers.RobertaForSequenceClassification(transformers.RobertaConfig(
-            max_position_embeddings=34, type_vocab_size=2, **sizes))
+    # RoBERTa's position ids start after the padding id: room for the text + 2.
+    positions = {"bert": 32, "roberta": 34}[kind]
+    extra = {"type_vocab_size": 2} if kind == "roberta" else {}
+    model = tiny_classifier(kind, 2, vocab_size=len(VOCAB), max_position_embeddings=positions,
+                            dropout=0.1, pad_token_id=0, **extra)
     model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
     return str(directory)

@@ -16,16 +16,10 @@ def test_import_scl_kernels_loads_no_optional_library():
 
 transformers = pytest.importorskip("transformers")
 from scl_kernels.finetune import EMBEDDINGS, sentence_embedding  # noqa: E402
+from tiny_models import tiny_classifier  # noqa: E402
 
-SIZES = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-             intermediate_size=37, max_position_embeddings=64, num_labels=3)
-
-
-def classifier(kind):
-    torch.manual_seed(0)
-    if kind == "roberta":
-        return transformers.RobertaForSequenceClassification(transformers.RobertaConfig(**SIZES)).eval()
-    return transformers.BertForSequenceClassification(transformers.BertConfig(**SIZES)).eval()
+def classifier(architecture):
+    return tiny_classifier(architecture).eval()
 
 
 def run(model):

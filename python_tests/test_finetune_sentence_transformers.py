@@ -17,12 +17,13 @@ from sentence_transformers.sentence_transformer.modules import Pooling, Transfor
 
 from scl_kernels import supcon_loss  # noqa: E402
 from scl_kernels.finetune import SupConSentenceTransformerLoss  # noqa: E402
+from tiny_models import TINY_SIZES, tiny_config  # noqa: E402
 
 WORDS = [["good", "great", "happy", "love", "fine"],
          ["bad", "awful", "sad", "hate", "poor"],
          ["car", "road", "drive", "wheel", "fast"]]
 FILLER = ["the", "a", "it", "was", "very", "movie", "day"]
-HIDDEN = 32
+HIDDEN = TINY_SIZES["hidden_size"]
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +36,7 @@ def model_dirs(tmp_path_factory):
         path = tmp_path_factory.mktemp(f"tiny_bert_{dropout}")
         (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
         torch.manual_seed(0)
-        config = transformers.BertConfig(
-            vocab_size=len(vocab), hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=37, max_position_embeddings=64,
-            hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+        config = tiny_config("bert", vocab_size=len(vocab), dropout=dropout)
         transformers.BertModel(config).save_pretrained(path)
         dirs[dropout] = str(path)
     return dirs

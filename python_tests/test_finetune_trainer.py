@@ -16,6 +16,7 @@ from scl_kernels import supcon_loss  # noqa: E402
 from scl_kernels.finetune import SupConTrainer, SupConTrainingArguments  # noqa: E402
 from scl_kernels.nn import SupConCrossEntropyLoss  # noqa: E402
 from scl_kernels.sampling import ClassBalancedBatchSampler  # noqa: E402
+from tiny_models import tiny_classifier  # noqa: E402
 
 SEQ = 8        # tokens per example
 CLASSES = 3
@@ -23,21 +24,11 @@ PAD = 1        # RoBERTa's pad id (BERT's is 0; attention_mask is what matters)
 
 
 def roberta(dropout=0.0, seed=0):
-    torch.manual_seed(seed)
-    config = transformers.RobertaConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=37, max_position_embeddings=64, num_labels=CLASSES,
-        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
-    return transformers.RobertaForSequenceClassification(config)
+    return tiny_classifier("roberta", CLASSES, seed=seed, dropout=dropout)
 
 
 def bert(dropout=0.0, seed=0):
-    torch.manual_seed(seed)
-    config = transformers.BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=37, max_position_embeddings=64, num_labels=CLASSES,
-        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
-    return transformers.BertForSequenceClassification(config)
+    return tiny_classifier("bert", CLASSES, seed=seed, dropout=dropout)
 
 
 MODELS = {"roberta": roberta, "bert": bert}

@@ -175,13 +175,10 @@ def test_mapping_batches_and_loss_keyword_arguments():
 
 
 def test_supcon_and_cross_entropy_through_a_transformer_with_dropout():
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from scl_kernels.finetune import sentence_embedding
-    config = transformers.RobertaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
-                                        num_attention_heads=4, intermediate_size=37,
-                                        max_position_embeddings=64, num_labels=3)
-    torch.manual_seed(0)
-    model = transformers.RobertaForSequenceClassification(config).double().train()
+    from tiny_models import tiny_classifier
+    model = tiny_classifier("roberta", dropout=0.1).double().train()
     generator = torch.Generator().manual_seed(1)
     batch = {"input_ids": torch.randint(3, 100, (10, 9), generator=generator),
              "attention_mask": torch.ones(10, 9, dtype=torch.long)}
