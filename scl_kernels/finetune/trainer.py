@@ -14,6 +14,7 @@ from numbers import Real
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
+from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import is_datasets_available
 
 from ..grad_cache import GradientCache
@@ -219,6 +220,14 @@ class SupConTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None, **kwargs):
         """The SupCon objective of a training batch, or the cross-entropy of an evaluation batch.
 
+        With ``args.gradient_cache_chunk_size``, a training batch goes through the gradient cache
+        (:meth:`~scl_kernels.grad_cache.GradientCache.loss`): its chunks are encoded without a
+        graph here, and the Trainer's backward pass of the returned loss
+        (``accelerator.backward``, after the gradient-accumulation scaling and with any
+        mixed-precision loss scaling) encodes each chunk again, with the same dropout masks,
+        and sends the loss's gradient into the parameters. The parameter gradients are those of
+        the uncached batch; the encoder holds one chunk's activations at a time.
+
         Args:
             model (`nn.Module`): the (possibly wrapped) model.
             inputs (`dict[str, torch.Tensor]`): the batch, with integer ``labels``.
@@ -229,59 +238,29 @@ class SupConTrainer(Trainer):
 
         Returns:
             The 0-dim loss, or ``(loss, outputs)``. In training mode the loss is
-            ``criterion(logits, embeddings, labels)`` and the outputs carry hidden states; in
-            evaluation mode it is ``F.cross_entropy(logits, labels)`` and they do not.
+            ``criterion(logits, embeddings, labels)`` and the outputs carry hidden states (only
+            the logits through the gradient cache); in evaluation mode it is
+            ``F.cross_entropy(logits, labels)`` and they do not.
         """
         inputs, labels = self._pop_labels(inputs)
-        if model.training:
+        if not model.training:
+            outputs = model(**inputs)
+            loss = F.cross_entropy(outputs.logits, labels)
+        elif self.args.gradient_cache_chunk_size is None:
             outputs, embeddings = self._encode(model, inputs)
             loss = self.criterion(outputs.logits, embeddings, labels)
         else:
-            outputs = model(**inputs)
-            loss = F.cross_entropy(outputs.logits, labels)
+            def encode(chunk):
+                # Also called from the backward pass, outside compute_loss's autocast context.
+                with self.compute_loss_context_manager():
+                    chunk_outputs, embeddings = self._encode(model, chunk)
+                return chunk_outputs.logits, embeddings
+
+            cache = GradientCache(encode, self.criterion, self.args.gradient_cache_chunk_size,
+                                  sync_context=lambda: self.accelerator.no_sync(model))
+            loss, (logits, _) = cache.loss(inputs, labels, return_outputs=True)
+            outputs = SequenceClassifierOutput(logits=logits)
         return (loss, outputs) if return_outputs else loss
-
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        """One training batch's forward and backward; through the gradient cache when
-        ``args.gradient_cache_chunk_size`` is set.
-
-        With the cache, each chunk of the batch is encoded without a graph, the objective of the
-        whole batch and its gradient with respect to the logits and embeddings are computed,
-        and each chunk is encoded again (same dropout masks) to send that gradient into the
-        parameters. The parameter gradients are those of the uncached step; the backward pass
-        of the objective goes through ``accelerator.backward`` (mixed-precision loss scaling).
-
-        Args:
-            model (`nn.Module`): the (possibly wrapped) model.
-            inputs (`dict[str, torch.Tensor]`): the batch, with integer ``labels``.
-            num_items_in_batch (*optional*): ignored, see :meth:`compute_loss`.
-
-        Returns:
-            `torch.Tensor`: the detached loss, divided by the number of batches accumulated in
-            this optimizer step (as the Trainer's own ``training_step`` returns it).
-        """
-        if self.args.gradient_cache_chunk_size is None:
-            return super().training_step(model, inputs, num_items_in_batch)
-        model.train()
-        if callable(getattr(self.optimizer, "train", None)):  # schedule-free optimizers
-            self.optimizer.train()
-        inputs, labels = self._pop_labels(self._prepare_inputs(inputs))
-        # Set by transformers >= 5 for a short last accumulation; earlier versions divide by the
-        # configured number.
-        accumulated = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
-
-        def encode(chunk):
-            with self.compute_loss_context_manager():
-                outputs, embeddings = self._encode(model, chunk)
-            return outputs.logits, embeddings
-
-        def objective(logits, embeddings, labels):
-            return self.criterion(logits, embeddings, labels) / accumulated
-
-        cache = GradientCache(encode, objective, self.args.gradient_cache_chunk_size,
-                              loss_backward=self.accelerator.backward,
-                              sync_context=lambda: self.accelerator.no_sync(model))
-        return cache.step(inputs, labels)
 
     def get_train_dataloader(self):
         """The training DataLoader; class-balanced batches when ``args.samples_per_class`` is set.
