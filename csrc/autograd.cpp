@@ -9,6 +9,8 @@
 #include <optional>
 #include <tuple>
 
+#include "core/prepared_handoff.h"
+
 namespace scl {
 namespace {
 
@@ -41,10 +43,12 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
                                .findSchemaOrThrow(Names::kForward, "")
                                .template typed<ForwardSignature>();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
+    CaptureForward capture;
     auto [loss, lse, num_positives] = op.call(features, labels, contrast, contrast_labels,
                                               temperature, num_anchors, normalize, anchor_offset);
     ctx->save_for_backward({features, labels, contrast.value_or(at::Tensor()),
                             contrast_labels.value_or(at::Tensor()), temperature, lse});
+    ctx->saved_data["prepared"] = capture.take();
     ctx->saved_data["num_anchors"] = num_anchors;
     ctx->saved_data["normalize"] = normalize;
     ctx->saved_data["anchor_offset"] = anchor_offset;
@@ -63,6 +67,7 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
     const at::Tensor& grad_loss = grads[0];
     variable_list out(8);
     if (!grad_loss.defined()) return out;
+    const ReuseInBackward reuse(ctx->saved_data["prepared"]);
     auto [grad_features, grad_contrast, grad_temperature] =
         op.call(grad_loss, saved[0], saved[1], present(contrast), present(saved[3]), saved[4],
                 ctx->saved_data["num_anchors"].toInt(), ctx->saved_data["normalize"].toBool(),

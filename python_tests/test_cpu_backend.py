@@ -162,3 +162,34 @@ def test_large_cross_set_against_reference(randn, randint, gen, cpu_library):
     check_against_reference("cpu", randn(300, 7), randint(-1, 9, (300,)), 0.1,
                             contrast=randn(8300, 7), contrast_labels=randint(-1, 9, (8300,)),
                             generator=gen)
+
+
+def _unique_calls(run):
+    """How many times the O(N*D) preparation computed class ids (aten::_unique2) in run()."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        run()
+    return sum(event.count for event in prof.key_averages() if event.key == "aten::_unique2")
+
+
+@pytest.mark.parametrize("n, dim, kept", [(48, 40, True), (300, 1024, False)])
+def test_backward_reuses_a_small_forwards_preparation(n, dim, kept):
+    """Autograd hands a small problem's preparation from forward to backward
+    (csrc/core/prepared_handoff.h): backward then prepares nothing, and its gradient is the one
+    the raw backward op computes from scratch, bit for bit. Large problems prepare again."""
+    generator = torch.Generator().manual_seed(n)
+    x = torch.randn(n, dim, generator=generator, requires_grad=True)
+    labels = torch.randint(0, 5, (n,), generator=generator)
+    t = torch.tensor(0.1, dtype=torch.float64)
+
+    def forward_backward():
+        loss, lse, _ = torch.ops.scl.supcon(x, labels, None, None, t, n, True)
+        loss.sum().backward()
+        return lse
+
+    x.grad = None
+    assert _unique_calls(forward_backward) == (1 if kept else 2)
+    x.grad = None
+    lse = forward_backward()
+    with torch.no_grad():
+        grad, _, _ = torch.ops.scl.supcon_backward(torch.ones(n), x, labels, None, None, t, n, True, lse)
+    assert torch.equal(x.grad, grad)

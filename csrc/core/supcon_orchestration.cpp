@@ -1,5 +1,7 @@
 #include "supcon_orchestration.h"
 
+#include "prepared_handoff.h"
+
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 #include <c10/util/ParallelGuard.h>
@@ -79,6 +81,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   const SupConProblem p = prepare_problem(args, /*check_values=*/true);
   const at::Tensor lse = kernels.lse(tile_inputs(p, choose_schedule(p, kernels, true)));
   TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
+  offer_prepared(p);
   return {anchor_losses(p, lse), lse, p.num_positives};
 }
 
@@ -87,7 +90,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
                                                                const SupConArgs& args,
                                                                const at::Tensor& lse) {
   const c10::ParallelGuard serial(run_serially(args));
-  const SupConProblem p = prepare_problem(args, /*check_values=*/false);
+  // The forward's own problem when its autograd node kept it (prepared_handoff.h): the same
+  // inputs, so the same terms.
+  const SupConProblem* kept = prepared_for_backward();
+  const SupConProblem p = kept != nullptr ? *kept : prepare_problem(args, /*check_values=*/false);
   check_lse(p, lse);
   const at::Tensor g = effective_anchor_grads(p, grad_loss);
   const Schedule schedule = choose_schedule(p, kernels, false);

@@ -1,0 +1,53 @@
+#include "prepared_handoff.h"
+
+namespace scl {
+namespace {
+
+// Kept only while the problem's tiles are at most this many multiply-adds (N = 256 at D = 1024):
+// above it the preparation is a small share of the call, and the kept O(N*D) tensors (unit rows,
+// class sums) would grow with the batch.
+constexpr int64_t kKeepWork = int64_t{1} << 26;
+
+struct HandoffState {
+  bool capturing = false;
+  c10::intrusive_ptr<PreparedProblem> captured;
+  c10::intrusive_ptr<PreparedProblem> reuse;
+};
+
+thread_local HandoffState state;
+
+}  // namespace
+
+CaptureForward::CaptureForward() {
+  state.capturing = true;
+  state.captured.reset();
+}
+
+CaptureForward::~CaptureForward() {
+  state.capturing = false;
+  state.captured.reset();
+}
+
+c10::IValue CaptureForward::take() {
+  if (!state.captured) return c10::IValue();
+  return c10::IValue::make_capsule(std::move(state.captured));
+}
+
+ReuseInBackward::ReuseInBackward(const c10::IValue& prepared) {
+  state.reuse = prepared.isCapsule()
+                    ? c10::static_intrusive_pointer_cast<PreparedProblem>(prepared.toCapsule())
+                    : c10::intrusive_ptr<PreparedProblem>();
+}
+
+ReuseInBackward::~ReuseInBackward() { state.reuse.reset(); }
+
+void offer_prepared(const SupConProblem& problem) {
+  if (!state.capturing || problem.m * problem.n * problem.d > kKeepWork) return;
+  state.captured = c10::make_intrusive<PreparedProblem>(problem);
+}
+
+const SupConProblem* prepared_for_backward() {
+  return state.reuse ? &state.reuse->problem : nullptr;
+}
+
+}  // namespace scl
