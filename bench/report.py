@@ -8,6 +8,7 @@ import subprocess
 import torch
 
 import scl_kernels
+from scl_kernels.machine import cpu_model
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -15,17 +16,6 @@ FIELDS = ("implementation", "backend", "device", "n", "d", "dtype", "status", "f
           "fwd_bwd_ms", "fwd_peak_mb", "peak_mb", "loss", "time_vs_dense", "memory_vs_dense",
           "gemm_pass_ms", "exp_n2_ms", "plain_floor_ms", "symmetric_floor_ms", "vs_plain_floor",
           "vs_symmetric_floor")
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _git_revision():
@@ -43,7 +33,7 @@ def machine_description(device):
     """Facts about the machine that decide the numbers, as {label: text}."""
     import psutil
     info = {
-        "CPU": f"{_cpu_model()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads",
+        "CPU": f"{cpu_model()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads",
         "memory": f"{psutil.virtual_memory().total / 2**30:.0f} GiB",
         "OS": platform.platform(),
         "Python": platform.python_version(),

@@ -14,6 +14,7 @@ import sys
 import time
 
 # These modules import torch but not transformers: --help stays fast.
+from ..machine import cpu_model
 from .data import InputError, load_train_test, training_subset
 from .embeddings import EMBEDDINGS
 from .report import arm_name, format_table, summarize, write_metrics
@@ -186,24 +187,13 @@ def _device(name):
     return name
 
 
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _environment(device):
     import torch
     import transformers
 
     environment = {"python": platform.python_version(), "torch": torch.__version__,
                    "transformers": transformers.__version__, "device": device,
-                   "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+                   "cpu": cpu_model(), "cpu_count": os.cpu_count(),
                    "torch_threads": torch.get_num_threads()}
     if device.startswith("cuda"):
         environment["gpu"] = torch.cuda.get_device_name(torch.device(device))
