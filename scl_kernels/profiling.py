@@ -14,11 +14,12 @@ def _synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def _status_kib(field):
+def process_status_bytes(field):
+    """A memory field of /proc/self/status (``VmRSS``, ``VmHWM``, ``VmSize``, ...) in bytes."""
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith(field + ":"):
-                return int(line.split()[1])
+                return int(line.split()[1]) * 1024  # the file gives kB
     raise OSError(f"{field} not in /proc/self/status")
 
 
@@ -50,16 +51,16 @@ class _RssSampler(threading.Thread):
     def __init__(self):
         super().__init__(daemon=True)
         self._done = threading.Event()
-        self.peak = _status_kib("VmRSS") * 1024
+        self.peak = process_status_bytes("VmRSS")
 
     def run(self):
         while not self._done.wait(0.001):
-            self.peak = max(self.peak, _status_kib("VmRSS") * 1024)
+            self.peak = max(self.peak, process_status_bytes("VmRSS"))
 
     def stop(self):
         self._done.set()
         self.join()
-        self.peak = max(self.peak, _status_kib("VmRSS") * 1024)
+        self.peak = max(self.peak, process_status_bytes("VmRSS"))
         return self.peak
 
 
@@ -84,7 +85,7 @@ class PeakMemory:
             _release_free_heap()
             self._sampler = None if _reset_peak_rss() else _RssSampler()
             if self._sampler is None:
-                self._start = _status_kib("VmRSS") * 1024
+                self._start = process_status_bytes("VmRSS")
             else:
                 self._start = self._sampler.peak
                 self._sampler.start()
@@ -95,7 +96,7 @@ class PeakMemory:
         if self.device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(self.device)
         elif self._sampler is None:
-            peak = _status_kib("VmHWM") * 1024
+            peak = process_status_bytes("VmHWM")
         else:
             peak = self._sampler.stop()
         self.peak_bytes = max(0, peak - self._start)
