@@ -14,6 +14,11 @@ from collections.abc import Mapping
 import torch
 
 
+def _check_chunk_size(chunk_size):
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+
+
 def split_batch(batch, chunk_size):
     """Splits a batch into chunks of at most ``chunk_size`` examples (dim 0).
 
@@ -26,8 +31,7 @@ def split_batch(batch, chunk_size):
     Returns:
         A list of chunks of the batch's type (a mapping becomes a dict).
     """
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    _check_chunk_size(chunk_size)
     if isinstance(batch, torch.Tensor):
         if batch.dim() == 0:
             raise ValueError("a batch tensor needs a first (example) dimension, got a 0-dim tensor")
@@ -127,8 +131,7 @@ class GradientCache:
         """
         if not callable(encode) or not callable(loss_fn):
             raise TypeError("encode and loss_fn must be callables")
-        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-            raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+        _check_chunk_size(chunk_size)
         self.encode = encode
         self.loss_fn = loss_fn
         self.chunk_size = chunk_size
