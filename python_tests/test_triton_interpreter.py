@@ -87,3 +87,48 @@ def test_tensors_past_int32_offsets_are_refused():
     huge = torch.zeros(1, 1).expand(2**16, 2**15)  # 2^31 elements, no memory behind them
     with pytest.raises(ValueError, match="2\\^31"):
         scl_kernels.supcon_loss(huge, torch.zeros(2**16, dtype=torch.long), backend="triton")
+
+
+def _row_widths_recorded(monkeypatch):
+    """Records how each launch walks D (launch.row_width)."""
+    from scl_kernels.triton_backend import launch
+    seen = []
+    width = launch.row_width
+
+    def spy(d, element_size):
+        seen.append(width(d, element_size))
+        return seen[-1]
+    monkeypatch.setattr(launch, "row_width", spy)
+    return seen
+
+
+# D = 24: one resident K block and one output chunk (the column tile serves both products);
+# 40: resident rows, two output chunks; 70: rows streamed in K steps. 21 and 37 are not 16-byte
+# rows in fp32: through tensor descriptors they are first copied into padded rows.
+FEEDING = [(24, True, 1), (40, True, 2), (70, False, 3), (21, True, 1), (37, True, 2)]
+
+
+@pytest.mark.parametrize("d,resident,chunks", FEEDING)
+@pytest.mark.parametrize("tma", [True, False], ids=["descriptors", "pointers"])
+@pytest.mark.parametrize("layout,temperature", [("single_all", 0.1), ("single_all", 0.02),
+                                                ("multiview_one", 0.1), ("cross_labels", 0.1)])
+def test_every_way_of_feeding_the_tiles(d, resident, chunks, tma, layout, temperature, randn,
+                                        randint, gen, monkeypatch):
+    from scl_kernels.triton_backend import launch
+    monkeypatch.setattr(launch, "use_tma", lambda device: tma)
+    widths = _row_widths_recorded(monkeypatch)
+    kw = make_layout(layout, randn, randint, n=67, d=d)
+    check_against_reference("triton", generator=gen, temperature=temperature, **kw)
+    assert {w.resident for w in widths} == {resident}
+    assert {-(-d // w.block_do) for w in widths} == {chunks}
+
+
+def test_rows_are_padded_for_descriptors_only_when_they_must_be():
+    from scl_kernels.triton_backend import launch
+    aligned = torch.randn(5, 8)
+    assert launch.tma_rows(aligned) is aligned
+    odd = torch.randn(5, 7)
+    padded = launch.tma_rows(odd)
+    assert torch.equal(padded, odd) and padded.stride(0) == 8
+    shifted = torch.randn(41)[1:].view(5, 8)  # a base 4 bytes past an aligned one
+    assert launch.tma_rows(shifted).data_ptr() % 16 == 0

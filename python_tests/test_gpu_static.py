@@ -1,0 +1,122 @@
+"""The static GPU check (bench.gpu_static): its reading of machine code on hand-written SASS, its
+issue-slot arithmetic, and the check itself: every Triton kernel with every tile that autotuning
+may keep compiles for Hopper (sm_90) without spilling and within shared memory, with tensor-core
+(HGMMA) and TMA instructions in its tile loop. CI has no GPU; this is what it can say."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from scl_kernels.backends import triton_installed
+
+pytestmark = pytest.mark.skipif(not triton_installed(), reason="triton is not installed")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# A column loop (0x0100 .. 0x0190) holding a K loop (0x0120 .. 0x0150) and a wait on a barrier
+# placed out of line (0x0200 .. 0x0220), as ptxas lays out a pipelined Triton kernel.
+SASS = """
+        /*0000*/                   S2R R0, SR_TID.X ;
+        /*0010*/                   LDC R1, c[0x0][0x28] ;
+        /*0100*/                   FMUL R2, R2, R3 ;
+        /*0110*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR9+0x10300], R88 ;
+        /*0120*/              @!P1 BRA 0x200 ;
+        /*0130*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0140*/                   IADD3 R4, R4, 0x1, RZ ;
+        /*0150*/               @P2 BRA 0x130 ;
+        /*0160*/                   MUFU.EX2 R5, R5 ;
+        /*0170*/                   STL [R1], R5 ;
+        /*0180*/                   ISETP.GE.AND P0, PT, R4, R6, PT ;
+        /*0190*/              @!P0 BRA 0x100 ;
+        /*01a0*/                   EXIT ;
+        /*0200*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR9+0x10300], R88 ;
+        /*0210*/              @!P1 BRA 0x200 ;
+        /*0220*/                   BRA 0x130 ;
+"""
+
+
+@pytest.fixture(scope="module")
+def sass():
+    sys.path.insert(0, ROOT)
+    from bench import sass
+    return sass
+
+
+def test_loops_nest_and_take_in_their_out_of_line_blocks(sass):
+    instructions = sass.parse_sass(SASS)
+    assert len(instructions) == 16
+    column = sass.tile_loop(instructions)
+    assert column.header == 0x100
+    assert {0x200, 0x210, 0x220} <= column.body  # the wait belongs to the loop it serves
+    assert 0x1a0 not in column.body and 0x000 not in column.body
+    k_steps = [c for c in column.children if c.header == 0x130]
+    assert len(k_steps) == 1 and k_steps[0].body == {0x130, 0x140, 0x150}
+
+
+def test_one_tile_counts_its_k_steps_and_its_waits_once(sass):
+    instructions = sass.parse_sass(SASS)
+    column = sass.tile_loop(instructions)
+    counts = sass.weighted_counts(instructions, column, inner_trips=4)
+    assert counts["HGMMA.64x128x16.F32.BF16"] == 4 and counts["IADD3"] == 4
+    assert counts["MUFU.EX2"] == 1 and counts["SYNCS.PHASECHK.TRANS64.TRYWAIT"] == 2
+    classes = sass.by_class(counts)
+    assert classes["tensor"] == 4 and classes["mufu"] == 1 and classes["local"] == 1
+    # an HGMMA 64x128x16 per warp, once per warpgroup of 4 warps, two warpgroups
+    assert sass.tensor_fmas(counts, warps=8) == 4 * 64 * 128 * 16 * 2
+    assert sass.tensor_input(counts) == "BF16"
+    assert sass.outside_counts(instructions) == {"S2R": 1, "LDC": 1, "EXIT": 1}
+
+
+def test_warp_level_mma_shapes(sass):
+    assert sass.tensor_fmas({"HMMA.16816.F32.BF16": 2}, warps=4) == 2 * 16 * 8 * 16 * 4
+    assert sass.tensor_fmas({"HMMA.1688.F32.TF32": 1}, warps=1) == 16 * 8 * 8
+
+
+def test_resource_usage_is_read_or_refused(sass):
+    usage = sass.parse_resources("Function k:\n  REG:180 STACK:8 SHARED:1024 LOCAL:16 CONSTANT")
+    assert usage == {"registers": 180, "stack_bytes": 8, "shared_bytes": 1024,
+                     "local_bytes": 16}
+    with pytest.raises(ValueError):
+        sass.parse_resources("nothing here")
+
+
+def test_issue_slot_arithmetic():
+    sys.path.insert(0, ROOT)
+    from bench import issue_slots
+    h100 = issue_slots.H100
+    # A 128 x 128 x 128 tile on 8 warps: 1,024 tensor cycles; 64 MUFU per warp: 1,024 cycles;
+    # 400 instructions per warp: 800 issue cycles. The tensor cores bound it.
+    cost = issue_slots.cost({"mufu": 64, "fp32": 336}, 128 ** 3, "BF16", warps=8)
+    assert (cost.tensor, cost.mufu, cost.issue) == (1024, 1024, 800)
+    assert cost.cycles == 1024 and cost.bound == "tensor"
+    assert issue_slots.cost({"mufu": 64, "fp32": 600}, 128 ** 3, "BF16", 8).bound == "issue"
+    assert issue_slots.cost({}, 128 ** 3, "TF32", 4).tensor == 2048
+    tiles = h100.sms * 1000
+    assert issue_slots.seconds(tiles, cost, 0, cost) == pytest.approx(1000 * 1024 / h100.clock_hz)
+    # the floor: multiply-adds at the full tensor rate, exps at the full MUFU rate
+    fmas = 2048 * h100.sms * h100.clock_hz
+    assert issue_slots.floor_seconds(fmas, 0) == pytest.approx(1.0)
+    assert issue_slots.floor_seconds(fmas, 4 * fmas / 2048 * 16) == pytest.approx(4.0)
+
+
+def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
+    """The CI check: `python -m bench.gpu_static` exits non-zero on a spill or on too much
+    shared memory, and prints the headline prediction last."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")])
+    out = tmp_path / "static.json"
+    run = subprocess.run([sys.executable, "-m", "bench.gpu_static", "--json", str(out)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    from scl_kernels.triton_backend import launch
+    covered = {(r["use"], r["dtype"], r["d"]) for r in report["results"]}
+    assert covered == {(use, dtype, d) for use in launch.KERNEL_USES for dtype in ("bf16", "fp32")
+                       for d in (128, 256, 768, 100)}
+    for r in report["results"]:
+        assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
+        assert r["loop_hgmma"] and r["tma"], r
+    last = run.stdout.strip().splitlines()[-1]
+    assert last.startswith("predicted fwd+bwd N=65536 D=128 bf16: ") and "floor" in last
