@@ -84,9 +84,7 @@ def specialisation(case):
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
-            # terms_stride: launch.column_terms pads to a multiple of 128.
-            if name in ("M", "N", "terms_stride") or (name in ("D", "stride") and
-                                                      case.d % 16 == 0):
+            if name in ("M", "N") or (name in ("D", "stride") and case.d % 16 == 0):
                 divisible.append(name)
     return kernel, signature, constexprs, divisible
 
@@ -183,7 +181,7 @@ def symmetric_work(use, tile, n, d, element_size):
     width = launch.row_width(d, element_size)
     if use == "lse_symmetric":
         nb = triton.cdiv(n, tile["block_m"])
-        splits = launch.symmetric_splits(n, issue_slots.H100.sms, tile["block_m"])
+        splits = launch.symmetric_splits(n, issue_slots.H100.sms)  # as the launcher: before tuning
         return nb * (nb + 1) // 2, triton.cdiv(nb, 2) * splits
     chunks = triton.cdiv(d, width.block_do)
     row_blocks = triton.cdiv(n, tile["block_m"])

@@ -66,14 +66,20 @@ def _resident(desc, ptr, row0, n_rows, D, stride, BLOCK_R: tl.constexpr, BLOCK_K
 
 
 @triton.jit
-def _column_terms(terms_ptr, terms_stride, c0, BLOCK_N: tl.constexpr):
-    """Columns c0.. and their four terms (launch.column_terms): r log2(e)/t, the bias that the
-    FFMA finishing a logit adds (-inf past the last column), r, and coef r. They are padded to
-    whole tiles, so no load is masked."""
+def _column_terms(terms_ptr, c0, BLOCK_N: tl.constexpr):
+    """Columns c0.. and their two terms (launch.column_terms): r log2(e)/t, and what the FFMA
+    finishing a logit adds (a bias, -inf past the last column) or, for the symmetric backward,
+    coef r. Each column's pair is 8 contiguous bytes of a padded array: one vector load per
+    two columns, no mask."""
     cols = c0 + tl.arange(0, BLOCK_N)
-    at = terms_ptr + cols
-    return (cols, tl.load(at), tl.load(at + terms_stride), tl.load(at + 2 * terms_stride),
-            tl.load(at + 3 * terms_stride))
+    scaled, second = tl.split(tl.load(terms_ptr + cols[:, None] * 4 + tl.arange(0, 2)[None, :]))
+    return cols, scaled, second
+
+
+@triton.jit
+def _column_scale(terms_ptr, c0, BLOCK_N: tl.constexpr):
+    """r of columns c0.. (0 past the last): the third of each column's terms."""
+    return tl.load(terms_ptr + (c0 + tl.arange(0, BLOCK_N)) * 4 + 2)
 
 
 @triton.jit
@@ -107,14 +113,15 @@ def _column_split(N, num_splits, split, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr, terms_ptr, terms_stride,
+def _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr, terms_ptr,
                 c_lo, c_hi, run_max, run_sum, M, N, D, stride, self_offset,
                 MASKED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr, USE_TMA: tl.constexpr,
                 PRECISION: tl.constexpr):
-    """Online base-2 (max, sum) of the rows over the column tiles c_lo, c_lo + BLOCK_N, ... < c_hi."""
+    """Online base-2 (max, sum) of the rows over the column tiles c_lo, c_lo + BLOCK_N, ...
+    before c_hi."""
     for c0 in range(c_lo, c_hi, BLOCK_N):
-        cols, rz_scaled, bias, _, _ = _column_terms(terms_ptr, terms_stride, c0, BLOCK_N)
+        cols, rz_scaled, bias = _column_terms(terms_ptr, c0, BLOCK_N)
         dots = _dots(q_res, q_desc, q_ptr, row0, M, z_desc, z_ptr, c0, N, D, stride, BLOCK_M,
                      BLOCK_N, BLOCK_K, RESIDENT, False, USE_TMA, PRECISION)
         s2 = tl.fma(dots * rz_scaled[None, :], rq[:, None], bias[None, :])
@@ -128,7 +135,7 @@ def _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr, terms_ptr, 
 
 
 @triton.jit
-def lse_plain_kernel(q_desc, z_desc, q_ptr, z_ptr, rq_ptr, terms_ptr, terms_stride, part_max_ptr,
+def lse_plain_kernel(q_desc, z_desc, q_ptr, z_ptr, rq_ptr, terms_ptr, part_max_ptr,
                      part_sum_ptr, M, N, D, stride, self_offset, num_splits,
                      SELF_COLUMN: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -151,15 +158,15 @@ def lse_plain_kernel(q_desc, z_desc, q_ptr, z_ptr, rq_ptr, terms_ptr, terms_stri
                                    BLOCK_N)
     # Tiles before, on and after the self columns; only those on them are masked.
     run_max, run_sum = _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr,
-                                   terms_ptr, terms_stride, col_begin, self_lo, run_max, run_sum, M, N,
+                                   terms_ptr, col_begin, self_lo, run_max, run_sum, M, N,
                                    D, stride, self_offset, False, BLOCK_M, BLOCK_N, BLOCK_K,
                                    RESIDENT, USE_TMA, PRECISION)
     run_max, run_sum = _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr,
-                                   terms_ptr, terms_stride, self_lo, self_hi, run_max, run_sum, M, N,
+                                   terms_ptr, self_lo, self_hi, run_max, run_sum, M, N,
                                    D, stride, self_offset, True, BLOCK_M, BLOCK_N, BLOCK_K,
                                    RESIDENT, USE_TMA, PRECISION)
     run_max, run_sum = _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr,
-                                   terms_ptr, terms_stride, self_hi, col_end, run_max, run_sum,
+                                   terms_ptr, self_hi, col_end, run_max, run_sum,
                                    M, N, D, stride, self_offset, False, BLOCK_M, BLOCK_N, BLOCK_K,
                                    RESIDENT, USE_TMA, PRECISION)
     tl.store(part_max_ptr + split * M + rows, run_max, mask=row_mask)
@@ -167,7 +174,7 @@ def lse_plain_kernel(q_desc, z_desc, q_ptr, z_ptr, rq_ptr, terms_ptr, terms_stri
 
 
 @triton.jit
-def _symmetric_row_block(z_desc, z_ptr, terms_ptr, terms_stride, row_sum_ptr, bi, j_lo, j_hi, N,
+def _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, bi, j_lo, j_hi, N,
                          D, stride, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr,
                          RESIDENT: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr):
     """Column blocks j_lo <= J < j_hi (all >= bi) of row block bi. Tiles are computed transposed,
@@ -176,20 +183,20 @@ def _symmetric_row_block(z_desc, z_ptr, terms_ptr, terms_stride, row_sum_ptr, bi
     accumulate element-wise in registers and are reduced across threads once at the end."""
     i0 = bi * BLOCK
     cols_i = i0 + tl.arange(0, BLOCK)
-    _, _, _, ri, _ = _column_terms(terms_ptr, terms_stride, i0, BLOCK)
+    ri = _column_scale(terms_ptr, i0, BLOCK)
     q_res = _resident(z_desc, z_ptr, i0, N, D, stride, BLOCK, BLOCK_K, RESIDENT, USE_TMA)
     acc_i = tl.zeros((BLOCK, BLOCK), dtype=tl.float32)
     # Off-diagonal tiles: no self column; rows past N (in J = nb - 1 only) have bias -inf.
     for bj in range(tl.maximum(j_lo, bi + 1), j_hi):
         j0 = bj * BLOCK
-        rows_j, rj_scaled, bias, _, _ = _column_terms(terms_ptr, terms_stride, j0, BLOCK)
+        rows_j, rj_scaled, bias = _column_terms(terms_ptr, j0, BLOCK)
         dots = _dots(q_res, z_desc, z_ptr, j0, N, z_desc, z_ptr, i0, N, D, stride, BLOCK, BLOCK,
                      BLOCK_K, RESIDENT, True, USE_TMA, PRECISION)
         e = tl.exp2(tl.fma(dots * rj_scaled[:, None], ri[None, :], bias[:, None]))
         acc_i += e
         tl.atomic_add(row_sum_ptr + rows_j, tl.sum(e, axis=1), sem="relaxed")
     if j_lo <= bi and bi < j_hi:  # the diagonal tile: its own rows only, self excluded
-        _, ri_scaled, bias, _, _ = _column_terms(terms_ptr, terms_stride, i0, BLOCK)
+        _, ri_scaled, bias = _column_terms(terms_ptr, i0, BLOCK)
         dots = _dots(q_res, z_desc, z_ptr, i0, N, z_desc, z_ptr, i0, N, D, stride, BLOCK, BLOCK,
                      BLOCK_K, RESIDENT, True, USE_TMA, PRECISION)
         s2 = tl.fma(dots * ri_scaled[:, None], ri[None, :], bias[:, None])
@@ -199,7 +206,7 @@ def _symmetric_row_block(z_desc, z_ptr, terms_ptr, terms_stride, row_sum_ptr, bi
 
 
 @triton.jit
-def lse_symmetric_kernel(z_desc, z_ptr, terms_ptr, terms_stride, row_sum_ptr, N, D, stride,
+def lse_symmetric_kernel(z_desc, z_ptr, terms_ptr, row_sum_ptr, N, D, stride,
                          num_splits,
                          BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr,
                          USE_TMA: tl.constexpr, PRECISION: tl.constexpr):
@@ -216,19 +223,20 @@ def lse_symmetric_kernel(z_desc, z_ptr, terms_ptr, terms_stride, row_sum_ptr, N,
     t_lo = split * per_split
     t_hi = t_lo + per_split
     first = nb - pair  # tiles of row block `pair`: J = pair .. nb - 1
-    _symmetric_row_block(z_desc, z_ptr, terms_ptr, terms_stride, row_sum_ptr, pair, pair + t_lo,
+    _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, pair, pair + t_lo,
                          pair + tl.minimum(t_hi, first), N, D, stride, BLOCK,
                          BLOCK_K, RESIDENT, USE_TMA, PRECISION)
     partner = nb - 1 - pair
     if partner != pair and t_hi > first:
-        _symmetric_row_block(z_desc, z_ptr, terms_ptr, terms_stride, row_sum_ptr, partner,
+        _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, partner,
                              partner + tl.maximum(t_lo - first, 0),
-                             tl.minimum(partner + t_hi - first, nb), N, D, stride, BLOCK, BLOCK_K, RESIDENT, USE_TMA, PRECISION)
+                             tl.minimum(partner + t_hi - first, nb), N, D, stride, BLOCK, BLOCK_K,
+                             RESIDENT, USE_TMA, PRECISION)
 
 
 @triton.jit
 def _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0, rows, rq,
-                coef, lse2_hi, lse2_lo, terms_ptr, terms_stride, dz_ptr, d0, c_lo, c_hi, M, N,
+                coef, lse2_hi, lse2_lo, terms_ptr, dz_ptr, d0, c_lo, c_hi, M, N,
                 D, stride, scale_log2, self_offset, MASKED: tl.constexpr,
                 CONTRAST_SIDE: tl.constexpr, SYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr,
@@ -236,8 +244,9 @@ def _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0,
     """dq += G~ Z over the column tiles c_lo, c_lo + BLOCK_N, ... < c_hi (grad_rows_kernel)."""
     douts = d0 + tl.arange(0, BLOCK_DO)
     for c0 in range(c_lo, c_hi, BLOCK_N):
-        # A column past the end: bias -inf (plain) or r = coef r = 0 (symmetric), so G_ij = 0.
-        cols, rz_scaled, bias, _, coef_rz = _column_terms(terms_ptr, terms_stride, c0, BLOCK_N)
+        # `second`: the bias (plain), -inf past the last column, or coef_j r_j (symmetric), 0
+        # there; either way G_ij = 0 past it.
+        cols, rz_scaled, second = _column_terms(terms_ptr, c0, BLOCK_N)
         if RESIDENT:
             z_tile = _block(z_desc, z_ptr, c0, 0, N, D, stride, BLOCK_N, BLOCK_K, USE_TMA)
             dots = tl.dot(q_res, tl.trans(z_tile), input_precision=PRECISION)
@@ -251,12 +260,12 @@ def _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0,
         if SYMMETRIC:
             s2 = tl.fma(dots * rz_scaled[None, :], rq[:, None], -scale_log2)
         else:
-            s2 = tl.fma(dots * rz_scaled[None, :], rq[:, None], bias[None, :])
+            s2 = tl.fma(dots * rz_scaled[None, :], rq[:, None], second[None, :])  # the bias
         # Masked (-inf) before exp2: the self logit may exceed lse, which leaves it out.
         s2 = _unmask_self(s2, rows, cols, self_offset, MASKED)
         if SYMMETRIC:
             # coef_i r_j + coef_j r_j, with `coef` = coef_i t / log2(e) against r_j log2(e) / t
-            g = tl.exp2(s2) * tl.fma(coef[:, None], rz_scaled[None, :], coef_rz[None, :])
+            g = tl.exp2(s2) * tl.fma(coef[:, None], rz_scaled[None, :], second[None, :])
         else:
             p = tl.exp2((s2 - lse2_hi[:, None]) - lse2_lo[:, None])
             g = p * rz_scaled[None, :]  # the row's coef t / log2(e) comes once, at the end
@@ -271,7 +280,7 @@ def _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0,
 
 @triton.jit
 def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, terms_ptr,
-                     terms_stride, lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dq_ptr, dz_ptr, M, N, D,
+                     lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dq_ptr, dz_ptr, M, N, D,
                      stride, scale_log2,
                      self_offset, num_splits, SELF_COLUMN: tl.constexpr,
                      CONTRAST_SIDE: tl.constexpr, SYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -321,15 +330,15 @@ def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
                                    BLOCK_N)
     # Tiles before, on and after the self columns; only those on them are masked.
     dq = _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0, rows, rq,
-                     coef, lse2_hi, lse2_lo, terms_ptr, terms_stride, dz_ptr, d0, col_begin, self_lo,
+                     coef, lse2_hi, lse2_lo, terms_ptr, dz_ptr, d0, col_begin, self_lo,
                      M, N, D, stride, scale_log2, self_offset, False, CONTRAST_SIDE,
                      SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_DO, RESIDENT, USE_TMA, PRECISION)
     dq = _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0, rows, rq,
-                     coef, lse2_hi, lse2_lo, terms_ptr, terms_stride, dz_ptr, d0, self_lo, self_hi,
+                     coef, lse2_hi, lse2_lo, terms_ptr, dz_ptr, d0, self_lo, self_hi,
                      M, N, D, stride, scale_log2, self_offset, True, CONTRAST_SIDE,
                      SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_DO, RESIDENT, USE_TMA, PRECISION)
     dq = _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0, rows, rq,
-                     coef, lse2_hi, lse2_lo, terms_ptr, terms_stride, dz_ptr, d0, self_hi, col_end,
+                     coef, lse2_hi, lse2_lo, terms_ptr, dz_ptr, d0, self_hi, col_end,
                      M, N, D, stride, scale_log2, self_offset, False, CONTRAST_SIDE,
                      SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K, BLOCK_DO, RESIDENT, USE_TMA, PRECISION)
     if not SYMMETRIC:
@@ -344,7 +353,7 @@ def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
 
 @triton.jit
 def grad_cols_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, terms_ptr,
-                     terms_stride, lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dz_ptr, M, N, D, stride,
+                     lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dz_ptr, M, N, D, stride,
                      scale_log2, self_offset,
                      SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr, RESIDENT: tl.constexpr,
@@ -359,7 +368,7 @@ def grad_cols_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
     col_mask = cols < N
     d0 = d_chunk * BLOCK_DO
     douts = d0 + tl.arange(0, BLOCK_DO)
-    _, _, _, rz, _ = _column_terms(terms_ptr, terms_stride, col0, BLOCK_N)
+    rz = _column_scale(terms_ptr, col0, BLOCK_N)
     z_res = _resident(z_desc, z_ptr, col0, N, D, stride, BLOCK_N, BLOCK_K, RESIDENT, USE_TMA)
     dz = tl.zeros((BLOCK_N, BLOCK_DO), dtype=tl.float32)
     for r0 in range(0, M, BLOCK_M):

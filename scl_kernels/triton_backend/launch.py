@@ -87,20 +87,19 @@ class KernelUse:
 
 KERNEL_USES = {
     "lse_plain": KernelUse(kernels.lse_plain_kernel, dict(SELF_COLUMN=True), {
-        2: [Tile(128, 128, 8, 3), Tile(128, 64, 4, 3), Tile(64, 128, 4, 3), Tile(128, 128, 8, 2),
-            Tile(64, 64, 4, 2)],
+        2: [Tile(128, 128, 8, 3), Tile(64, 128, 4, 3), Tile(64, 64, 4, 2)],
         4: [Tile(128, 64, 8, 2), Tile(64, 64, 4, 2), Tile(64, 32, 4, 2)]}),
     "lse_symmetric": KernelUse(kernels.lse_symmetric_kernel, {}, {
         2: [Tile(128, 128, 8, 3), Tile(128, 128, 8, 2), Tile(64, 64, 4, 3), Tile(64, 64, 4, 2)],
         4: [Tile(64, 64, 4, 2)]}),
     "grad_plain": KernelUse(kernels.grad_rows_kernel,
                             dict(SELF_COLUMN=True, CONTRAST_SIDE=True, SYMMETRIC=False), {
-        2: [Tile(128, 64, 8, 2)],
+        2: [Tile(128, 32, 8, 2)],
         4: [Tile(64, 32, 4, 2)]}),
     "grad_symmetric": KernelUse(kernels.grad_rows_kernel,
                                 dict(SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True), {
-        2: [Tile(128, 64, 8, 3), Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)],
-        4: [Tile(128, 64, 8, 2), Tile(64, 64, 4, 2), Tile(64, 32, 4, 2)]}),
+        2: [Tile(128, 128, 8, 2), Tile(128, 64, 8, 3), Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)],
+        4: [Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)]}),
     # Its tiles are transposed (column block first): 64 columns at least, for wgmma.
     "grad_columns": KernelUse(kernels.grad_cols_kernel, dict(SELF_COLUMN=True), {
         2: [Tile(64, 64, 4, 3), Tile(64, 64, 4, 2)],
@@ -179,10 +178,11 @@ def column_splits(rows, cols, sms, min_rows_block=64, min_cols_block=128):
     return max(1, min(triton.cdiv(cols, min_cols_block), triton.cdiv(2 * sms, row_blocks)))
 
 
-def symmetric_splits(n, sms, block=128):
+def symmetric_splits(n, sms):
     """Column splits of the symmetric forward, for about two programs per SM (a pair of row
-    blocks holds nb + 1 tiles, so a split of it still spans many)."""
-    nb = triton.cdiv(n, block)
+    blocks holds nb + 1 tiles, so a split of it still spans many); blocks counted at the
+    largest tile, since autotuning picks the tile after this is decided."""
+    nb = triton.cdiv(n, 128)
     return max(1, min(nb, triton.cdiv(2 * sms, triton.cdiv(nb, 2))))
 
 
@@ -232,19 +232,21 @@ TERMS_PADDING = 128
 
 
 def column_terms(scale, inv_t, bias, coef=None):
-    """[4, N padded] fp32 per-column terms of the tiles (kernels._column_terms): r log2(e)/t,
-    `bias` (-inf past the last column), r, and coef r (zeros without coef); padding columns
-    hold 0, -inf, 0, 0, which give every tile past the end a zero term."""
+    """[N padded, 4] fp32 per-column terms of the tiles (kernels._column_terms): r log2(e)/t;
+    `bias`, which the FFMA finishing a logit adds (-inf past the last column), or with `coef`,
+    coef r instead (0 past it); r; and a zero that makes each column 16 bytes. Padding columns
+    give every tile past the end zero terms."""
     n = scale.shape[0]
-    terms = torch.zeros(4, triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING, dtype=torch.float32,
+    terms = torch.zeros(triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING, 4, dtype=torch.float32,
                         device=scale.device)
-    terms[0, :n] = scale * float(_fp32(inv_t * LOG2E))
-    terms[1, :n] = bias
-    terms[1, n:] = float("-inf")
-    terms[2, :n] = scale
-    if coef is not None:
-        terms[3, :n] = coef * scale
-    return dict(terms_ptr=terms, terms_stride=terms.stride(0))
+    terms[:n, 0] = scale * float(_fp32(inv_t * LOG2E))
+    if coef is None:
+        terms[:n, 1] = bias
+        terms[n:, 1] = float("-inf")
+    else:
+        terms[:n, 1] = coef * scale
+    terms[:n, 2] = scale
+    return dict(terms_ptr=terms)
 
 
 def _fp32(x):
@@ -322,8 +324,8 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
                                               lambda sms: column_splits(m, n, sms))
     tma = use_tma(q.device)
     meta = _common(q, tma)
-    args = dict(**_row_args(q, z, tma, True), rq_ptr=q_scale,
-                **column_terms(z_scale, inv_t, 0.0), lse2_hi_ptr=lse2_hi, lse2_lo_ptr=lse2_lo, coef_ptr=coef, M=m, N=n,
+    args = dict(**_row_args(q, z, tma, True), rq_ptr=q_scale, **column_terms(z_scale, inv_t, 0.0),
+                lse2_hi_ptr=lse2_hi, lse2_lo_ptr=lse2_lo, coef_ptr=coef, M=m, N=n,
                 scale_log2=inv_t * LOG2E, self_offset=max(self_offset, 0),
                 SELF_COLUMN=self_offset >= 0, **meta)
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
@@ -346,7 +348,7 @@ def grad_symmetric(z, scale, coef, inv_t, deterministic):
     tma = use_tma(z.device)
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
     _grad_symmetric[grid](**_row_args(z, z, tma, True), rq_ptr=scale,
-                          **column_terms(scale, inv_t, -float(_fp32(inv_t * LOG2E)), coef),
+                          **column_terms(scale, inv_t, None, coef),
                           lse2_hi_ptr=coef, lse2_lo_ptr=coef, coef_ptr=coef, dq_ptr=dz, dz_ptr=dz,
                           M=n, N=n, scale_log2=inv_t * LOG2E, self_offset=0, num_splits=splits,
                           SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True,
