@@ -9,8 +9,8 @@ input dtype. Nothing of size N x N is ever written.
 
 How the tiles are fed (bench/NOTES.md, "Triton kernels from their machine code"):
 - USE_TMA: row blocks come through tensor descriptors (TMA bulk copies on Hopper), whose
-  out-of-range rows and columns read as zeros; otherwise through masked pointer loads (rows whose
-  stride is not 16-byte aligned, GPUs before Hopper).
+  out-of-range rows and columns read as zeros (rows without a 16-byte aligned stride are first
+  copied into padded rows, launch.tma_rows); before Hopper, through masked pointer loads.
 - RESIDENT: when a padded row (BLOCK_K >= D) fits on chip, a program loads its row block once
   and keeps it while the column tiles stream; otherwise every tile loops over D in BLOCK_K steps.
 - Only tiles that hold a self column are masked (MASKED=True); a column past the end gets -inf
