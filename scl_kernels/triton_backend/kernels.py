@@ -206,8 +206,7 @@ def _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, bi, j_lo, j_hi, 
 
 
 @triton.jit
-def lse_symmetric_kernel(z_desc, z_ptr, terms_ptr, row_sum_ptr, N, D, stride,
-                         num_splits,
+def lse_symmetric_kernel(z_desc, z_ptr, terms_ptr, row_sum_ptr, N, D, stride, num_splits,
                          BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr,
                          USE_TMA: tl.constexpr, PRECISION: tl.constexpr):
     """Row sums of exp2(s2 - log2(e)/t) from the upper-triangle tiles I <= J of Z Z^T.
