@@ -297,8 +297,6 @@ def main(argv=None):
         reference_future = pool.submit(compile_reference)
         results = list(pool.map(compile_case, todo))
         reference = reference_future.result()
-    for r in results:
-        r["tile"] = asdict(r["tile"]) if not isinstance(r["tile"], dict) else r["tile"]
     bad = [(r, problems(r)) for r in results if problems(r)]
     report(results, reference, dims)
     if args.json:
