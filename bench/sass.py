@@ -24,7 +24,7 @@ CLASSES = {
     "fp32": ("FADD", "FMUL", "FFMA", "FMNMX", "FSETP", "FSEL", "FCHK", "FSET", "FMUL2",
              "FADD2", "FFMA2"),
     "convert": ("F2F", "F2FP", "F2I", "I2F", "I2FP", "FRND"),
-    "integer": ("IADD3", "IMAD", "IMAD.WIDE", "ISETP", "LOP3", "SHF", "LEA", "SEL", "IMNMX",
+    "integer": ("IADD3", "IMAD", "ISETP", "LOP3", "SHF", "LEA", "SEL", "IMNMX",
                 "IABS", "VIADD", "VIMNMX", "PLOP3", "P2R", "R2P", "SGXT", "BMSK", "POPC",
                 "FLO", "PRMT", "IADD", "IMUL", "ULDC", "UIADD3", "UIMAD", "ULOP3", "USHF",
                 "ULEA", "UISETP", "USEL", "UMOV", "UPRMT", "USGXT", "UBMSK", "UFLO", "UPOPC",
@@ -42,6 +42,11 @@ CLASSES = {
 _CLASS_OF = {op: name for name, ops in CLASSES.items() for op in ops}
 
 
+def opcode_class(opcode):
+    """The class of an opcode with or without its modifiers (HGMMA.64x128x16.F32.BF16: tensor)."""
+    return _CLASS_OF.get(opcode.split(".")[0], "other")
+
+
 @dataclass
 class Instruction:
     address: int
@@ -55,7 +60,7 @@ class Instruction:
 
     @property
     def kind(self):
-        return _CLASS_OF.get(self.base, "other")
+        return opcode_class(self.opcode)
 
 
 @dataclass
@@ -233,7 +238,7 @@ def outside_counts(instructions):
 def by_class(counts):
     classes = {}
     for opcode, count in counts.items():
-        kind = _CLASS_OF.get(opcode.split(".")[0], "other")
+        kind = opcode_class(opcode)
         classes[kind] = classes.get(kind, 0) + count
     return classes
 
