@@ -1,0 +1,339 @@
+// The wgmma + TMA kernels (sm_90a) for 16-bit inputs whose rows fit a resident 128-wide block
+// (D <= 128 after padding): the headline case. Everything else runs the mma.sync family.
+//
+// A program is three warpgroups. The producer (one thread of warpgroup 0) loads the program's
+// own 128-row block once and streams 128-row tiles through a two-stage ring by TMA, each stage
+// with its rows' terms (a bulk copy) on the same transaction barrier. The two consumer
+// warpgroups own 64 rows each of every tile product and run the same loop; while one does its
+// exps the other's wgmma runs, which is how the exp work hides under the matrix work without a
+// hand-made schedule (the producer keeps few registers, setmaxnreg, so the consumers can hold a
+// 64 x 128 logit tile and a 64 x 128 gradient tile each). The backward's weights go to shared
+// memory and into a second wgmma whose B operand is the streamed tile itself, read as (D, rows):
+// the TMA's K-major 128-byte swizzled rows are exactly wgmma's MN-major swizzled layout.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/numeric_types.h>
+
+#include "../core/tile_math.h"
+#include "fragments.cuh"
+#include "tile_args.h"
+
+namespace scl::cuda::sm90 {
+
+using namespace cute;
+namespace tm = scl::tile_math;
+
+constexpr int kBlock = 128;  // own rows per program, streamed rows per tile
+constexpr int kWidth = 128;  // resident row width: D padded with zeros (TMA fills them)
+constexpr int kStages = 2;
+constexpr int kConsumers = 2;  // warpgroups of 64 rows
+constexpr int kRowsPerConsumer = kBlock / kConsumers;
+constexpr int kThreads = 128 * (1 + kConsumers);
+
+enum class Walk { kLsePlain, kLseSymmetric, kGradRowsPlain, kGradRowsSymmetric };
+
+// Gradient columns per backward program: the whole resident width for the symmetric walk (its
+// headline case), 64 for the plain one, whose extra per-element terms spill at 128.
+constexpr int grad_width(Walk walk) { return walk == Walk::kGradRowsPlain ? 64 : kWidth; }
+
+template <class T>
+struct Atoms;
+template <>
+struct Atoms<cutlass::bfloat16_t> {
+  using Logits = SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>;
+  template <int N>
+  using Grads = std::conditional_t<N == 128, SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::MN>,
+                                   SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::MN>>;
+};
+template <>
+struct Atoms<cutlass::half_t> {
+  using Logits = SM90_64x128x16_F32F16F16_SS<GMMA::Major::K, GMMA::Major::K>;
+  template <int N>
+  using Grads = std::conditional_t<N == 128, SM90_64x128x16_F32F16F16_SS<GMMA::Major::K, GMMA::Major::MN>,
+                                   SM90_64x64x16_F32F16F16_SS<GMMA::Major::K, GMMA::Major::MN>>;
+};
+
+template <class T>
+struct Layouts {
+  // (row, k): 8-row groups of 128-byte swizzled rows, what TMA writes and wgmma reads K-major.
+  using Block = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlock>, Int<kWidth>>{}));
+  using Ring = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
+                                      Shape<Int<kBlock>, Int<kWidth>, Int<kStages>>{}));
+  // A stage of the ring as (d, row), the second product's MN-major B operand: the same bytes.
+  using BlockTransposed = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{},
+                                                 Shape<Int<kWidth>, Int<kBlock>>{}, Step<_2, _1>{}));
+  // One consumer's weights: (its 64 rows, the tile's 128 rows), K-major.
+  using Weights = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
+                                         Shape<Int<kRowsPerConsumer>, Int<kBlock>>{}));
+};
+
+template <class T>
+struct SharedStorage {
+  using L = Layouts<T>;
+  alignas(1024) T own[cosize_v<typename L::Block>];
+  alignas(1024) T ring[cosize_v<typename L::Ring>];
+  alignas(1024) T weights[kConsumers][cosize_v<typename L::Weights>];
+  alignas(16) RowTerms own_terms[kBlock];
+  alignas(16) RowTerms ring_terms[kStages][kBlock];
+  alignas(8) uint64_t own_full;
+  alignas(8) uint64_t full[kStages];
+  alignas(8) uint64_t empty[kStages];
+};
+
+// The TMA of a [rows, d] row matrix into Block-shaped boxes (built on the host).
+template <class T>
+auto make_block_tma(const RowMatrix& m, int64_t d) {
+  Tensor g = make_tensor(make_gmem_ptr(static_cast<const T*>(m.data)),
+                         make_shape(int(m.rows), int(d)), make_stride(int(m.stride), _1{}));
+  return make_tma_copy(SM90_TMA_LOAD{}, g, typename Layouts<T>::Block{});
+}
+template <class T>
+using BlockTma = decltype(make_block_tma<T>(RowMatrix{}, 0));
+
+template <class T>
+struct Params {
+  TileProblem p;
+  BlockTma<T> own_tma;
+  BlockTma<T> streamed_tma;
+  float* part_max;  // lse_plain
+  float* part_sum;
+  float* row_sum;   // lse_symmetric
+  float* grad;      // grad_rows: [own rows, grad_columns]
+  int64_t grad_columns;
+  int num_splits;
+};
+
+template <class T, Walk kWalk>
+__global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant__ Params<T> params) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Layouts<T>;
+  using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+  using EmptyBarrier = cutlass::arch::ClusterBarrier;
+  constexpr bool kLse = kWalk == Walk::kLsePlain;
+  constexpr bool kSymmetricLse = kWalk == Walk::kLseSymmetric;
+  constexpr bool kGrad = !kLse && !kSymmetricLse;
+  constexpr int kGradWidth = grad_width(kWalk);
+  const TileProblem& p = params.p;
+  extern __shared__ __align__(1024) char shared_raw[];
+  SharedStorage<T>& shared = *reinterpret_cast<SharedStorage<T>*>(shared_raw);
+
+  const int64_t own_block = blockIdx.x;
+  const int64_t row0 = own_block * kBlock;
+  const int64_t streamed_blocks = (p.streamed.rows + kBlock - 1) / kBlock;
+  // The symmetric forward's program I walks J = I .. nb - 1 (the upper triangle, diagonal first).
+  const int64_t first_tile = kSymmetricLse ? own_block : 0;
+  const tm::TileRange range = (kLse || kSymmetricLse)
+      ? tm::split_range(streamed_blocks - first_tile, params.num_splits, blockIdx.y)
+      : tm::TileRange{0, streamed_blocks};
+  const int64_t tiles = range.end - range.begin;
+  constexpr int kTileBytes = kBlock * kWidth * int(sizeof(T)) + kBlock * int(sizeof(RowTerms));
+
+  const int warpgroup = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    FullBarrier::init(&shared.own_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&shared.full[s], 1);
+      EmptyBarrier::init(&shared.empty[s], kConsumers * 128);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<40>();
+    if (threadIdx.x == 0) {
+      Tensor m_own = params.own_tma.get_tma_tensor(make_shape(int(p.own.rows), int(p.d)));
+      Tensor m_str = params.streamed_tma.get_tma_tensor(make_shape(int(p.streamed.rows), int(p.d)));
+      Tensor g_own = local_tile(m_own, Shape<Int<kBlock>, Int<kWidth>>{}, make_coord(_, 0));
+      Tensor g_str = local_tile(m_str, Shape<Int<kBlock>, Int<kWidth>>{}, make_coord(_, 0));
+      Tensor s_own = make_tensor(make_smem_ptr(shared.own), typename L::Block{});
+      Tensor s_ring = make_tensor(make_smem_ptr(shared.ring), typename L::Ring{});
+      auto [from_own, to_own] = tma_partition(params.own_tma, Int<0>{}, Layout<_1>{},
+                                              group_modes<0, 2>(s_own), group_modes<0, 2>(g_own));
+      auto [from_str, to_ring] = tma_partition(params.streamed_tma, Int<0>{}, Layout<_1>{},
+                                               group_modes<0, 2>(s_ring), group_modes<0, 2>(g_str));
+      FullBarrier::arrive_and_expect_tx(&shared.own_full, kTileBytes);
+      copy(params.own_tma.with(shared.own_full), from_own(_, own_block), to_own);
+      SM90_BULK_COPY_G2S::copy(p.own_terms + row0, &shared.own_full, shared.own_terms,
+                               kBlock * int(sizeof(RowTerms)));
+      for (int64_t t = 0; t < tiles; ++t) {
+        const int stage = int(t % kStages);
+        const int64_t block = first_tile + range.begin + t;
+        // The stage's previous tile must be consumed (the first round finds it free).
+        if (t >= kStages) EmptyBarrier::wait(&shared.empty[stage], int((t / kStages - 1) & 1));
+        FullBarrier::arrive_and_expect_tx(&shared.full[stage], kTileBytes);
+        copy(params.streamed_tma.with(shared.full[stage]), from_str(_, block), to_ring(_, stage));
+        SM90_BULK_COPY_G2S::copy(p.streamed_terms + block * kBlock, &shared.full[stage],
+                                 shared.ring_terms[stage], kBlock * int(sizeof(RowTerms)));
+      }
+    }
+    return;
+  }
+
+  // Consumers.
+  cutlass::arch::warpgroup_reg_alloc<232>();
+  const int consumer = warpgroup - 1;
+  const int thread = threadIdx.x % 128;
+  const int rows0 = consumer * kRowsPerConsumer;  // this consumer's rows of the MMA's M side
+  auto logits_mma = make_tiled_mma(typename Atoms<T>::Logits{});
+  auto grads_mma = make_tiled_mma(typename Atoms<T>::template Grads<kGradWidth>{});
+  auto thr = logits_mma.get_thread_slice(thread);
+  auto grads_thr = grads_mma.get_thread_slice(thread);
+
+  Tensor s_own = make_tensor(make_smem_ptr(shared.own), typename L::Block{});
+  Tensor s_weights = make_tensor(make_smem_ptr(shared.weights[consumer]), typename L::Weights{});
+  // M side: this consumer's 64 rows of the own block (of the tile in the symmetric forward).
+  Tensor own_half = local_tile(s_own, Shape<Int<kRowsPerConsumer>, Int<kWidth>>{}, make_coord(consumer, 0));
+  Tensor acc = partition_fragment_C(logits_mma, Shape<Int<kRowsPerConsumer>, Int<kBlock>>{});
+  Tensor grad = partition_fragment_C(grads_mma, Shape<Int<kRowsPerConsumer>, Int<kGradWidth>>{});
+  const int grad_chunk = kGrad ? int(blockIdx.y) : 0;  // columns [64 chunk, 64 chunk + 64)
+  Tensor sums_i = partition_fragment_C(logits_mma, Shape<Int<kRowsPerConsumer>, Int<kBlock>>{});
+  clear(grad);
+  clear(sums_i);
+  Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<kRowsPerConsumer>, Int<kBlock>>{}));
+  Tensor acc_rc = make_tensor(acc.data(), sm90_rows_columns(acc.layout()));
+  Tensor sums_rc = make_tensor(sums_i.data(), sm90_rows_columns(sums_i.layout()));
+  Tensor coords_rc = make_tensor(coords.data(), sm90_rows_columns(coords.layout()));
+  constexpr int kRows = size<0>(decltype(acc_rc.layout()){});
+  constexpr int kCols = size<1>(decltype(acc_rc.layout()){});
+
+  FullBarrier::wait(&shared.own_full, 0);
+  tm::RunningLse2 running[kRows];
+  // A row's terms, read from shared memory where used: registers are the scarce resource here.
+  auto own = [&](int r) { return shared.own_terms[rows0 + get<0>(coords_rc(r, 0))]; };
+
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int stage = int(t % kStages);
+    const int64_t block = first_tile + range.begin + t;
+    const int64_t c0 = block * kBlock;
+    FullBarrier::wait(&shared.full[stage], int((t / kStages) & 1));
+    // The stage as a runtime pointer: its wgmma descriptors are then formed in the loop rather
+    // than hoisted for both stages, which would spill them.
+    T* stage_rows = shared.ring + stage * cosize_v<typename L::Block>;
+    Tensor s_tile = make_tensor(make_smem_ptr(stage_rows), typename L::Block{});
+
+    clear(acc);
+    warpgroup_fence_operand(acc);
+    warpgroup_arrive();
+    if constexpr (kSymmetricLse) {  // rows: the tile's J block; columns: the own I block
+      Tensor tile_half = local_tile(s_tile, Shape<Int<kRowsPerConsumer>, Int<kWidth>>{},
+                                    make_coord(consumer, 0));
+      gemm(logits_mma, thr.make_fragment_A(thr.partition_A(tile_half)),
+           thr.make_fragment_B(thr.partition_B(s_own)), acc);
+    } else {
+      gemm(logits_mma, thr.make_fragment_A(thr.partition_A(own_half)),
+           thr.make_fragment_B(thr.partition_B(s_tile)), acc);
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc);
+
+    if constexpr (kSymmetricLse) {
+      const bool diagonal = block == own_block;
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int local_j = rows0 + get<0>(coords_rc(r, 0));
+        const RowTerms tj = shared.ring_terms[stage][local_j];
+        float sum_j = 0.f;
+        CUTE_UNROLL
+        for (int c = 0; c < kCols; ++c) {
+          const int local_i = get<1>(coords_rc(r, c));
+          float s2 = tm::logit2(acc_rc(r, c), shared.own_terms[local_i].z, tj.x, tj.y);
+          if (diagonal && local_i == local_j) s2 = -INFINITY;
+          const float e = tm::exp2_approx(s2);
+          sums_rc(r, c) += e;
+          sum_j += e;
+        }
+        sum_j = quad_sum(sum_j);
+        if (!diagonal && (thread & 3) == 0) atomicAdd(params.row_sum + c0 + local_j, sum_j);
+      }
+    } else {
+      const bool masked = tm::tile_holds_self_column(row0, kBlock, c0, kBlock, p.self_offset);
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t row = row0 + rows0 + get<0>(coords_rc(r, 0));
+        const RowTerms own_r = own(r);
+        float tile_max = -INFINITY;
+        CUTE_UNROLL
+        for (int c = 0; c < kCols; ++c) {
+          const int local_c = get<1>(coords_rc(r, c));
+          const RowTerms st = shared.ring_terms[stage][local_c];
+          float s2 = tm::logit2(acc_rc(r, c), own_r.x, st.x, st.y);
+          if (masked && c0 + local_c == row + p.self_offset) s2 = -INFINITY;
+          if constexpr (kWalk == Walk::kGradRowsSymmetric) {
+            s2 = tm::symmetric_grad_weight(s2, own_r.w, st.x, st.w);
+          } else if constexpr (kWalk == Walk::kGradRowsPlain) {
+            s2 = tm::plain_grad_weight(s2, {own_r.y, own_r.z}, st.z);
+          }
+          acc_rc(r, c) = s2;
+          tile_max = fmaxf(tile_max, s2);
+        }
+        if constexpr (kLse) {
+          tile_max = quad_max(tile_max);
+          const float shift = running[r].shift_for(tile_max);
+          float sum = 0.f;
+          CUTE_UNROLL
+          for (int c = 0; c < kCols; ++c) sum += tm::exp2_approx(acc_rc(r, c) - shift);
+          running[r].add(tile_max, quad_sum(sum));
+        }
+      }
+      if constexpr (kGrad) {
+        store_pairs_shared(shared.weights[consumer], typename L::Weights{}, acc, coords);
+        cutlass::arch::fence_view_async_shared();  // generic-proxy stores before wgmma reads
+        cutlass::arch::NamedBarrier::sync(128, 1 + consumer);
+        warpgroup_fence_operand(grad);
+        warpgroup_arrive();
+        gemm(grads_mma, grads_thr.make_fragment_A(grads_thr.partition_A(s_weights)),
+             grads_thr.make_fragment_B(grads_thr.partition_B(
+                 local_tile(make_tensor(make_smem_ptr(stage_rows), typename L::BlockTransposed{}),
+                            Shape<Int<kGradWidth>, Int<kBlock>>{},
+                            make_coord(grad_chunk, 0)))),
+             grad);
+        warpgroup_commit_batch();
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(grad);
+      }
+    }
+    EmptyBarrier::arrive(&shared.empty[stage]);
+  }
+
+  if constexpr (kLse) {
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + rows0 + get<0>(coords_rc(r, 0));
+      if (row < p.own.rows && (thread & 3) == 0) {
+        params.part_max[int64_t(blockIdx.y) * p.own.rows + row] = running[r].max;
+        params.part_sum[int64_t(blockIdx.y) * p.own.rows + row] = running[r].sum;
+      }
+    }
+  } else if constexpr (kSymmetricLse) {
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; ++c) {
+      float s = 0.f;
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) s += sums_rc(r, c);
+      atomicAdd(params.row_sum + row0 + get<1>(coords_rc(0, c)), s);
+    }
+  } else {
+    Tensor out_coords = grads_thr.partition_C(make_identity_tensor(Shape<Int<kRowsPerConsumer>, Int<kGradWidth>>{}));
+    Tensor grad_rc = make_tensor(grad.data(), sm90_rows_columns(grad.layout()));
+    Tensor out_rc = make_tensor(out_coords.data(), sm90_rows_columns(out_coords.layout()));
+    CUTE_UNROLL
+    for (int r = 0; r < size<0>(grad_rc); ++r) {
+      const int64_t row = row0 + rows0 + get<0>(out_rc(r, 0));
+      if (row >= p.own.rows) continue;
+      const float scale = kWalk == Walk::kGradRowsPlain ? own(r).w : 1.f;
+      CUTE_UNROLL
+      for (int c = 0; c < size<1>(grad_rc); ++c) {
+        const int64_t col = grad_chunk * kGradWidth + get<1>(out_rc(r, c));
+        if (col < params.grad_columns) params.grad[row * params.grad_columns + col] = grad_rc(r, c) * scale;
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace scl::cuda::sm90

@@ -1,0 +1,54 @@
+// What the CUDA tile kernels read and write: plain pointers and sizes, no torch, no CUDA headers
+// (the ATen glue, supcon_cuda.cpp, fills them; the kernels, *.cu, read them).
+//
+// Every kernel walks one block of "own" rows against tiles of "streamed" rows, forming base-2
+// logits s2 = dot(own, streamed) * own.x * streamed.x + bias (csrc/core/tile_math.h). What the
+// four terms of a row mean depends on the kernel (RowTerms below); the glue pads the streamed
+// terms to a whole tile with values that make the padded rows contribute exact zeros, so the
+// kernels load them without masks.
+#pragma once
+
+#include <cstdint>
+
+namespace scl::cuda {
+
+enum class ElementType { kBFloat16, kFloat16, kFloat32 };
+
+// Four per-row numbers, 16 bytes, one vector load:
+//   lse_plain      own (anchor i):   x = r_i
+//                  streamed (col j): x = r_j log2(e)/t, y = 0 (-inf past the last column)
+//   lse_symmetric  rows j of a tile: x = r_j log2(e)/t, y = -log2(e)/t (-inf past N); z = r_j
+//   grad_rows      own (anchor i):   x = r_i, y = lse2_hi (+inf without gradient), z = lse2_lo,
+//                                    w = coef_i (plain) or coef_i t / log2(e) (symmetric)
+//                  streamed (col j): x = r_j log2(e)/t, y = 0 or -log2(e)/t (symmetric) or -inf
+//                                    past the last column, z = r_j, w = coef_j r_j (symmetric)
+//   grad_cols      own (col j):      x = r_j log2(e)/t
+//                  streamed (anchor i): x = r_i, y = lse2_hi (+inf without gradient or past the
+//                                    last anchor), z = lse2_lo, w = coef_i r_i
+struct RowTerms {
+  float x, y, z, w;
+};
+
+// Row-major [rows, width] rows of the input dtype: width is D rounded up to 16 bytes, the columns
+// past D are zero, the base is 16-byte aligned (the glue pads when the caller's rows are not).
+struct RowMatrix {
+  const void* data;
+  int64_t rows;
+  int64_t stride;  // elements between rows (a multiple of 16 bytes)
+};
+
+struct TileProblem {
+  ElementType type;
+  int64_t d;           // columns that count (D rounded up to 16 bytes; the rest is zero)
+  RowMatrix own;       // the program's rows
+  RowMatrix streamed;  // the tiles' rows
+  const RowTerms* own_terms;
+  const RowTerms* streamed_terms;  // padded to a multiple of kTermsPadding rows
+  // Anchor i's self column is column i + self_offset (masked); < 0: none. Own rows are the
+  // anchors, except in grad_cols, whose own rows are columns and whose streamed rows are anchors.
+  int64_t self_offset;
+};
+
+constexpr int64_t kTermsPadding = 128;
+
+}  // namespace scl::cuda
