@@ -3,7 +3,11 @@
 Build knobs (environment variables, in the manner of flash-attention):
   SCL_BUILD_CUDA      auto (default: when there are CUDA sources, csrc/cuda/*.cu, torch has CUDA and
                       nvcc is found), 1 (force; fails when any of the three is missing), 0 (skip)
-  SCL_CUDA_ARCH_LIST  compute capabilities for nvcc, default "9.0" (Hopper); sets TORCH_CUDA_ARCH_LIST
+  SCL_CUDA_ARCH_LIST  compute capabilities for nvcc, default "8.0;9.0a" (the mma.sync kernels for
+                      Ampere, and the wgmma + TMA kernels, which need sm_90a, for Hopper); sets
+                      TORCH_CUDA_ARCH_LIST
+  SCL_CUTLASS_INCLUDE the CuTe / CUTLASS headers, default: those of the installed nvidia-cutlass
+                      wheel (pip install nvidia-cutlass==4.2.0.0; header-only, needed to build only)
   SCL_CPU_ARCH_FLAGS  ISA flags for the CPU kernels, default "-march=native"; "" for a portable build
   MAX_JOBS            parallel compile jobs (read by torch's BuildExtension)
 
@@ -13,6 +17,7 @@ torch 2.13 / 2.14, whose headers need it from 2.14 on; -std=c++17 for older rele
 build reads the same requirement from torch's CMake package (CMakeLists.txt).
 """
 import glob
+import importlib.util
 import os
 import shlex
 import sys
@@ -49,6 +54,35 @@ def cuda_toolkit():
     return nvcc, None
 
 
+CUTLASS_PIN = "nvidia-cutlass==4.2.0.0"
+
+
+def cutlass_include():
+    """(directory, None) for the CuTe headers, or (None, why not)."""
+    override = os.environ.get("SCL_CUTLASS_INCLUDE")
+    if override:
+        found = os.path.exists(os.path.join(override, "cute", "tensor.hpp"))
+        return (override, None) if found else (None, f"SCL_CUTLASS_INCLUDE={override} has no cute/tensor.hpp")
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.origin:
+        include = os.path.join(os.path.dirname(spec.origin), "source", "include")
+        if os.path.exists(os.path.join(include, "cute", "tensor.hpp")):
+            return include, None
+    return None, f"the CuTe headers are not installed (pip install {CUTLASS_PIN})"
+
+
+def cuda_library_includes():
+    """Include directories of the CUDA libraries that torch's CUDA headers name (cusparse.h,
+    cublas_v2.h, ...), when the toolkit at CUDA_HOME lacks them and torch's pip packages of
+    those libraries (nvidia/cu*/include) have them."""
+    home = cpp_extension.CUDA_HOME or ""
+    if os.path.exists(os.path.join(home, "include", "cusparse.h")):
+        return []
+    site = os.path.dirname(os.path.dirname(torch.__file__))
+    return [d for d in sorted(glob.glob(os.path.join(site, "nvidia", "cu*", "include")))
+            if os.path.exists(os.path.join(d, "cusparse.h"))]
+
+
 def cuda_wanted(cuda_sources):
     choice = os.environ.get("SCL_BUILD_CUDA", "auto").strip().lower() or "auto"
     if choice in ("0", "false", "no", "off"):
@@ -64,6 +98,10 @@ def cuda_wanted(cuda_sources):
         missing.append(f"torch {torch.__version__} is not a CUDA build")
     else:
         nvcc, why_not = cuda_toolkit()
+        if why_not:
+            missing.append(why_not)
+    if cuda_sources:
+        _, why_not = cutlass_include()
         if why_not:
             missing.append(why_not)
     if choice != "auto":
@@ -87,12 +125,18 @@ def extension():
     srcs = [s for d in ("csrc", "csrc/core", "csrc/cpu", "csrc/triton") for s in sources(f"{d}/*.cpp")]
     cuda_sources = sources("csrc/cuda/*.cu")
     if cuda_wanted(cuda_sources):
-        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", os.environ.get("SCL_CUDA_ARCH_LIST", "9.0"))
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", os.environ.get("SCL_CUDA_ARCH_LIST", "8.0;9.0a"))
+        log(f"CUDA architectures: {os.environ['TORCH_CUDA_ARCH_LIST']}")
+        cutlass, _ = cutlass_include()
+        library_includes = cuda_library_includes()
+        # -Xptxas=-v: every kernel's registers and spills in the build log (CI fails on a spill).
+        nvcc = ["-O3", "--use_fast_math", "-DNDEBUG", "-DSCL_WITH_CUDA", "-Xptxas=-v",
+                f"-I{os.path.join(ROOT, 'csrc')}", f"-I{cutlass}"] + [f"-I{d}" for d in library_includes]
         return CUDAExtension(
             "scl_kernels._C",
             srcs + cuda_sources + sources("csrc/cuda/*.cpp"),
-            extra_compile_args={"cxx": cxx + ["-DSCL_WITH_CUDA"],
-                                "nvcc": ["-O3", "--use_fast_math", "-DSCL_WITH_CUDA"]},
+            include_dirs=library_includes,
+            extra_compile_args={"cxx": cxx + ["-DSCL_WITH_CUDA"], "nvcc": nvcc},
             extra_link_args=["-fopenmp"],
         )
     return CppExtension("scl_kernels._C", srcs, extra_compile_args=cxx, extra_link_args=["-fopenmp"])
@@ -111,6 +155,8 @@ setup(
         "test": ["pytest", "numpy"],
         "bench": ["pytest-benchmark", "pytorch-metric-learning", "matplotlib", "psutil"],
         # scl_kernels.finetune: the Trainer and sentence-transformers integrations and the CLI.
+        # Building the CUDA backend (header-only; not needed at run time).
+        "cuda": [CUTLASS_PIN],
         "finetune": ["transformers>=4.46", "accelerate>=1.1", "sentence-transformers>=3.0",
                      "datasets", "scikit-learn", "matplotlib", "tqdm"],
     },

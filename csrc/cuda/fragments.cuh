@@ -38,21 +38,26 @@ __device__ __host__ constexpr auto sm90_rows_columns(Layout const& l) {
                      make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
 }
 
-// Stores an fp32 accumulator, rounded to the 16-bit type T, into a shared-memory tile of layout
-// `layout` (whose coordinates `coords` gives per element), two adjacent columns per 32-bit
-// st.shared. Shared-space 32-bit addresses: CuTe's generic pointers would make every address a
-// 64-bit pair, and a tile's worth of them spills.
+// Stores an fp32 accumulator into a shared-memory tile of element type T and layout `layout`
+// (`coords` gives each element's coordinates): 16-bit T rounded, two adjacent columns per 32-bit
+// st.shared; 32-bit T (fp32 kept for 3xTF32) as the float's bits. Shared-space 32-bit addresses:
+// CuTe's generic pointers would make every address a 64-bit pair, and a tile's worth spills.
 template <class T, class Layout, class Acc, class Coords>
-__device__ __forceinline__ void store_pairs_shared(T* tile, Layout const& layout, Acc const& acc,
-                                                   Coords const& coords) {
-  static_assert(sizeof(T) == 2);
+__device__ __forceinline__ void store_tile_shared(T* tile, Layout const& layout, Acc const& acc,
+                                                  Coords const& coords) {
   const uint32_t base = cute::cast_smem_ptr_to_uint(tile);
+  constexpr int kStep = sizeof(T) == 2 ? 2 : 1;
   CUTE_UNROLL
-  for (int i = 0; i < cute::size(acc); i += 2) {
-    const uint32_t lo = T(acc(i)).raw(), hi = T(acc(i + 1)).raw();
-    const uint32_t address =
-        base + 2u * uint32_t(layout(cute::get<0>(coords(i)), cute::get<1>(coords(i))));
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(lo | (hi << 16)));
+  for (int i = 0; i < cute::size(acc); i += kStep) {
+    uint32_t bits;
+    if constexpr (sizeof(T) == 2) {
+      bits = uint32_t(T(acc(i)).raw()) | (uint32_t(T(acc(i + 1)).raw()) << 16);
+    } else {
+      bits = __float_as_uint(acc(i));
+    }
+    const uint32_t address = base + uint32_t(sizeof(T)) *
+                                        uint32_t(layout(cute::get<0>(coords(i)), cute::get<1>(coords(i))));
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(bits));
   }
 }
 

@@ -105,8 +105,9 @@ struct WalkOutputs {
   int num_splits;
 };
 
-// Copies rows [row0, row0 + ROWS) and columns [k0, k0 + width) of a RowMatrix into `dst`
-// (a (ROWS, width) slice of a shared-memory layout), zero outside the matrix, by cp.async.
+// Copies rows [row0, row0 + ROWS) and columns [k0, k0 + WIDTH) of a RowMatrix into stage `stage`
+// of a shared-memory layout at `base`, zero outside the matrix, by 16-byte cp.async with
+// 32-bit shared addresses (generic 64-bit ones cost two registers each).
 template <int ROWS, int WIDTH, class Smem, class Layout>
 __device__ __forceinline__ void load_block(const RowMatrix& m, int64_t d, int64_t row0, int64_t k0,
                                            Smem* base, Layout const& layout, int stage) {
@@ -114,6 +115,7 @@ __device__ __forceinline__ void load_block(const RowMatrix& m, int64_t d, int64_
   constexpr int kVectors = ROWS * WIDTH / kVector;
   static_assert(kVectors % kThreads == 0);
   const Smem* src = static_cast<const Smem*>(m.data);
+  const uint32_t to_base = cast_smem_ptr_to_uint(base);
   CUTE_UNROLL
   for (int i = 0; i < kVectors / kThreads; ++i) {
     const int v = threadIdx.x + i * kThreads;
@@ -121,10 +123,19 @@ __device__ __forceinline__ void load_block(const RowMatrix& m, int64_t d, int64_
     const int64_t row = row0 + r, col = k0 + c;
     const bool inside = row < m.rows && col < d;
     const Smem* from = inside ? src + row * m.stride + col : src;
-    Smem* to = base + layout(r, c, stage);
-    SM80_CP_ASYNC_CACHEGLOBAL_ZFILL<uint128_t>::copy(*reinterpret_cast<const uint128_t*>(from),
-                                                      *reinterpret_cast<uint128_t*>(to), inside);
+    const uint32_t to = to_base + uint32_t(sizeof(Smem)) * uint32_t(layout(r, c, stage));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(from),
+                 "r"(inside ? 16 : 0));
   }
+}
+
+// One row's terms from shared memory (an explicit ld.shared: see load_block).
+__device__ __forceinline__ RowTerms shared_terms(const RowTerms* at) {
+  RowTerms t;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(t.x), "=f"(t.y), "=f"(t.z), "=f"(t.w)
+               : "r"(cast_smem_ptr_to_uint(at)));
+  return t;
 }
 
 // acc += a b over one MMA K block; fp32 inputs as 3xTF32.
@@ -149,15 +160,6 @@ __device__ __forceinline__ void mma_block(TiledMma const& mma, A const& a, B con
     gemm(mma, a_big, b_big, acc);
   } else {
     gemm(mma, a, b, acc);
-  }
-}
-
-template <class Smem>
-__device__ __forceinline__ Smem to_smem(float w) {
-  if constexpr (std::is_same_v<Smem, cutlass::tfloat32_t>) {
-    return cutlass::tfloat32_t::bitcast(__float_as_uint(w));
-  } else {
-    return Smem(w);
   }
 }
 
@@ -256,7 +258,7 @@ __device__ __forceinline__ void weight_product(const Pipeline<T>& pipe, Acc& acc
 }
 
 template <class T, Walk kWalk>
-__global__ void __launch_bounds__(kThreads) walk_kernel(const TileProblem p, const WalkOutputs out) {
+__global__ void __launch_bounds__(kThreads, 1) walk_kernel(const TileProblem p, const WalkOutputs out) {
   using C = Config<T>;
   using Smem = typename C::Smem;
   constexpr bool kLse = kWalk == Walk::kLsePlain;
@@ -330,7 +332,7 @@ __global__ void __launch_bounds__(kThreads) walk_kernel(const TileProblem p, con
         CUTE_UNROLL
         for (int c = 0; c < kCols; ++c) {
           const int64_t col = c0 + get<1>(coords_rc(r, c));
-          const RowTerms st = pipe.streamed_terms[(tile & 1) * kBlockN + get<1>(coords_rc(r, c))];
+          const RowTerms st = shared_terms(pipe.streamed_terms + (tile & 1) * kBlockN + get<1>(coords_rc(r, c)));
           float s2 = kColumns ? tm::logit2(acc_rc(r, c), st.x, own[r].x, 0.f)
                               : tm::logit2(acc_rc(r, c), own[r].x, st.x, st.y);
           if (masked && (kColumns ? row == col + p.self_offset : col == row + p.self_offset)) {
@@ -357,11 +359,7 @@ __global__ void __launch_bounds__(kThreads) walk_kernel(const TileProblem p, con
         }
       }
       if constexpr (!kLse) {
-        Tensor sW = make_tensor(make_smem_ptr(pipe.weights), typename C::WeightLayout{});
-        Tensor weights = make_fragment_like<Smem>(acc);
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc); ++i) weights(i) = to_smem<Smem>(acc(i));
-        copy(weights, thr.partition_C(sW));
+        store_tile_shared(pipe.weights, typename C::WeightLayout{}, acc, coords);
         __syncthreads();
         if (tile & 1) weight_product<T, 1>(pipe, grad); else weight_product<T, 0>(pipe, grad);
       }
@@ -403,7 +401,7 @@ __global__ void __launch_bounds__(kThreads) walk_kernel(const TileProblem p, con
 // of J are row sums within quads, flushed by atomics every tile, and the sums of I add up
 // element-wise in registers until the program moves to its second row block or ends.
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     lse_symmetric_kernel(const TileProblem p, float* row_sum, int num_splits) {
   static_assert(kBlockM == kBlockN);
   using C = Config<T>;
@@ -472,12 +470,12 @@ __global__ void __launch_bounds__(kThreads)
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const int64_t j = j0 + get<0>(coords_rc(r, 0));
-        const RowTerms tj = pipe.own_terms[parity * kBlockN + get<0>(coords_rc(r, 0))];
+        const RowTerms tj = shared_terms(pipe.own_terms + parity * kBlockN + get<0>(coords_rc(r, 0)));
         float sum_j = 0.f;
         CUTE_UNROLL
         for (int c = 0; c < kCols; ++c) {
           const int64_t i = i0 + get<1>(coords_rc(r, c));
-          const float ri = pipe.streamed_terms[parity * kBlockN + get<1>(coords_rc(r, c))].z;
+          const float ri = shared_terms(pipe.streamed_terms + parity * kBlockN + get<1>(coords_rc(r, c))).z;
           float s2 = tm::logit2(acc_rc(r, c), ri, tj.x, tj.y);
           if (diagonal && i == j) s2 = -INFINITY;
           const float e = tm::exp2_approx(s2);

@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
         }
       }
       if constexpr (kGrad) {
-        store_pairs_shared(shared.weights[consumer], typename L::Weights{}, acc, coords);
+        store_tile_shared(shared.weights[consumer], typename L::Weights{}, acc, coords);
         cutlass::arch::fence_view_async_shared();  // generic-proxy stores before wgmma reads
         cutlass::arch::NamedBarrier::sync(128, 1 + consumer);
         warpgroup_fence_operand(grad);
