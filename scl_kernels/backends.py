@@ -34,6 +34,18 @@ def triton_interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def cuda_kernels_built() -> bool:
+    """Whether the loaded library registers the CUDA C++ kernels (built with SCL_BUILD_CUDA)."""
+    return library_loaded() and torch._C._dispatch_has_kernel_for_dispatch_key(
+        "scl::supcon", "CUDA")
+
+
+CUDA_NOT_BUILT = ("backend='cuda' needs the CUDA C++ kernels, and this scl_kernels library was built "
+                  "without them: build with a CUDA build of torch, nvcc and the CuTe headers "
+                  "(pip install nvidia-cutlass==4.2.0.0), then "
+                  "`SCL_BUILD_CUDA=1 pip install --no-build-isolation -e .`")
+
+
 _triton_loaded = False
 
 
@@ -61,6 +73,9 @@ class Backend:
     installed: Callable[[torch.device], bool]
     prepare: Callable[[], None] = lambda: None  # loads what the op needs before its first call
     float64_kernels: bool = True  # False: float64 inputs are computed in float32
+    # Whether backend="auto" may choose it. False for a backend whose GPU tests have not yet
+    # passed on real hardware (results under bench/results/); it stays selectable by name.
+    auto_eligible: bool = True
 
     def available(self, device) -> bool:
         device = torch.device(device)
@@ -124,6 +139,11 @@ REGISTRY = {backend.name: backend for backend in (
             lambda device: library_loaded() and triton_installed()
             and (device.type == "cuda" or triton_interpreter_enabled()),
             prepare=load_triton_backend, float64_kernels=False),
+    # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
+    # scl::supcon's CUDA key. Opt-in until its GPU tests have passed on hardware: flip
+    # auto_eligible once bench/results/ holds such a run (docs/CUDA_KERNELS.md).
+    Backend("cuda", ("cuda",), "supcon", lambda device: cuda_kernels_built(),
+            float64_kernels=False, auto_eligible=False),
     # dense PyTorch: the whole N x N logit matrix, for tests and tiny batches
     Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True),
 )}
@@ -152,12 +172,14 @@ def _auto(device: torch.device) -> Backend:
     if device.type == "meta":
         # Shapes only: every fused op's fake kernel serves meta tensors, no kernel runs.
         return REGISTRY["cpu"] if library_loaded() else REGISTRY["reference"]
-    fused = [b for b in REGISTRY.values() if _fused(b) and b.available(device)]
+    fused = [b for b in REGISTRY.values()
+             if _fused(b) and b.auto_eligible and b.available(device)]
     if fused:
         return fused[0]
     if device.type not in _warned_dense_devices:
         _warned_dense_devices.add(device.type)
-        serving = [b.name for b in REGISTRY.values() if _fused(b) and device.type in b.device_types]
+        serving = [b.name for b in REGISTRY.values()
+                   if _fused(b) and b.auto_eligible and device.type in b.device_types]
         why = (f"backends {serving} serve {device.type} but cannot run in this installation "
                f"({'build the extension, install triton' if serving else 'none is written for it'})")
         warnings.warn(f"scl_kernels: no fused backend for {device.type} tensors ({why}); "
@@ -181,5 +203,7 @@ def resolve_backend(name, device) -> Backend:
             raise ValueError(TRITON_MISSING)
         if name == "triton":
             raise ValueError(TRITON_CPU_NEEDS_INTERPRETER)
+        if name == "cuda":
+            raise ValueError(CUDA_NOT_BUILT)
         raise ValueError(f"backend={name!r} cannot run {device.type} tensors in this installation")
     return backend

@@ -1,0 +1,185 @@
+"""The CUDA C++ backend (csrc/cuda, docs/CUDA_KERNELS.md).
+
+Without a GPU: its registry entry, that backend="auto" never chooses it (it is opt-in until its
+GPU tests have passed on hardware), its errors, and that the README says it is unverified.
+With a CUDA GPU and the CUDA kernels built (skipped otherwise): every layout and dtype at awkward
+sizes against the float64 reference and against the Triton backend on the same inputs, the
+wgmma path's shapes, determinism, memory, streams. The conformance suite runs it too
+(conftest.py lists every available backend)."""
+import os
+
+import pytest
+import torch
+
+import scl_kernels
+from scl_kernels import backends
+from layouts import LAYOUTS, make_layout
+from reference64 import check_against_reference
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+
+
+# ---- without a GPU ------------------------------------------------------------------------
+
+@pytest.mark.quick
+def test_registry_entry():
+    cuda = backends.get_backend("cuda")
+    assert cuda.device_types == ("cuda",) and cuda.op_name == "supcon"
+    assert cuda.computes_in(torch.float64) == torch.float32
+    assert not cuda.auto_eligible
+
+
+def test_auto_never_chooses_cuda(monkeypatch):
+    """Even where the CUDA kernels could run, auto takes Triton, else the dense reference."""
+    cuda = backends.get_backend("cuda")
+    monkeypatch.setattr(backends, "cuda_kernels_built", lambda: True)
+    assert cuda.available("cuda")
+    device = torch.device("cuda")
+    monkeypatch.setattr(backends, "triton_installed", lambda: True)
+    assert backends._auto(device).name == "triton"
+    monkeypatch.setattr(backends, "triton_installed", lambda: False)
+    with pytest.warns(UserWarning):
+        monkeypatch.setattr(backends, "_warned_dense_devices", set())
+        assert backends._auto(device).name == "reference"
+    assert "cuda" in backends.available_backends("cuda")
+
+
+def test_cpu_tensors_are_refused():
+    with pytest.raises(ValueError, match="runs on cuda tensors"):
+        scl_kernels.supcon_loss(torch.randn(4, 3), torch.tensor([0, 0, 1, 1]), backend="cuda")
+
+
+def test_library_without_cuda_kernels_says_how_to_build(monkeypatch):
+    monkeypatch.setattr(backends, "cuda_kernels_built", lambda: False)
+    with pytest.raises(ValueError, match="SCL_BUILD_CUDA=1.*nvidia-cutlass|nvidia-cutlass.*SCL_BUILD_CUDA=1"):
+        backends.resolve_backend("cuda", torch.device("cuda"))
+
+
+def test_readme_says_unverified_on_hardware():
+    text = open(README, encoding="utf-8").read()
+    assert 'backend="cuda"' in text and "unverified on hardware" in text
+
+
+# ---- on a GPU -------------------------------------------------------------------------------
+
+gpu = pytest.mark.skipif(
+    not (torch.cuda.is_available() and backends.cuda_kernels_built()),
+    reason="needs a CUDA GPU and the library built with the CUDA kernels (SCL_BUILD_CUDA=1)")
+
+
+@pytest.fixture
+def cuda_randn(gen):
+    def make(*shape, dtype=torch.float32, scale=1.0):
+        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to("cuda", dtype)
+    return make
+
+
+@pytest.fixture
+def cuda_randint(gen):
+    return lambda low, high, shape: torch.randint(low, high, shape, generator=gen).cuda()
+
+
+def _loss_and_grads(backend, features, labels, **kw):
+    x = features.detach().clone().requires_grad_(True)
+    loss = scl_kernels.supcon_loss(x, labels, 0.1, backend=backend, **kw)
+    loss.backward()
+    return loss.detach(), x.grad
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_layouts_against_reference(layout, dtype, cuda_randn, cuda_randint, gen):
+    kw = make_layout(layout, cuda_randn, cuda_randint, dtype=dtype, n=300, d=100)
+    check_against_reference("cuda", generator=gen, compute_dtype=torch.float32, **kw)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n,d", [(1, 1), (2, 3), (63, 100), (129, 128), (1000, 257), (300, 2048)])
+def test_awkward_sizes_against_reference(n, d, dtype, cuda_randn, cuda_randint, gen):
+    check_against_reference("cuda", cuda_randn(n, d, dtype=dtype), cuda_randint(0, 5, (n,)), 0.1,
+                            generator=gen, compute_dtype=torch.float32)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n,d", [(63, 3), (129, 128), (1000, 100), (1000, 257)])
+def test_agrees_with_triton(n, d, dtype, cuda_randn, cuda_randint):
+    x, labels = cuda_randn(n, d, dtype=dtype), cuda_randint(0, 7, (n,))
+    got_loss, got_grad = _loss_and_grads("cuda", x, labels)
+    want_loss, want_grad = _loss_and_grads("triton", x, labels)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    assert abs(got_loss.item() - want_loss.item()) <= tol * abs(want_loss.item())
+    err = (got_grad.float() - want_grad.float()).abs().max() / want_grad.float().abs().max()
+    assert err.item() <= 10 * tol
+
+
+@gpu
+@pytest.mark.parametrize("anchor_offset,num_anchors", [(0, 100), (37, 64), (200, 100)])
+def test_anchor_offset_against_triton(anchor_offset, num_anchors, cuda_randn, cuda_randint):
+    """The op's anchors [offset, offset + M) of the single set (distributed training's call)."""
+    x, labels = cuda_randn(300, 128, dtype=torch.bfloat16), cuda_randint(0, 5, (300,))
+    t = torch.tensor(0.1)
+    outs = {}
+    for name in ("supcon", "supcon_triton"):
+        if name == "supcon_triton":
+            backends.load_triton_backend()
+        loss, lse, _ = getattr(torch.ops.scl, name)(x, labels, None, None, t, num_anchors, True,
+                                                     anchor_offset)
+        outs[name] = (loss, lse)
+    torch.testing.assert_close(outs["supcon"][1], outs["supcon_triton"][1], rtol=0, atol=2e-3)
+    torch.testing.assert_close(outs["supcon"][0], outs["supcon_triton"][0], rtol=2e-2, atol=2e-3)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_deterministic_mode_is_bitwise_reproducible(dtype, cuda_randn, cuda_randint):
+    x, labels = cuda_randn(1000, 128, dtype=dtype), cuda_randint(0, 9, (1000,))
+    torch.use_deterministic_algorithms(True)
+    try:
+        first = _loss_and_grads("cuda", x, labels)
+        second = _loss_and_grads("cuda", x, labels)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+
+
+@gpu
+def test_memory_stays_linear_in_n(cuda_randn, cuda_randint):
+    n = 32768
+    x, labels = cuda_randn(n, 128, dtype=torch.bfloat16), cuda_randint(0, 100, (n,))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    _loss_and_grads("cuda", x, labels)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - base < n * n * 4 // 16
+
+
+@gpu
+def test_side_stream_gives_the_same_result(cuda_randn, cuda_randint):
+    x, labels = cuda_randn(700, 128, dtype=torch.bfloat16), cuda_randint(0, 9, (700,))
+    torch.use_deterministic_algorithms(True)
+    try:
+        want = _loss_and_grads("cuda", x, labels)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            got = _loss_and_grads("cuda", x, labels)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+
+
+@gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
+def test_second_device(cuda_randn, cuda_randint):
+    x, labels = cuda_randn(300, 64).to("cuda:1"), cuda_randint(0, 5, (300,)).to("cuda:1")
+    loss, grad = _loss_and_grads("cuda", x, labels)
+    ref_loss, ref_grad = _loss_and_grads("cuda", x.to("cuda:0"), labels.to("cuda:0"))
+    assert loss.device.index == 1 and grad.device.index == 1
+    torch.testing.assert_close(loss.cpu(), ref_loss.cpu())
+    torch.testing.assert_close(grad.cpu(), ref_grad.cpu())
