@@ -87,6 +87,13 @@ def implementations(max_dense_n):
     import scl_kernels
     from bench import baselines
     impls = [("scl_kernels", lambda x, y, t: scl_kernels.supcon_loss(x, y, t), math.inf)]
+    # The CUDA C++ backend beside it (opt-in: auto runs Triton), when the library was built with it.
+    if scl_kernels.backends.cuda_kernels_built():
+        impls.append(("scl_kernels_cuda",
+                      lambda x, y, t: scl_kernels.supcon_loss(x, y, t, backend="cuda"), math.inf))
+    else:
+        print("the library has no CUDA C++ kernels (SCL_BUILD_CUDA=1): skipping backend='cuda'",
+              flush=True)
     compiled_dense = torch.compile(baselines.dense_supcon)
     impls += [("dense_eager", baselines.dense_supcon, max_dense_n),
               ("dense_compiled", compiled_dense, max_dense_n)]
