@@ -1,6 +1,7 @@
 #include "supcon_orchestration.h"
 
 #include "prepared_handoff.h"
+#include "tile_math.h"
 
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
@@ -68,11 +69,10 @@ bool run_serially(const SupConArgs& a) {
 }  // namespace
 
 bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
-  // exp(s - 1/t) >= exp(-2/t) must stay a normal number.
-  const double min_log = compute_type == at::kDouble
-                             ? std::log(std::numeric_limits<double>::min())
-                             : std::log(static_cast<double>(std::numeric_limits<float>::min()));
-  return 2 * inv_t < -min_log * 0.95;
+  const double min_normal_log = compute_type == at::kDouble
+                                    ? std::log(std::numeric_limits<double>::min())
+                                    : std::log(static_cast<double>(std::numeric_limits<float>::min()));
+  return tile_math::fixed_shift_is_safe(inv_t, min_normal_log);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels& kernels,
