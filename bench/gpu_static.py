@@ -4,7 +4,7 @@ Hopper (sm_90) with the tools bundled in Triton's wheel; reads the machine code;
 headline forward + backward times with an issue-slot model (bench/issue_slots.py).
 
     python -m bench.gpu_static [--dims 128,256,768,100] [--dtypes bf16,fp32] [--jobs 2]
-                               [--json FILE]
+                               [--json FILE] [--no-cuda]
 
 Per compiled kernel: registers, spill bytes and spill instructions (STL/LDL), shared memory,
 whether its tile loop holds HGMMA and UTMALDG, the loop's warp instructions per tile by class,
@@ -13,8 +13,12 @@ bench/attention_reference.py). Then the predicted times of the symmetric schedul
 contrast_mode="all": the headline) for N = 65,536 and 262,144, next to the floor of that
 schedule. Every time it prints is a prediction of the model, not a measurement.
 
+Then the CUDA C++ kernels of csrc/cuda (bench/cuda_static.py: both families for sm_80 and sm_90a,
+their registers, spills, HMMA / HGMMA / UTMALDG and the same prediction), unless --no-cuda or
+nvcc / the CuTe headers are missing (it says so).
+
 Exit status 1 when a tile that autotuning may keep spills registers or does not fit in shared
-memory (CI runs this)."""
+memory, or a CUDA kernel spills or lacks its tensor-core or TMA instructions (CI runs this)."""
 import argparse
 import json
 import sys
@@ -25,7 +29,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from bench import attention_reference, issue_slots, sass
+from bench import attention_reference, cuda_static, issue_slots, sass
 from scl_kernels.triton_backend import launch
 
 HOPPER = GPUTarget("cuda", 90, 32)
@@ -290,6 +294,8 @@ def main(argv=None):
     parser.add_argument("--dtypes", default="bf16,fp32")
     parser.add_argument("--jobs", type=int, default=2, help="compiler processes")
     parser.add_argument("--json", help="also write every result to this file")
+    parser.add_argument("--no-cuda", action="store_true",
+                        help="skip the CUDA C++ kernels (bench.cuda_static)")
     args = parser.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
     todo = list(cases(dims, args.dtypes.split(",")))
@@ -299,12 +305,25 @@ def main(argv=None):
         reference = reference_future.result()
     bad = [(r, problems(r)) for r in results if problems(r)]
     report(results, reference, dims)
+    cuda_results = []
+    if not args.no_cuda:
+        tools, why_not = cuda_static.toolchain()
+        print()
+        if tools is None:
+            print(f"CUDA C++ kernels not checked: {why_not}")
+        else:
+            cuda_results = cuda_static.analyse_all(tools)
+            cuda_static.report(cuda_results)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"results": results, "reference": reference}, f, indent=1)
+            json.dump({"results": results, "reference": reference, "cuda": cuda_results}, f,
+                      indent=1)
+    bad += [({"use": r["kernel"], "dtype": r["arch"], "d": "-", "tile": None}, cuda_static.problems(r))
+            for r in cuda_results if cuda_static.problems(r)]
     for r, why in bad:
-        print(f"NOT FIT: {r['use']} {r['dtype']} D={r['d']} "
-              f"{_tile_text(r['tile'])}: {'; '.join(why)}", file=sys.stderr)
+        tile = _tile_text(r["tile"]) if r["tile"] else ""
+        print(f"NOT FIT: {r['use']} {r['dtype']} D={r['d']} {tile}: {'; '.join(why)}",
+              file=sys.stderr)
     return 1 if bad else 0
 
 

@@ -1,7 +1,9 @@
 """The static GPU check (bench.gpu_static): its reading of machine code on hand-written SASS, its
 issue-slot arithmetic, and the check itself: every Triton kernel with every tile that autotuning
 may keep compiles for Hopper (sm_90) without spilling and within shared memory, with tensor-core
-(HGMMA) and TMA instructions in its tile loop. CI has no GPU; this is what it can say."""
+(HGMMA) and TMA instructions in its tile loop; and every CUDA C++ kernel (bench.cuda_static)
+compiles for sm_80 and sm_90a without spilling, with HMMA (sm_80) or HGMMA and UTMALDG (sm_90a).
+CI has no GPU; this is what it can say."""
 import json
 import os
 import subprocess
@@ -118,5 +120,47 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
     for r in report["results"]:
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
         assert r["loop_hgmma"] and r["tma"], r
-    last = run.stdout.strip().splitlines()[-1]
-    assert last.startswith("predicted fwd+bwd N=65536 D=128 bf16: ") and "floor" in last
+    lines = run.stdout.strip().splitlines()
+    assert any(line.startswith("predicted fwd+bwd N=65536 D=128 bf16: ") and "floor" in line
+               for line in lines)
+    from bench import cuda_static
+    if cuda_static.toolchain()[0] is None:
+        assert not report["cuda"] and "CUDA C++ kernels not checked" in run.stdout
+        return
+    # The CUDA C++ kernels: 15 mma.sync kernels for each of sm_80 and sm_90a, 8 wgmma ones.
+    kernels = report["cuda"]
+    assert sum(r["kernel"].startswith("sm80") for r in kernels) == 30
+    assert sum(r["kernel"].startswith("sm90") for r in kernels) == 8
+    for r in kernels:
+        assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
+        if r["kernel"].startswith("sm90"):
+            assert r["arch"] == "sm_90a" and r["loop_hgmma"] and r["tma"], r
+        else:
+            assert r["loop_hmma"], r
+    assert lines[-1].startswith("predicted fwd+bwd CUDA N=65536 D=128 bf16: ")
+
+
+CUOBJDUMP = """
+Resource usage:
+ Function _ZN3scl4cuda4sm9011walk_kernelIN7cutlass10bfloat16_tELNS1_4WalkE1EEEvNS1_6ParamsIT_EE:
+  REG:168 STACK:0 SHARED:1024 LOCAL:0 CONSTANT[0]:1408 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function _ZN3scl4cuda4sm8011walk_kernelIfLNS1_4WalkE3EEEvNS0_11TileProblemENS1_11WalkOutputsE:
+  REG:195 STACK:8 SHARED:0 LOCAL:4 CONSTANT[0]:488 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+
+
+def test_cuda_listings_are_read_per_kernel():
+    sys.path.insert(0, ROOT)
+    from bench import cuda_static
+    resources = cuda_static.parse_resources(CUOBJDUMP)
+    names = sorted(resources)
+    assert [cuda_static.kernel_name(n) for n in names] == [
+        "sm80 walk_kernel<fp32, kGradCols>", "sm90 walk_kernel<bf16, kLseSymmetric>"]
+    assert resources[names[0]] == (195, 8, 0, 4)
+    listing = ("\t\tFunction : first\n /*0000*/ HMMA.16816.F32.BF16 R0, R2, R4, R0 ;\n"
+               "\t\tFunction : second\n /*0000*/ EXIT ;\n")
+    functions = cuda_static.split_functions(listing)
+    assert list(functions) == ["first", "second"] and "HMMA" in functions["first"]
+    assert cuda_static.problems({"kernel": "sm90 walk_kernel<bf16, kLsePlain>", "spill_bytes": 4,
+                                 "spill_instructions": 0, "loop_hgmma": True, "tma": False}) == [
+        "spills 4 B (0 STL/LDL)", "no UTMALDG (TMA)"]

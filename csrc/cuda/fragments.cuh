@@ -7,6 +7,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "tile_args.h"
+
 namespace scl::cuda {
 
 // Sum and maximum over the four lanes of a quad (lanes 4k .. 4k + 3).
@@ -59,6 +61,16 @@ __device__ __forceinline__ void store_tile_shared(T* tile, Layout const& layout,
                                         uint32_t(layout(cute::get<0>(coords(i)), cute::get<1>(coords(i))));
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(bits));
   }
+}
+
+// One row's terms from shared memory, by an explicit ld.shared: a generic load would need a
+// 64-bit address (see store_tile_shared).
+__device__ __forceinline__ RowTerms shared_terms(const RowTerms* at) {
+  RowTerms t;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(t.x), "=f"(t.y), "=f"(t.z), "=f"(t.w)
+               : "r"(cute::cast_smem_ptr_to_uint(at)));
+  return t;
 }
 
 }  // namespace scl::cuda

@@ -129,15 +129,6 @@ __device__ __forceinline__ void load_block(const RowMatrix& m, int64_t d, int64_
   }
 }
 
-// One row's terms from shared memory (an explicit ld.shared: see load_block).
-__device__ __forceinline__ RowTerms shared_terms(const RowTerms* at) {
-  RowTerms t;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(t.x), "=f"(t.y), "=f"(t.z), "=f"(t.w)
-               : "r"(cast_smem_ptr_to_uint(at)));
-  return t;
-}
-
 // acc += a b over one MMA K block; fp32 inputs as 3xTF32.
 template <bool kThreeTf32, class TiledMma, class A, class B, class C>
 __device__ __forceinline__ void mma_block(TiledMma const& mma, A const& a, B const& b, C& acc) {

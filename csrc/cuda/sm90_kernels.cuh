@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   FullBarrier::wait(&shared.own_full, 0);
   tm::RunningLse2 running[kRows];
   // A row's terms, read from shared memory where used: registers are the scarce resource here.
-  auto own = [&](int r) { return shared.own_terms[rows0 + get<0>(coords_rc(r, 0))]; };
+  auto own = [&](int r) { return shared_terms(&shared.own_terms[rows0 + get<0>(coords_rc(r, 0))]); };
 
   for (int64_t t = 0; t < tiles; ++t) {
     const int stage = int(t % kStages);
@@ -236,12 +236,12 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const int local_j = rows0 + get<0>(coords_rc(r, 0));
-        const RowTerms tj = shared.ring_terms[stage][local_j];
+        const RowTerms tj = shared_terms(&shared.ring_terms[stage][local_j]);
         float sum_j = 0.f;
         CUTE_UNROLL
         for (int c = 0; c < kCols; ++c) {
           const int local_i = get<1>(coords_rc(r, c));
-          float s2 = tm::logit2(acc_rc(r, c), shared.own_terms[local_i].z, tj.x, tj.y);
+          float s2 = tm::logit2(acc_rc(r, c), shared_terms(&shared.own_terms[local_i]).z, tj.x, tj.y);
           if (diagonal && local_i == local_j) s2 = -INFINITY;
           const float e = tm::exp2_approx(s2);
           sums_rc(r, c) += e;
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
         CUTE_UNROLL
         for (int c = 0; c < kCols; ++c) {
           const int local_c = get<1>(coords_rc(r, c));
-          const RowTerms st = shared.ring_terms[stage][local_c];
+          const RowTerms st = shared_terms(&shared.ring_terms[stage][local_c]);
           float s2 = tm::logit2(acc_rc(r, c), own_r.x, st.x, st.y);
           if (masked && c0 + local_c == row + p.self_offset) s2 = -INFINITY;
           if constexpr (kWalk == Walk::kGradRowsSymmetric) {

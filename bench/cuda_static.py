@@ -1,0 +1,231 @@
+"""The CUDA C++ kernels (csrc/cuda) from their machine code, without a GPU: nvcc compiles both
+kernel families for sm_80 and sm_90a as the build does; cuobjdump gives each kernel's
+registers, spills and SASS; bench/sass.py finds the tile loop; bench/issue_slots.py turns it into
+a predicted time for the headline case. Every time it prints is a prediction.
+
+    python -m bench.cuda_static [--json FILE]
+
+Used by python -m bench.gpu_static (beside the Triton kernels) and python_tests/test_gpu_static.py.
+"""
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+from bench import issue_slots, sass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCES = ("supcon_sm80.cu", "supcon_sm90.cu")
+ARCHS = ("sm_80", "sm_90a")
+# The flags of the build (setup.py): the same code as the extension's.
+FLAGS = ["-std=c++20", "-O3", "--use_fast_math", "--expt-relaxed-constexpr", "-DNDEBUG"]
+HEADLINE = dict(n=65536, d=128)
+# sm_90a: a program is a producer warpgroup and two consumer warpgroups; one trip of the
+# consumers' loop is one 128-row streamed tile for the program's 128 rows.
+SM90_BLOCK, SM90_CONSUMER_WARPS = 128, 8
+
+_FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
+_RESOURCE = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
+
+
+def toolchain():
+    """(nvcc, CuTe include dir) or a reason why the CUDA kernels cannot be compiled here."""
+    nvcc = shutil.which("nvcc") or os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"),
+                                                "bin", "nvcc")
+    if not os.path.exists(nvcc):
+        return None, "nvcc is not found (set CUDA_HOME)"
+    include = os.environ.get("SCL_CUTLASS_INCLUDE")
+    if not include:
+        spec = importlib.util.find_spec("cutlass_library")
+        if spec is None:
+            return None, "the CuTe headers are not installed (pip install nvidia-cutlass==4.2.0.0)"
+        include = os.path.join(os.path.dirname(spec.origin), "source", "include")
+    return (nvcc, include), None
+
+
+def _fingerprint(nvcc):
+    digest = hashlib.sha256(" ".join(FLAGS + [nvcc]).encode())
+    for folder in ("csrc/cuda", "csrc/core"):
+        for name in sorted(os.listdir(os.path.join(ROOT, folder))):
+            if name.endswith((".cu", ".cuh", ".h")):
+                with open(os.path.join(ROOT, folder, name), "rb") as f:
+                    digest.update(name.encode() + f.read())
+    return digest.hexdigest()[:16]
+
+
+def compile_cubins(tools):
+    """{(source, arch): cubin path}, cached by a hash of the sources and flags."""
+    nvcc, include = tools
+    cache = os.path.join(tempfile.gettempdir(), "scl_cuda_static", _fingerprint(nvcc))
+    os.makedirs(cache, exist_ok=True)
+
+    def build(source, arch):
+        out = os.path.join(cache, f"{source}.{arch}.cubin")
+        if not os.path.exists(out):
+            subprocess.run([nvcc, *FLAGS, "-I", os.path.join(ROOT, "csrc"), "-I", include,
+                            f"-arch={arch}", "-cubin", "-o", out + ".part",
+                            os.path.join(ROOT, "csrc", "cuda", source)], check=True)
+            os.replace(out + ".part", out)
+        return (source, arch), out
+
+    with ThreadPoolExecutor(2) as pool:
+        return dict(pool.map(lambda job: build(*job), [(s, a) for s in SOURCES for a in ARCHS]))
+
+
+def split_functions(sass_text):
+    """{mangled name: SASS text of that function} of a cuobjdump -sass listing."""
+    found, starts = {}, [(m.start(), m.group(1)) for m in _FUNCTION.finditer(sass_text)]
+    for i, (start, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(sass_text)
+        found[name] = sass_text[start:end]
+    return found
+
+
+def parse_resources(text):
+    """{mangled name: (registers, stack, shared, local bytes)} of a cuobjdump -res-usage listing."""
+    return {m.group(1): tuple(map(int, m.groups()[1:])) for m in _RESOURCE.finditer(text)}
+
+
+def kernel_name(mangled):
+    """'sm90 walk_kernel<bf16, kLseSymmetric>' from the mangled name."""
+    family = "sm90" if "sm90" in mangled else "sm80"
+    kernel = "lse_symmetric_kernel" if "lse_symmetric_kernel" in mangled else "walk_kernel"
+    dtype = ("bf16" if "bfloat16" in mangled else "fp16" if "half_t" in mangled else "fp32")
+    walk = re.search(r"WalkE(\d)", mangled)
+    walks = {"sm80": ["kLsePlain", "kGradRowsPlain", "kGradRowsSymmetric", "kGradCols"],
+             "sm90": ["kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric"]}
+    args = dtype + (f", {walks[family][int(walk.group(1))]}" if walk else "")
+    return f"{family} {kernel}<{args}>"
+
+
+def analyse(name, arch, text, resources):
+    instructions = sass.parse_sass(text)
+    registers, stack, shared, local = resources
+    opcodes = [i.base for i in instructions]
+    loop = sass.tile_loop(instructions)
+    per_trip = sass.weighted_counts(instructions, loop, 1) if loop else {}
+    warps = SM90_CONSUMER_WARPS if name.startswith("sm90") else 4
+    fmas = sass.tensor_fmas(per_trip, warps)
+    return {
+        "kernel": name, "arch": arch, "registers": registers,
+        "spill_bytes": stack + local,
+        "spill_instructions": sum(1 for op in opcodes if op in ("STL", "LDL")),
+        "static_shared_bytes": shared,
+        "instructions": len(instructions),
+        "loop_hmma": any(c.startswith("HMMA") for c in per_trip),
+        "loop_hgmma": any(c.startswith("HGMMA") for c in per_trip),
+        "tma": "UTMALDG" in opcodes,
+        "loop_classes": sass.by_class(per_trip),
+        "trip_fmas": fmas,
+        "tensor_input": sass.tensor_input(per_trip),
+        "per_1000_fmas": 1000 * sum(per_trip.values()) * warps / fmas if fmas else None,
+    }
+
+
+def analyse_all(tools):
+    results = []
+    for (source, arch), cubin in sorted(compile_cubins(tools).items()):
+        sass_text = sass._tool("cuobjdump", "-sass", cubin)
+        resources = parse_resources(sass._tool("cuobjdump", "-res-usage", cubin))
+        for mangled, text in split_functions(sass_text).items():
+            name = kernel_name(mangled)
+            if name.startswith("sm90") and arch != "sm_90a":
+                continue  # bodies only for sm_90a; elsewhere an empty stub
+            results.append(analyse(name, arch, text, resources[mangled]))
+    return results
+
+
+def problems(result):
+    """What is wrong with a compiled kernel (empty: nothing)."""
+    found = []
+    if result["spill_bytes"] or result["spill_instructions"]:
+        found.append(f"spills {result['spill_bytes']} B ({result['spill_instructions']} STL/LDL)")
+    if result["kernel"].startswith("sm90"):
+        if not result["loop_hgmma"]:
+            found.append("no HGMMA in its tile loop")
+        if not result["tma"]:
+            found.append("no UTMALDG (TMA)")
+    elif not result["loop_hmma"]:
+        found.append("no HMMA in its loop")
+    return found
+
+
+def predict(results, n=HEADLINE["n"], d=HEADLINE["d"]):
+    """Predicted seconds of the sm_90a symmetric schedule (bf16, d <= 128): the forward over the
+    upper triangle, nb (nb + 1) / 2 tiles; the backward over full rows, nb^2 tiles, one output
+    chunk; plus the floors of 4 N^2 D (MATH.md's symmetric) and 5 N^2 D FLOPs (this schedule)."""
+    assert d <= SM90_BLOCK
+    by_name = {r["kernel"]: r for r in results if r["arch"] == "sm_90a"}
+    nb = -(-n // SM90_BLOCK)
+    steps = {}
+    for step, name, tiles in (("forward", "sm90 walk_kernel<bf16, kLseSymmetric>", nb * (nb + 1) // 2),
+                              ("backward", "sm90 walk_kernel<bf16, kGradRowsSymmetric>", nb * nb)):
+        r = by_name[name]
+        cost = issue_slots.cost(r["loop_classes"], r["trip_fmas"], "BF16", SM90_CONSUMER_WARPS)
+        steps[step] = (issue_slots.seconds(tiles, cost, 0, cost), cost, r)
+    flops = n * n * d  # multiply-adds of N^2 D / 2 ... as FMAs: FLOPs / 2
+    symmetric_floor = issue_slots.floor_seconds(2 * flops, n * n, "BF16")  # 4 N^2 D FLOPs
+    schedule_floor = issue_slots.floor_seconds(2.5 * flops, 1.5 * n * n, "BF16")  # 5 N^2 D
+    return steps, symmetric_floor, schedule_floor
+
+
+def report(results, out=sys.stdout):
+    def emit(line=""):
+        print(line, file=out, flush=True)
+
+    emit("CUDA C++ kernels (csrc/cuda), nvcc for sm_80 and sm_90a; machine code, no GPU. "
+         "Times are predictions.")
+    emit(f"{'kernel':<46}{'arch':<8}{'regs':>5}{'spill B':>8}{'STL/LDL':>8}  {'MMA':<6}{'TMA':<5}"
+         f"{'loop/trip':>10}{'per 1k FMA':>11}  loop classes per warp and trip")
+    for r in results:
+        mma = "HGMMA" if r["loop_hgmma"] else "HMMA" if r["loop_hmma"] else "none"
+        per_k = f"{r['per_1000_fmas']:.2f}" if r["per_1000_fmas"] else "-"
+        classes = " ".join(f"{k}:{v}" for k, v in sorted(r["loop_classes"].items(), key=lambda kv: -kv[1]))
+        emit(f"{r['kernel']:<46}{r['arch']:<8}{r['registers']:>5}{r['spill_bytes']:>8}"
+             f"{r['spill_instructions']:>8}  {mma:<6}{'yes' if r['tma'] else 'no':<5}"
+             f"{sum(r['loop_classes'].values()):>10}{per_k:>11}  {classes}")
+    emit("(sm_80 kernels: one trip is one K chunk of a tile, its tile epilogue included.)")
+    steps, symmetric_floor, schedule_floor = predict(results)
+    emit()
+    emit(f"Predicted sm_90a symmetric schedule, N={HEADLINE['n']} D={HEADLINE['d']} bf16, "
+         f"issue-slot model of an {issue_slots.H100.name}:")
+    total = 0.0
+    for step, (seconds, cost, r) in steps.items():
+        total += seconds
+        emit(f"  {step:<9} {seconds * 1e3:7.3f} ms, {cost.bound}-bound per tile (tensor "
+             f"{cost.tensor:.0f}, MUFU {cost.mufu:.0f}, issue {cost.issue:.0f} cycles), "
+             f"{r['per_1000_fmas']:.2f} loop instructions per 1,000 FMAs")
+    emit(f"predicted fwd+bwd CUDA N={HEADLINE['n']} D={HEADLINE['d']} bf16: {total * 1e3:.2f} ms "
+         f"({total / symmetric_floor:.2f}x the 4 N^2 D symmetric floor {symmetric_floor * 1e3:.2f} ms, "
+         f"{total / schedule_floor:.2f}x this schedule's 5 N^2 D floor {schedule_floor * 1e3:.2f} ms)")
+    return total
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", help="also write every result to this file")
+    args = parser.parse_args(argv)
+    tools, why_not = toolchain()
+    if tools is None:
+        print(f"CUDA kernels not checked: {why_not}")
+        return 0
+    results = analyse_all(tools)
+    report(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    bad = [(r, problems(r)) for r in results if problems(r)]
+    for r, why in bad:
+        print(f"NOT FIT: {r['kernel']} ({r['arch']}): {'; '.join(why)}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
