@@ -99,9 +99,8 @@ def kernel_name(mangled):
     kernel = "lse_symmetric_kernel" if "lse_symmetric_kernel" in mangled else "walk_kernel"
     dtype = ("bf16" if "bfloat16" in mangled else "fp16" if "half_t" in mangled else "fp32")
     walk = re.search(r"WalkE(\d)", mangled)
-    walks = {"sm80": ["kLsePlain", "kGradRowsPlain", "kGradRowsSymmetric", "kGradCols"],
-             "sm90": ["kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric"]}
-    args = dtype + (f", {walks[family][int(walk.group(1))]}" if walk else "")
+    walks = ["kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric", "kGradColumns"]
+    args = dtype + (f", {walks[int(walk.group(1))]}" if walk else "")
     return f"{family} {kernel}<{args}>"
 
 

@@ -332,6 +332,17 @@ def randint(gen):
     return make
 
 
+@pytest.fixture
+def cuda_randn(randn):
+    """randn on the current CUDA device (the GPU tests)."""
+    return lambda *shape, dtype=torch.float32, scale=1.0: randn(*shape, dtype=dtype, scale=scale).cuda()
+
+
+@pytest.fixture
+def cuda_randint(randint):
+    return lambda low, high, shape: randint(low, high, shape).cuda()
+
+
 @pytest.fixture(scope="session")
 def cpu_library():
     """The compiled library must be there: the cpu backend is under test."""

@@ -67,18 +67,6 @@ gpu = pytest.mark.skipif(
     reason="needs a CUDA GPU and the library built with the CUDA kernels (SCL_BUILD_CUDA=1)")
 
 
-@pytest.fixture
-def cuda_randn(gen):
-    def make(*shape, dtype=torch.float32, scale=1.0):
-        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to("cuda", dtype)
-    return make
-
-
-@pytest.fixture
-def cuda_randint(gen):
-    return lambda low, high, shape: torch.randint(low, high, shape, generator=gen).cuda()
-
-
 def _loss_and_grads(backend, features, labels, **kw):
     x = features.detach().clone().requires_grad_(True)
     loss = scl_kernels.supcon_loss(x, labels, 0.1, backend=backend, **kw)

@@ -142,9 +142,9 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
 
 CUOBJDUMP = """
 Resource usage:
- Function _ZN3scl4cuda4sm9011walk_kernelIN7cutlass10bfloat16_tELNS1_4WalkE1EEEvNS1_6ParamsIT_EE:
+ Function _ZN3scl4cuda4sm9011walk_kernelIN7cutlass10bfloat16_tELNS0_4WalkE1EEEvNS1_6ParamsIT_EE:
   REG:168 STACK:0 SHARED:1024 LOCAL:0 CONSTANT[0]:1408 TEXTURE:0 SURFACE:0 SAMPLER:0
- Function _ZN3scl4cuda4sm8011walk_kernelIfLNS1_4WalkE3EEEvNS0_11TileProblemENS1_11WalkOutputsE:
+ Function _ZN3scl4cuda4sm8011walk_kernelIfLNS0_4WalkE4EEEvNS0_11TileProblemENS1_11WalkOutputsE:
   REG:195 STACK:8 SHARED:0 LOCAL:4 CONSTANT[0]:488 TEXTURE:0 SURFACE:0 SAMPLER:0
 """
 
@@ -155,7 +155,7 @@ def test_cuda_listings_are_read_per_kernel():
     resources = cuda_static.parse_resources(CUOBJDUMP)
     names = sorted(resources)
     assert [cuda_static.kernel_name(n) for n in names] == [
-        "sm80 walk_kernel<fp32, kGradCols>", "sm90 walk_kernel<bf16, kLseSymmetric>"]
+        "sm80 walk_kernel<fp32, kGradColumns>", "sm90 walk_kernel<bf16, kLseSymmetric>"]
     assert resources[names[0]] == (195, 8, 0, 4)
     listing = ("\t\tFunction : first\n /*0000*/ HMMA.16816.F32.BF16 R0, R2, R4, R0 ;\n"
                "\t\tFunction : second\n /*0000*/ EXIT ;\n")

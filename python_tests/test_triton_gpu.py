@@ -12,18 +12,6 @@ from reference64 import check_against_reference
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-@pytest.fixture
-def cuda_randn(gen):
-    def make(*shape, dtype=torch.float32, scale=1.0):
-        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * scale).to("cuda", dtype)
-    return make
-
-
-@pytest.fixture
-def cuda_randint(gen):
-    return lambda low, high, shape: torch.randint(low, high, shape, generator=gen).cuda()
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_layouts_on_gpu(layout, dtype, cuda_randn, cuda_randint, gen):

@@ -16,6 +16,7 @@
 #include "../core/tile_math.h"
 #include "fragments.cuh"
 #include "tile_args.h"
+#include "tile_epilogue.cuh"
 
 namespace scl::cuda::sm80 {
 
@@ -31,22 +32,18 @@ constexpr int kBlockOut = 32;  // gradient columns per program (64 spills in 16-
 // shared -> register copies (K-major operands, and the MN-major operand of the second product).
 template <class T>
 struct Operand;
-template <>
-struct Operand<cutlass::bfloat16_t> {
-  using Mma = SM80_16x8x16_F32BF16BF16F32_TN;
-  using Smem = cutlass::bfloat16_t;
+template <class T, class MmaAtom>
+struct Operand16 {
+  using Mma = MmaAtom;
+  using Smem = T;
   using LoadK = Copy_Atom<SM75_U32x4_LDSM_N, Smem>;
   using LoadMN = Copy_Atom<SM75_U16x8_LDSM_T, Smem>;
   static constexpr bool kThreeTf32 = false;
 };
 template <>
-struct Operand<cutlass::half_t> {
-  using Mma = SM80_16x8x16_F32F16F16F32_TN;
-  using Smem = cutlass::half_t;
-  using LoadK = Copy_Atom<SM75_U32x4_LDSM_N, Smem>;
-  using LoadMN = Copy_Atom<SM75_U16x8_LDSM_T, Smem>;
-  static constexpr bool kThreeTf32 = false;
-};
+struct Operand<cutlass::bfloat16_t> : Operand16<cutlass::bfloat16_t, SM80_16x8x16_F32BF16BF16F32_TN> {};
+template <>
+struct Operand<cutlass::half_t> : Operand16<cutlass::half_t, SM80_16x8x16_F32F16F16F32_TN> {};
 template <>
 struct Operand<float> {
   using Mma = SM80_16x8x8_F32TF32TF32F32_TN;
@@ -93,9 +90,6 @@ struct Config {
       (kOwnElems + kStreamElems + kOutElems + kWeightElems) * int(sizeof(Smem)) +
       2 * (kBlockN + kBlockM) * int(sizeof(RowTerms));
 };
-
-// The kernels that walk an own row block against streamed tiles (lse_symmetric has its own).
-enum class Walk { kLsePlain, kGradRowsPlain, kGradRowsSymmetric, kGradCols };
 
 struct WalkOutputs {
   float* part_max;  // lse_plain: [num_splits, own rows] base-2 running max and sum
@@ -253,8 +247,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const TileProblem p, 
   using C = Config<T>;
   using Smem = typename C::Smem;
   constexpr bool kLse = kWalk == Walk::kLsePlain;
-  constexpr bool kSymmetric = kWalk == Walk::kGradRowsSymmetric;
-  constexpr bool kColumns = kWalk == Walk::kGradCols;
+  constexpr bool kColumns = kWalk == Walk::kGradColumns;
   extern __shared__ __align__(128) char shared[];
   Pipeline<T> pipe(shared);
 
@@ -316,39 +309,15 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const TileProblem p, 
       const int64_t c0 = tile * kBlockN;
       const bool masked = kColumns ? tm::tile_holds_self_column(c0, kBlockN, row0, kBlockM, p.self_offset)
                                    : tm::tile_holds_self_column(row0, kBlockM, c0, kBlockN, p.self_offset);
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t row = row0 + get<0>(coords_rc(r, 0));
-        float tile_max = -INFINITY;
-        CUTE_UNROLL
-        for (int c = 0; c < kCols; ++c) {
-          const int64_t col = c0 + get<1>(coords_rc(r, c));
-          const RowTerms st = shared_terms(pipe.streamed_terms + (tile & 1) * kBlockN + get<1>(coords_rc(r, c)));
-          float s2 = kColumns ? tm::logit2(acc_rc(r, c), st.x, own[r].x, 0.f)
-                              : tm::logit2(acc_rc(r, c), own[r].x, st.x, st.y);
-          if (masked && (kColumns ? row == col + p.self_offset : col == row + p.self_offset)) {
-            s2 = -INFINITY;
-          }
-          // The backward turns the logit into its weight at once (one pass, few live terms).
-          if constexpr (kSymmetric) {
-            s2 = tm::symmetric_grad_weight(s2, own[r].w, st.x, st.w);
-          } else if constexpr (kColumns) {
-            s2 = tm::plain_grad_weight(s2, {st.y, st.z}, st.w);
-          } else if constexpr (!kLse) {
-            s2 = tm::plain_grad_weight(s2, {own[r].y, own[r].z}, st.z);
-          }
-          acc_rc(r, c) = s2;
-          tile_max = fmaxf(tile_max, s2);
-        }
-        if constexpr (kLse) {
-          tile_max = quad_max(tile_max);
-          const float shift = running[r].shift_for(tile_max);
-          float sum = 0.f;
-          CUTE_UNROLL
-          for (int c = 0; c < kCols; ++c) sum += tm::exp2_approx(acc_rc(r, c) - shift);
-          running[r].add(tile_max, quad_sum(sum));
-        }
-      }
+      const int parity = int(tile & 1);
+      tile_epilogue<kWalk, kRows, kCols>(
+          acc_rc, coords_rc, [&](int r) { return own[r]; },
+          [&](int c) { return shared_terms(pipe.streamed_terms + parity * kBlockN + c); },
+          [&](int r, int c) {
+            const int64_t row = row0 + get<0>(coords_rc(r, c)), col = c0 + get<1>(coords_rc(r, c));
+            return masked && (kColumns ? row == col + p.self_offset : col == row + p.self_offset);
+          },
+          running);
       if constexpr (!kLse) {
         store_tile_shared(pipe.weights, typename C::WeightLayout{}, acc, coords);
         __syncthreads();

@@ -20,6 +20,7 @@
 #include "../core/tile_math.h"
 #include "fragments.cuh"
 #include "tile_args.h"
+#include "tile_epilogue.cuh"
 
 namespace scl::cuda::sm90 {
 
@@ -32,8 +33,6 @@ constexpr int kStages = 2;
 constexpr int kConsumers = 2;  // warpgroups of 64 rows
 constexpr int kRowsPerConsumer = kBlock / kConsumers;
 constexpr int kThreads = 128 * (1 + kConsumers);
-
-enum class Walk { kLsePlain, kLseSymmetric, kGradRowsPlain, kGradRowsSymmetric };
 
 // Gradient columns per backward program: the whole resident width for the symmetric walk (its
 // headline case), 64 for the plain one, whose extra per-element terms spill at 128.
@@ -252,34 +251,13 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
       }
     } else {
       const bool masked = tm::tile_holds_self_column(row0, kBlock, c0, kBlock, p.self_offset);
-      CUTE_UNROLL
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t row = row0 + rows0 + get<0>(coords_rc(r, 0));
-        const RowTerms own_r = own(r);
-        float tile_max = -INFINITY;
-        CUTE_UNROLL
-        for (int c = 0; c < kCols; ++c) {
-          const int local_c = get<1>(coords_rc(r, c));
-          const RowTerms st = shared_terms(&shared.ring_terms[stage][local_c]);
-          float s2 = tm::logit2(acc_rc(r, c), own_r.x, st.x, st.y);
-          if (masked && c0 + local_c == row + p.self_offset) s2 = -INFINITY;
-          if constexpr (kWalk == Walk::kGradRowsSymmetric) {
-            s2 = tm::symmetric_grad_weight(s2, own_r.w, st.x, st.w);
-          } else if constexpr (kWalk == Walk::kGradRowsPlain) {
-            s2 = tm::plain_grad_weight(s2, {own_r.y, own_r.z}, st.z);
-          }
-          acc_rc(r, c) = s2;
-          tile_max = fmaxf(tile_max, s2);
-        }
-        if constexpr (kLse) {
-          tile_max = quad_max(tile_max);
-          const float shift = running[r].shift_for(tile_max);
-          float sum = 0.f;
-          CUTE_UNROLL
-          for (int c = 0; c < kCols; ++c) sum += tm::exp2_approx(acc_rc(r, c) - shift);
-          running[r].add(tile_max, quad_sum(sum));
-        }
-      }
+      tile_epilogue<kWalk, kRows, kCols>(
+          acc_rc, coords_rc, own, [&](int c) { return shared_terms(&shared.ring_terms[stage][c]); },
+          [&](int r, int c) {
+            return masked && c0 + get<1>(coords_rc(r, c)) ==
+                                 row0 + rows0 + get<0>(coords_rc(r, c)) + p.self_offset;
+          },
+          running);
       if constexpr (kGrad) {
         store_tile_shared(shared.weights[consumer], typename L::Weights{}, acc, coords);
         cutlass::arch::fence_view_async_shared();  // generic-proxy stores before wgmma reads

@@ -59,7 +59,7 @@ void grad(GradWalk walk_kind, const TileProblem& p, float* grad, int64_t grad_co
     switch (walk_kind) {
       case GradWalk::kRowsPlain: return walk<T, Walk::kGradRowsPlain>(p, out, grid, stream);
       case GradWalk::kRowsSymmetric: return walk<T, Walk::kGradRowsSymmetric>(p, out, grid, stream);
-      case GradWalk::kColumns: return walk<T, Walk::kGradCols>(p, out, grid, stream);
+      case GradWalk::kColumns: return walk<T, Walk::kGradColumns>(p, out, grid, stream);
     }
   });
 }

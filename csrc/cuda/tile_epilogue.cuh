@@ -1,0 +1,58 @@
+// What both kernel families do with a tile of dot products once the product is done: base-2
+// logits, the self-column mask, then gradient weights or the rows' running log-sum-exps
+// (csrc/core/tile_math.h has the arithmetic, fragments.cuh the reductions).
+#pragma once
+
+#include "../core/tile_math.h"
+#include "fragments.cuh"
+#include "tile_args.h"
+
+namespace scl::cuda {
+
+// The walks of an own row block over streamed tiles (tile_args.h says what their terms hold).
+enum class Walk { kLsePlain, kLseSymmetric, kGradRowsPlain, kGradRowsSymmetric, kGradColumns };
+
+// Rewrites a tile's dot products in place: `acc_rc` and `coords_rc` are the accumulator and its
+// coordinates seen as (rows, columns) (fragments.cuh), own(r) the terms of view row r,
+// streamed(c) those of local column c, is_self(r, c) whether the element is an anchor's own
+// column. The lse walk leaves base-2 logits and adds the tile to running[r]; the gradient walks
+// leave each element's weight (G r_j, unscaled by the row's coef in the plain walks).
+template <Walk kWalk, int kRows, int kCols, class AccRC, class CoordsRC, class Own, class Streamed,
+          class IsSelf>
+__device__ __forceinline__ void tile_epilogue(AccRC& acc_rc, const CoordsRC& coords_rc, Own&& own,
+                                              Streamed&& streamed, IsSelf&& is_self,
+                                              tile_math::RunningLse2* running) {
+  namespace tm = tile_math;
+  CUTE_UNROLL
+  for (int r = 0; r < kRows; ++r) {
+    const RowTerms own_r = own(r);
+    float tile_max = -INFINITY;
+    CUTE_UNROLL
+    for (int c = 0; c < kCols; ++c) {
+      const RowTerms st = streamed(cute::get<1>(coords_rc(r, c)));
+      // The columns walk's own rows are columns: the same rounding as the rows walk's logit.
+      float s2 = kWalk == Walk::kGradColumns ? tm::logit2(acc_rc(r, c), st.x, own_r.x, 0.f)
+                                             : tm::logit2(acc_rc(r, c), own_r.x, st.x, st.y);
+      if (is_self(r, c)) s2 = -INFINITY;
+      if constexpr (kWalk == Walk::kGradRowsSymmetric) {
+        s2 = tm::symmetric_grad_weight(s2, own_r.w, st.x, st.w);
+      } else if constexpr (kWalk == Walk::kGradRowsPlain) {
+        s2 = tm::plain_grad_weight(s2, {own_r.y, own_r.z}, st.z);
+      } else if constexpr (kWalk == Walk::kGradColumns) {
+        s2 = tm::plain_grad_weight(s2, {st.y, st.z}, st.w);
+      }
+      acc_rc(r, c) = s2;
+      tile_max = fmaxf(tile_max, s2);
+    }
+    if constexpr (kWalk == Walk::kLsePlain) {
+      tile_max = quad_max(tile_max);
+      const float shift = running[r].shift_for(tile_max);
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int c = 0; c < kCols; ++c) sum += tm::exp2_approx(acc_rc(r, c) - shift);
+      running[r].add(tile_max, quad_sum(sum));
+    }
+  }
+}
+
+}  // namespace scl::cuda
