@@ -191,55 +191,47 @@ struct Pipeline {
   }
 };
 
-// S += own chunk x streamed chunk^T from pipeline stage `stage`.
-template <class T, int stage, class Acc>
-__device__ __forceinline__ void chunk_product(const Pipeline<T>& pipe, Acc& acc) {
+// acc += A B^T for shared-memory tiles A (M x K, K-major) and B (N x K, read with LoadB), one
+// MMA K block of fragments at a time (a whole chunk's would cost 80 registers).
+template <class T, class LoadB, class SmemA, class SmemB, class Acc>
+__device__ __forceinline__ void shared_product(SmemA const& sA, SmemB const& sB, Acc& acc) {
   using C = Config<T>;
   typename C::TiledMma mma;
   auto thr = mma.get_slice(threadIdx.x);
-  Tensor sA = make_tensor(make_smem_ptr(pipe.own), typename C::OwnLayout{});
-  Tensor sB = make_tensor(make_smem_ptr(pipe.streamed), typename C::StreamLayout{});
-  // Fragments of one MMA K block at a time: a whole chunk's would cost 80 registers.
   constexpr int K = C::kMmaK;
-  Tensor rA = thr.partition_fragment_A(local_tile(sA(_, _, 0), Shape<Int<kBlockM>, Int<K>>{}, make_coord(0, 0)));
-  Tensor rB = thr.partition_fragment_B(local_tile(sB(_, _, 0), Shape<Int<kBlockN>, Int<K>>{}, make_coord(0, 0)));
+  constexpr int M = decltype(size<0>(sA))::value, N = decltype(size<0>(sB))::value;
+  Tensor rA = thr.partition_fragment_A(local_tile(sA, Shape<Int<M>, Int<K>>{}, make_coord(0, 0)));
+  Tensor rB = thr.partition_fragment_B(local_tile(sB, Shape<Int<N>, Int<K>>{}, make_coord(0, 0)));
   auto load_a = make_tiled_copy_A(typename C::Op::LoadK{}, mma);
-  auto load_b = make_tiled_copy_B(typename C::Op::LoadK{}, mma);
+  auto load_b = make_tiled_copy_B(LoadB{}, mma);
   Tensor from_a = load_a.get_slice(threadIdx.x).partition_S(sA);
   Tensor from_b = load_b.get_slice(threadIdx.x).partition_S(sB);
   Tensor to_a = load_a.get_slice(threadIdx.x).retile_D(rA);
   Tensor to_b = load_b.get_slice(threadIdx.x).retile_D(rB);
   CUTE_UNROLL
   for (int kk = 0; kk < size<2>(from_a); ++kk) {
-    copy(load_a, from_a(_, _, kk, stage), to_a(_, _, 0));
-    copy(load_b, from_b(_, _, kk, stage), to_b(_, _, 0));
+    copy(load_a, from_a(_, _, kk), to_a(_, _, 0));
+    copy(load_b, from_b(_, _, kk), to_b(_, _, 0));
     mma_block<C::Op::kThreeTf32>(mma, rA(_, _, 0), rB(_, _, 0), acc);
   }
 }
 
-// out += weights (in shared memory) x the out chunk of stage `stage`.
+// S += own chunk x streamed chunk^T from pipeline stage `stage`.
+template <class T, int stage, class Acc>
+__device__ __forceinline__ void chunk_product(const Pipeline<T>& pipe, Acc& acc) {
+  using C = Config<T>;
+  Tensor sA = make_tensor(make_smem_ptr(pipe.own), typename C::OwnLayout{});
+  Tensor sB = make_tensor(make_smem_ptr(pipe.streamed), typename C::StreamLayout{});
+  shared_product<T, typename C::Op::LoadK>(sA(_, _, stage), sB(_, _, stage), acc);
+}
+
+// out += weights (in shared memory) x the out chunk of stage `stage`, read transposed.
 template <class T, int stage, class Acc>
 __device__ __forceinline__ void weight_product(const Pipeline<T>& pipe, Acc& acc) {
   using C = Config<T>;
-  typename C::TiledMma mma;
-  auto thr = mma.get_slice(threadIdx.x);
   Tensor sW = make_tensor(make_smem_ptr(pipe.weights), typename C::WeightLayout{});
   Tensor sO = make_tensor(make_smem_ptr(pipe.out), typename C::OutTransposed{});
-  constexpr int K = C::kMmaK;
-  Tensor rA = thr.partition_fragment_A(local_tile(sW, Shape<Int<kBlockM>, Int<K>>{}, make_coord(0, 0)));
-  Tensor rB = thr.partition_fragment_B(local_tile(sO(_, _, 0), Shape<Int<kBlockOut>, Int<K>>{}, make_coord(0, 0)));
-  auto load_a = make_tiled_copy_A(typename C::Op::LoadK{}, mma);
-  auto load_b = make_tiled_copy_B(typename C::Op::LoadMN{}, mma);
-  Tensor from_a = load_a.get_slice(threadIdx.x).partition_S(sW);
-  Tensor from_b = load_b.get_slice(threadIdx.x).partition_S(sO);
-  Tensor to_a = load_a.get_slice(threadIdx.x).retile_D(rA);
-  Tensor to_b = load_b.get_slice(threadIdx.x).retile_D(rB);
-  CUTE_UNROLL
-  for (int kk = 0; kk < size<2>(from_a); ++kk) {
-    copy(load_a, from_a(_, _, kk), to_a(_, _, 0));
-    copy(load_b, from_b(_, _, kk, stage), to_b(_, _, 0));
-    mma_block<C::Op::kThreeTf32>(mma, rA(_, _, 0), rB(_, _, 0), acc);
-  }
+  shared_product<T, typename C::Op::LoadMN>(sW, sO(_, _, stage), acc);
 }
 
 template <class T, Walk kWalk>
