@@ -41,9 +41,10 @@ SCL_HOST_DEVICE bool fixed_shift_is_safe_fp32(double inv_t) {
   return fixed_shift_is_safe(inv_t, -87.336544750553102);  // log(2^-126)
 }
 
-// The base-2 logit of a tile element: dot * (r_i) * (r_j log2(e) / t) + bias_j. The product is
-// rounded before the bias is added where the bias is the running max's stand-in (see
-// docs/MATH.md section 6), which is what an FMUL followed by an FFMA does.
+// The base-2 logit of a tile element: dot * (r_j log2(e) / t) * r_i + bias_j, as an FMUL (the
+// column's factor, rounded) and one FFMA (the row's factor and the bias, fused). Every pass over
+// a tile forms its logits this same way, so a row's maximum and its later terms agree to the bit
+// (docs/MATH.md section 6).
 SCL_HOST_DEVICE float logit2(float dot, float row_scale, float column_scaled, float bias) {
   return fmaf(dot * column_scaled, row_scale, bias);
 }
