@@ -69,6 +69,7 @@ bool run_serially(const SupConArgs& a) {
 }  // namespace
 
 bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
+  // exp(s - 1/t) >= exp(-2/t) must stay a normal number of the compute type (tile_math.h).
   const double min_normal_log = compute_type == at::kDouble
                                     ? std::log(std::numeric_limits<double>::min())
                                     : std::log(static_cast<double>(std::numeric_limits<float>::min()));
