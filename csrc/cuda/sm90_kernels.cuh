@@ -67,6 +67,10 @@ struct Layouts {
   // One consumer's weights: (its 64 rows, the tile's 128 rows), K-major.
   using Weights = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
                                          Shape<Int<kRowsPerConsumer>, Int<kBlock>>{}));
+  // The same as a function of (row, column) giving element offsets, for stores by address: GMMA's
+  // layouts swizzle byte addresses, so evaluated directly they would permute the wrong bits
+  // (the buffer is 1 KB aligned, which this form assumes).
+  using WeightsByOffset = decltype(as_position_independent_swizzle_layout(Weights{}));
 };
 
 template <class T>
@@ -259,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
           },
           running);
       if constexpr (kGrad) {
-        store_tile_shared(shared.weights[consumer], typename L::Weights{}, acc, coords);
+        store_tile_shared(shared.weights[consumer], typename L::WeightsByOffset{}, acc, coords);
         cutlass::arch::fence_view_async_shared();  // generic-proxy stores before wgmma reads
         cutlass::arch::NamedBarrier::sync(128, 1 + consumer);
         warpgroup_fence_operand(grad);
