@@ -34,10 +34,15 @@ def triton_interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+# Read once, at import: the library's registrations never change, and torch.compile traces
+# backend="cuda" through resolve_backend, where a dispatcher query cannot go into a graph.
+_CUDA_KERNELS_BUILT = library_loaded() and torch._C._dispatch_has_kernel_for_dispatch_key(
+    "scl::supcon", "CUDA")
+
+
 def cuda_kernels_built() -> bool:
     """Whether the loaded library registers the CUDA C++ kernels (built with SCL_BUILD_CUDA)."""
-    return library_loaded() and torch._C._dispatch_has_kernel_for_dispatch_key(
-        "scl::supcon", "CUDA")
+    return _CUDA_KERNELS_BUILT
 
 
 CUDA_NOT_BUILT = ("backend='cuda' needs the CUDA C++ kernels, and this scl_kernels library was built "
