@@ -63,10 +63,8 @@ at::Tensor row_terms(const std::array<at::Tensor, 4>& columns, const std::array<
   const auto options = columns[0].options().dtype(at::kFloat);
   at::Tensor terms = at::empty({padded, 4}, options);
   terms.narrow(0, 0, rows).copy_(at::stack({columns[0], columns[1], columns[2], columns[3]}, 1));
-  if (padded > rows) {
-    terms.narrow(0, rows, padded - rows)
-        .copy_(at::tensor({pad[0], pad[1], pad[2], pad[3]}, options.device(at::kCPU)).expand({padded - rows, 4}));
-  }
+  // The padding is filled on the device, term by term: a copy from a host tensor would block.
+  for (int k = 0; k < 4 && padded > rows; ++k) terms.narrow(0, rows, padded - rows).select(1, k).fill_(pad[k]);
   return terms;
 }
 
