@@ -106,13 +106,14 @@ class Backend:
         return loss_dtype(dtype) if self.float64_kernels else torch.float32
 
     def run(self, features, labels, contrast, contrast_labels, temperature, num_anchors,
-            normalize):
+            normalize, anchor_offset=0):
         """(per-anchor loss, |P(i)|) with the op's argument conventions."""
         if self.op_name is None:
             return _run_reference(features, labels, contrast, contrast_labels, temperature,
-                                  num_anchors, normalize)
+                                  num_anchors, normalize, anchor_offset)
         loss, _lse, num_positives = self.forward_op(features, labels, contrast, contrast_labels,
-                                                    temperature, num_anchors, normalize)
+                                                    temperature, num_anchors, normalize,
+                                                    anchor_offset)
         return loss, num_positives
 
 
@@ -130,10 +131,10 @@ def _check_reference_values(features, contrast, temperature):
 
 
 def _run_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                   normalize):
+                   normalize, anchor_offset):
     _check_reference_values(features, contrast, temperature)
     return supcon_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                            normalize)
+                            normalize, anchor_offset)
 
 
 REGISTRY = {backend.name: backend for backend in (

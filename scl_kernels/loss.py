@@ -2,6 +2,7 @@
 import math
 import warnings
 from numbers import Real
+from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
@@ -134,7 +135,8 @@ def _warn_single_view():
     if _warned_single_view:
         return
     _warned_single_view = True
-    warnings.warn(_SINGLE_VIEW_MESSAGE, UserWarning, stacklevel=3)
+    # stacklevel: past build_layout and supcon_loss, to the caller's line.
+    warnings.warn(_SINGLE_VIEW_MESSAGE, UserWarning, stacklevel=4)
 
 
 # torch.compile: Dynamo cannot trace warnings.warn, so under fullgraph=True the call above would
@@ -143,6 +145,79 @@ def _warn_single_view():
 # what torch.compiler.assume_constant_result sets; setting it here spares importing Dynamo (about
 # a second) with the package. python_tests/test_front_end.py checks that this keeps working.
 _warn_single_view._dynamo_marked_constant = True
+
+
+class Layout(NamedTuple):
+    """A call's tensors in the operator's conventions (docs/MATH.md section 8)."""
+    rows: torch.Tensor  # [R, D] the feature rows, views flattened view-major
+    labels: torch.Tensor  # [R]
+    contrast: Optional[torch.Tensor]  # [M, D] in the cross-set layout, else None
+    contrast_labels: Optional[torch.Tensor]  # [M] in the cross-set layout, else None
+    num_anchors: int  # the anchors are rows [0, num_anchors) of rows
+
+
+def _check_inputs(features, labels):
+    """Types, devices and shapes of features and labels."""
+    _check_tensor(features, "features", floating=True)
+    if labels is not None:
+        _check_tensor(labels, "labels", floating=False)
+        _check_same_device(labels, "labels", features.device)
+        if labels.dim() != 1:
+            raise ValueError(f"labels must be one-dimensional, got shape {tuple(labels.shape)}")
+        expected = features.shape[0] if features.dim() in (2, 3) else None
+        if expected is not None and labels.shape[0] != expected:
+            raise ValueError(f"labels has {labels.shape[0]} entries but features has {expected} samples")
+
+
+def build_layout(features, labels, contrast, contrast_labels, contrast_mode, *,
+                 allow_no_rows=False) -> Layout:
+    """Flattens views, checks the contrast set and makes the implicit labels explicit.
+
+    Without labels every sample gets its own id, its index b; ``allow_no_rows`` lets a rank of
+    a distributed call hold no rows.
+    """
+    rows, row_labels, batch = _flatten_views(features, labels)
+    if rows.shape[1] == 0 or (rows.shape[0] == 0 and not allow_no_rows):
+        raise ValueError(f"features must have at least one row and one column, got {tuple(features.shape)}")
+    if contrast is None:
+        if contrast_labels is not None:
+            raise ValueError("contrast_labels given without contrast")
+        if row_labels is None:
+            if features.dim() == 2 or features.shape[1] == 1:  # one view: no positive anywhere
+                _warn_single_view()
+            ids = torch.arange(batch, device=rows.device)
+            row_labels = ids.repeat(rows.shape[0] // batch) if batch else ids
+        num_anchors = batch if contrast_mode == "one" else rows.shape[0]
+        return Layout(rows, row_labels, None, None, num_anchors)
+    if contrast_mode == "one":
+        raise ValueError("contrast_mode='one' cannot be combined with contrast=")
+    _check_tensor(contrast, "contrast", floating=True)
+    _check_same_device(contrast, "contrast", features.device)
+    if contrast.dim() != 2:
+        raise ValueError(f"contrast must have shape [M, D], got {tuple(contrast.shape)}")
+    if contrast.shape[1] != rows.shape[1]:
+        raise ValueError(f"contrast has dimension {contrast.shape[1]} but features has {rows.shape[1]}")
+    if contrast.dtype != rows.dtype:
+        raise TypeError(f"contrast has dtype {contrast.dtype} but features has {rows.dtype}")
+    if contrast_labels is None:
+        if row_labels is not None:
+            raise ValueError("contrast_labels is required when labels is given with contrast=")
+        if contrast.shape[0] < rows.shape[0]:
+            raise ValueError(
+                f"without labels, anchor i's positive is contrast row i: contrast needs at least "
+                f"{rows.shape[0]} rows, got {contrast.shape[0]}")
+        row_labels = torch.arange(rows.shape[0], device=rows.device)
+        contrast_labels = torch.full((contrast.shape[0],), -1, dtype=torch.long, device=rows.device)
+        contrast_labels[: rows.shape[0]] = row_labels
+    else:
+        if row_labels is None:
+            raise ValueError("labels is required when contrast_labels is given")
+        _check_tensor(contrast_labels, "contrast_labels", floating=False)
+        _check_same_device(contrast_labels, "contrast_labels", features.device)
+        if contrast_labels.dim() != 1 or contrast_labels.shape[0] != contrast.shape[0]:
+            raise ValueError(f"contrast_labels must have shape [{contrast.shape[0]}], "
+                             f"got {tuple(contrast_labels.shape)}")
+    return Layout(rows, row_labels, contrast, contrast_labels, rows.shape[0])
 
 
 def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
@@ -177,66 +252,15 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
         TypeError / ValueError naming the argument, for bad shapes, dtypes, devices, values or
         options.
     """
-    _check_tensor(features, "features", floating=True)
-    if labels is not None:
-        _check_tensor(labels, "labels", floating=False)
-        _check_same_device(labels, "labels", features.device)
-        if labels.dim() != 1:
-            raise ValueError(f"labels must be one-dimensional, got shape {tuple(labels.shape)}")
-        expected = features.shape[0] if features.dim() in (2, 3) else None
-        if expected is not None and labels.shape[0] != expected:
-            raise ValueError(f"labels has {labels.shape[0]} entries but features has {expected} samples")
+    _check_inputs(features, labels)
     _check_options(temperature, contrast_mode, normalize, reduction, backend,
                    check_tensor_value=False)
     run = resolve_backend(backend, features.device).run
     temperature = _temperature_tensor(temperature, features.device)
-
-    rows, row_labels, batch = _flatten_views(features, labels)
-    if rows.shape[0] == 0 or rows.shape[1] == 0:
-        raise ValueError(f"features must have at least one row and one column, got {tuple(features.shape)}")
-    if contrast is None:
-        if contrast_labels is not None:
-            raise ValueError("contrast_labels given without contrast")
-        if row_labels is None:
-            if features.dim() == 2 or features.shape[1] == 1:  # one view: no positive anywhere
-                _warn_single_view()
-            row_labels = torch.arange(batch, device=rows.device).repeat(rows.shape[0] // batch)
-        num_anchors = batch if contrast_mode == "one" else rows.shape[0]
-        contrast_rows = None
-    else:
-        if contrast_mode == "one":
-            raise ValueError("contrast_mode='one' cannot be combined with contrast=")
-        _check_tensor(contrast, "contrast", floating=True)
-        _check_same_device(contrast, "contrast", features.device)
-        if contrast.dim() != 2:
-            raise ValueError(f"contrast must have shape [M, D], got {tuple(contrast.shape)}")
-        if contrast.shape[1] != rows.shape[1]:
-            raise ValueError(f"contrast has dimension {contrast.shape[1]} but features has {rows.shape[1]}")
-        if contrast.dtype != rows.dtype:
-            raise TypeError(f"contrast has dtype {contrast.dtype} but features has {rows.dtype}")
-        if contrast_labels is None:
-            if row_labels is not None:
-                raise ValueError("contrast_labels is required when labels is given with contrast=")
-            if contrast.shape[0] < rows.shape[0]:
-                raise ValueError(
-                    f"without labels, anchor i's positive is contrast row i: contrast needs at least "
-                    f"{rows.shape[0]} rows, got {contrast.shape[0]}")
-            row_labels = torch.arange(rows.shape[0], device=rows.device)
-            contrast_labels = torch.full((contrast.shape[0],), -1, dtype=torch.long, device=rows.device)
-            contrast_labels[: rows.shape[0]] = row_labels
-        else:
-            if row_labels is None:
-                raise ValueError("labels is required when contrast_labels is given")
-            _check_tensor(contrast_labels, "contrast_labels", floating=False)
-            _check_same_device(contrast_labels, "contrast_labels", features.device)
-            if contrast_labels.dim() != 1 or contrast_labels.shape[0] != contrast.shape[0]:
-                raise ValueError(f"contrast_labels must have shape [{contrast.shape[0]}], "
-                                 f"got {tuple(contrast_labels.shape)}")
-        num_anchors = rows.shape[0]
-        contrast_rows = contrast
-
-    per_anchor, num_positives = run(rows, row_labels, contrast_rows, contrast_labels, temperature,
-                                    num_anchors, normalize)
+    layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode)
+    per_anchor, num_positives = run(layout.rows, layout.labels, layout.contrast,
+                                    layout.contrast_labels, temperature, layout.num_anchors,
+                                    normalize)
     if reduction == "none":
         return per_anchor
     if reduction == "sum":

@@ -7,14 +7,15 @@ from ._op import loss_dtype
 
 
 def supcon_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                     normalize):
+                     normalize, anchor_offset=0):
     """Same arguments and per-anchor semantics as torch.ops.scl.supcon; returns (loss, |P(i)|)."""
     dtype = loss_dtype(features.dtype)
     rows = features.to(dtype)
     rows = F.normalize(rows, dim=1) if normalize else rows
     if contrast is None:
-        anchors, others = rows[:num_anchors], rows
-        anchor_labels, other_labels = labels[:num_anchors], labels
+        anchor_rows = slice(anchor_offset, anchor_offset + num_anchors)
+        anchors, others = rows[anchor_rows], rows
+        anchor_labels, other_labels = labels[anchor_rows], labels
     else:
         others = contrast.to(dtype)
         anchors, others = rows, (F.normalize(others, dim=1) if normalize else others)
@@ -22,7 +23,7 @@ def supcon_reference(features, labels, contrast, contrast_labels, temperature, n
     m, n = anchors.shape[0], others.shape[0]
     self_column = torch.zeros(m, n, dtype=torch.bool, device=rows.device)
     if contrast is None:
-        self_column[torch.arange(m), torch.arange(m)] = True
+        self_column[torch.arange(m), torch.arange(anchor_offset, anchor_offset + m)] = True
     logits = (anchors @ others.T / temperature).masked_fill(self_column, float("-inf"))
     # A row without any column (a single-row batch) would give logsumexp(-inf) and NaN gradients.
     no_columns = self_column.all(dim=1, keepdim=True)

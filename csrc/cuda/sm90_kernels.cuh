@@ -109,6 +109,12 @@ struct Params {
   int num_splits;
 };
 
+// The kernels' bodies exist only for sm_90a (wgmma, setmaxnreg); a plain sm_90 build would give
+// H100s empty kernels that write nothing, so it is refused here rather than at run time.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the sm_90 kernels need the arch-specific target: put 9.0a, not 9.0, in SCL_CUDA_ARCH_LIST"
+#endif
+
 template <class T, Walk kWalk>
 __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant__ Params<T> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -1,0 +1,10 @@
+"""The SupCon loss of a batch spread over the processes of a torch.distributed job (NCCL on GPUs,
+gloo on CPUs): every rank passes its local rows and gets the loss of the global batch.
+
+Not imported by ``import scl_kernels``: ``import scl_kernels.distributed``. docs/DISTRIBUTED.md
+explains the two strategies, the gradient convention under DistributedDataParallel and torchrun.
+"""
+from .agreement import STRATEGIES
+from .loss import SupConLoss, supcon_loss
+
+__all__ = ["STRATEGIES", "SupConLoss", "supcon_loss"]

@@ -1,0 +1,135 @@
+"""One small all-gather per call, before any work: every rank learns every rank's batch sizes,
+and all ranks check together that they were called alike.
+
+Every rank sees the same table, so a disagreement raises the same error on every rank instead of
+leaving some of them waiting in a collective that the others never join.
+"""
+from dataclasses import dataclass
+from typing import List
+
+import torch
+import torch.distributed as dist
+
+from ..loss import CONTRAST_MODES, REDUCTIONS
+from .collectives import all_gather_single
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+# The columns of the exchanged table; the ones in AGREED must be equal on every rank.
+COLUMNS = ("failed", "samples", "rows", "contrast_rows", "requires_grad", "views", "dim", "dtype",
+           "labels", "contrast", "contrast_labels", "contrast_mode", "normalize", "reduction",
+           "strategy", "gradients_averaged", "finite", "temperature")
+AGREED = COLUMNS[5:16] + ("temperature",)
+STRATEGIES = ("gather", "ring")
+# The options that are one of a few names travel as the name's index.
+CHOICES = {"contrast_mode": CONTRAST_MODES, "reduction": REDUCTIONS, "strategy": STRATEGIES}
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What every rank holds, in rank order."""
+    rank: int
+    world: int
+    samples: List[int]  # B (or N for [N, D] features) per rank
+    rows: List[int]  # flattened feature rows per rank
+    contrast_rows: List[int]  # contrast rows per rank (0 without contrast)
+    any_requires_grad: bool  # whether some rank builds a graph, so every rank must join backward
+
+    def offset(self, sizes: List[int]) -> int:
+        """Where this rank's block of ``sizes`` starts in the concatenation over ranks."""
+        return sum(sizes[: self.rank])
+
+
+_GIVEN_OR_NONE = ("labels", "contrast", "contrast_labels")
+_FLAGS = ("normalize", "gradients_averaged")
+
+
+def _describe(column, value):
+    if column == "dtype":
+        return str(DTYPES[int(value)])
+    if column in _GIVEN_OR_NONE:
+        return "given" if value else "None"
+    if column in _FLAGS:
+        return str(bool(value))
+    if column in CHOICES:
+        return repr(CHOICES[column][int(value)])
+    if column == "views":
+        return "[N, D] features" if value == 0 else f"{int(value)} views"
+    if column == "temperature":
+        return repr(value)
+    return str(int(value))
+
+
+def _exchange_device(features, group):
+    if isinstance(features, torch.Tensor):
+        return features.device
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" \
+        else torch.device("cpu")
+
+
+def _describe_call(features, rows, labels, contrast, contrast_labels, temperature, options):
+    """This rank's row of the table, on the features' device: no host synchronisation here."""
+    requires_grad = features.requires_grad or (contrast is not None and contrast.requires_grad) \
+        or (isinstance(temperature, torch.Tensor) and temperature.requires_grad)
+    described = [
+        0, features.shape[0], rows.shape[0], 0 if contrast is None else contrast.shape[0],
+        requires_grad, 0 if features.dim() == 2 else features.shape[1], features.shape[-1],
+        DTYPES.index(features.dtype), labels is not None, contrast is not None,
+        contrast_labels is not None,
+        *(CHOICES[name].index(options[name]) if name in CHOICES else options[name]
+          for name in ("contrast_mode", "normalize", "reduction", "strategy",
+                       "gradients_averaged"))]
+    device = features.device
+    finite = torch.isfinite(rows).all()
+    if contrast is not None:
+        finite = finite & torch.isfinite(contrast).all()
+    temperature = (temperature.detach().reshape(1) if isinstance(temperature, torch.Tensor)
+                   else torch.tensor([float(temperature)]))
+    return torch.cat([torch.tensor(described, dtype=torch.float64).to(device),
+                      finite.reshape(1).to(torch.float64),
+                      temperature.to(device=device, dtype=torch.float64)])
+
+
+def agree_on_call(local_error, features, rows, labels, contrast, contrast_labels, temperature,
+                  options, group) -> CallPlan:
+    """Exchanges the sizes and the call's options, and raises on every rank if a rank rejected
+    its inputs (``local_error``, re-raised there), holds NaN or inf, or disagrees with the others.
+
+    ``options`` maps contrast_mode, normalize, reduction, strategy and gradients_averaged to
+    their values.
+    """
+    world = dist.get_world_size(group)
+    if local_error is None:
+        local = _describe_call(features, rows, labels, contrast, contrast_labels, temperature,
+                               options)
+    else:
+        local = torch.zeros(len(COLUMNS), dtype=torch.float64,
+                            device=_exchange_device(features, group))
+        local[0] = 1
+    table = local.new_empty((world * len(COLUMNS),))
+    all_gather_single(table, local, group=group)
+    table = table.view(world, len(COLUMNS)).tolist()
+    failed = [r for r, row in enumerate(table) if row[0]]
+    if local_error is not None:
+        raise local_error
+    if failed:
+        raise ValueError(f"scl_kernels.distributed: rank(s) {failed} rejected their inputs (their "
+                         "error says why); no rank computed the loss")
+    column = {name: [row[i] for row in table] for i, name in enumerate(COLUMNS)}
+    for name in AGREED:
+        values = column[name]
+        if any(v != values[0] for v in values):
+            listed = ", ".join(f"rank {r}: {_describe(name, v)}" for r, v in enumerate(values))
+            raise ValueError(f"scl_kernels.distributed: the ranks disagree on {name} ({listed}); "
+                             "every rank must call the loss with the same options, feature "
+                             "dimension and dtype")
+    not_finite = [r for r, finite in enumerate(column["finite"]) if not finite]
+    if not_finite:
+        raise ValueError(f"features or contrast contains NaN or inf on rank(s) {not_finite}")
+    value = column["temperature"][0]
+    if not (value > 0 and value != float("inf")):
+        raise ValueError(f"temperature must be positive and finite, got {value}")
+    sizes = {name: [int(v) for v in column[name]]
+             for name in ("samples", "rows", "contrast_rows", "requires_grad")}
+    return CallPlan(dist.get_rank(group), world, sizes["samples"], sizes["rows"],
+                    sizes["contrast_rows"], any(sizes["requires_grad"]))

@@ -1,0 +1,42 @@
+"""strategy="gather": every rank gathers the contrast set, then runs the fused op on its own
+anchors against it (docs/DISTRIBUTED.md).
+
+Single set: the gathered feature rows are the contrast set and this rank's anchors are its own
+rows inside it, reached with the op's ``anchor_offset``: no copy brings them to the front.
+Cross set: only the contrast rows are gathered; the anchors are the local feature rows.
+The gather's backward returns each contrast row's gradient, summed over ranks, to its owner.
+"""
+from .._op import loss_dtype
+from ..loss import Layout
+from .agreement import CallPlan
+from .collectives import gather_rows, gather_rows_with_grad
+
+
+def _no_anchors(gathered, layout: Layout, temperature):
+    """The per-anchor outputs of a rank without anchors. They stay joined to the gather, so
+    that the rank takes part in its backward (a collective), and to the (empty) rows and the
+    temperature, whose gradients are then empty or 0 rather than None: under DDP, a parameter
+    without a gradient on one rank would stall the others."""
+    dtype = loss_dtype(layout.rows.dtype)
+    per_anchor = (gathered.narrow(0, 0, 0).sum(dim=1).to(dtype)
+                  + layout.rows.narrow(0, 0, 0).sum(dim=1).to(dtype) + (temperature * 0).to(dtype))
+    return per_anchor, layout.labels.new_zeros((0,))
+
+
+def gathered_supcon(layout: Layout, temperature, normalize, backend, plan: CallPlan, group,
+                    graph_anchor):
+    """(per-anchor loss of this rank's anchors, their |P(i)|) against the global contrast set."""
+    if layout.contrast is None:
+        features = gather_rows_with_grad(layout.rows, plan.rows, plan.rank, group, graph_anchor)
+        labels = gather_rows(layout.labels, plan.rows, group)
+        if layout.num_anchors == 0:
+            return _no_anchors(features, layout, temperature)
+        return backend.run(features, labels, None, None, temperature, layout.num_anchors,
+                           normalize, plan.offset(plan.rows))
+    contrast = gather_rows_with_grad(layout.contrast, plan.contrast_rows, plan.rank, group,
+                                     graph_anchor)
+    contrast_labels = gather_rows(layout.contrast_labels, plan.contrast_rows, group)
+    if layout.num_anchors == 0:
+        return _no_anchors(contrast, layout, temperature)
+    return backend.run(layout.rows, layout.labels, contrast, contrast_labels, temperature,
+                       layout.num_anchors, normalize)

@@ -1,0 +1,187 @@
+"""supcon_loss and SupConLoss over a batch spread across the ranks of a torch.distributed group."""
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .. import loss as local
+from ..backends import resolve_backend
+from .agreement import STRATEGIES, agree_on_call
+from .gather import gathered_supcon
+from .ring import ring_supcon
+
+_STRATEGY_FUNCTIONS = {"gather": gathered_supcon, "ring": ring_supcon}
+
+NOT_INITIALISED = ("scl_kernels.distributed needs an initialised process group: call "
+                   "torch.distributed.init_process_group() first (torchrun sets the environment "
+                   "it reads), or use scl_kernels.supcon_loss in a single process")
+
+
+def _check_distributed_options(strategy, gradients_averaged):
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if not isinstance(gradients_averaged, bool):
+        raise TypeError(f"gradients_averaged must be a bool, got {type(gradients_averaged).__name__}")
+
+
+def _check_group(group, features):
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(NOT_INITIALISED)
+    if dist.get_rank(group) < 0:
+        raise ValueError("this process is not a member of the process group passed as group=")
+    if (dist.get_backend(group) == "nccl" and isinstance(features, torch.Tensor)
+            and features.device.type != "cuda"):
+        raise ValueError(f"the process group uses NCCL, which moves CUDA tensors only, but features "
+                         f"is on {features.device}; use a gloo group for CPU tensors")
+
+
+def _global_ids(layout, plan, implicit_labels):
+    """Without labels, the sample ids start at this rank's first sample (single set) or first
+    anchor row (cross set), so that they are unique in the global batch; labels are int64, as
+    every rank must send the same dtype."""
+    labels, contrast_labels = layout.labels.long(), layout.contrast_labels
+    if contrast_labels is not None:
+        contrast_labels = contrast_labels.long()
+    if implicit_labels:
+        first = plan.offset(plan.samples if contrast_labels is None else plan.rows)
+        labels = labels + first
+        if contrast_labels is not None:
+            contrast_labels = torch.where(contrast_labels >= 0, contrast_labels + first,
+                                          contrast_labels)
+    return layout._replace(labels=labels, contrast_labels=contrast_labels)
+
+
+def _check_global_sizes(plan, contrast):
+    if sum(plan.rows) == 0:
+        raise ValueError("features has no rows on any rank: the global batch is empty")
+    if contrast is not None and sum(plan.contrast_rows) == 0:
+        raise ValueError("contrast has no rows on any rank")
+
+
+def _global_reduction(per_anchor, num_positives, reduction, plan, group, gradients_averaged):
+    """The global loss's value on every rank; its gradient is this rank's share (times the world
+    size when DDP will average the parameter gradients)."""
+    scale = plan.world if gradients_averaged else 1
+    if reduction == "none":
+        return per_anchor if scale == 1 else per_anchor * scale + (per_anchor * (1 - scale)).detach()
+    local_sum = per_anchor.sum()
+    totals = torch.stack([local_sum.detach().to(torch.float64),
+                          torch.count_nonzero(num_positives).to(torch.float64)])
+    dist.all_reduce(totals, group=group)
+    denominator = 1.0 if reduction == "sum" else totals[1].clamp_min(1)
+    share = local_sum * scale / denominator
+    value = (totals[0] / denominator).to(per_anchor.dtype)
+    return share + (value - share).detach()
+
+
+def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
+                contrast_mode="all", normalize=True, reduction="mean", backend="auto",
+                strategy="gather", gradients_averaged=False, group=None):
+    """Supervised contrastive loss of the global batch: the concatenation, in rank order, of
+    every rank's local batch. Each rank passes its own rows; the ranks must all call it.
+
+    Takes the arguments of :func:`scl_kernels.supcon_loss`, with the same meaning applied to the
+    global batch, and:
+
+    Args:
+        strategy: ``"gather"`` (default): each rank gathers the global contrast set,
+            ``O(N_global * D)`` memory per rank, and runs the fused op on its own anchors
+            against it. ``"ring"``: the contrast set passes around the ranks in blocks, so no
+            rank holds more than its rows and two blocks; same results, more messages
+            (docs/DISTRIBUTED.md has the memory and communication arithmetic).
+        gradients_averaged: ``True`` when the parameters' gradients are averaged over the ranks
+            after backward, as ``DistributedDataParallel`` does: the gradient is then multiplied
+            by the world size, so that the average is the gradient of the global loss. With
+            ``False`` (default) every rank receives exactly the global loss's gradient for its
+            own rows.
+        group: the process group (default: the world).
+
+    Labels, and their absence, refer to the global batch: ``labels=None`` numbers the samples
+    globally (SimCLR across ranks: a sample's positives are its other views, wherever the
+    anchor is); with ``contrast`` and no labels, anchor i's positive is the contrast row of the
+    same local index on the same rank. A label present on one rank only is an ordinary class.
+
+    Returns:
+        ``"mean"`` / ``"sum"``: the global loss, the same value on every rank (the mean is over
+        the anchors of all ranks that have a positive). ``"none"``: this rank's anchors' losses,
+        in the local order. Backward through it gives each rank the global loss's gradient for
+        its own rows; a tensor temperature receives this rank's share of its gradient, as the
+        model's parameters do (sum them over ranks, or let DDP average them with
+        ``gradients_averaged=True``).
+
+    Raises:
+        RuntimeError: no initialised process group.
+        ValueError / TypeError: the single-process checks, and ranks that disagree on the feature
+            dimension, dtype, number of views, options, temperature or on whether labels or
+            contrast are given (raised on every rank alike, after one small all-gather).
+    """
+    _check_group(group, features)
+    # A rank that rejects its inputs still joins the agreement, so that every rank raises
+    # instead of the others waiting for it in a collective.
+    layout, error = None, None
+    try:
+        local._check_inputs(features, labels)
+        local._check_options(temperature, contrast_mode, normalize, reduction, backend,
+                             check_tensor_value=False)
+        _check_distributed_options(strategy, gradients_averaged)
+        chosen = resolve_backend(backend, features.device)
+        temperature = local._temperature_tensor(temperature, features.device)
+        if strategy == "ring" and chosen.op_name is None:
+            raise ValueError("strategy='ring' needs a fused backend ('cpu', 'triton' or 'cuda'), "
+                             f"got {chosen.name!r}")
+        layout = local.build_layout(features, labels, contrast, contrast_labels, contrast_mode,
+                                    allow_no_rows=True)
+    except (TypeError, ValueError) as caught:
+        error = caught
+    options = {"contrast_mode": contrast_mode, "normalize": normalize, "reduction": reduction,
+               "strategy": strategy, "gradients_averaged": gradients_averaged}
+    plan = agree_on_call(error, features, None if layout is None else layout.rows, labels,
+                         contrast, contrast_labels, temperature, options, group)
+    _check_global_sizes(plan, contrast)
+    layout = _global_ids(layout, plan, implicit_labels=labels is None)
+    graph_anchor = None
+    if plan.any_requires_grad and torch.is_grad_enabled() and not (
+            layout.rows.requires_grad or (contrast is not None and contrast.requires_grad)):
+        graph_anchor = torch.zeros((), device=features.device, requires_grad=True)
+    per_anchor, num_positives = _STRATEGY_FUNCTIONS[strategy](
+        layout, temperature, normalize, chosen, plan, group, graph_anchor)
+    return _global_reduction(per_anchor, num_positives, reduction, plan, group, gradients_averaged)
+
+
+class SupConLoss(nn.Module):
+    """:func:`supcon_loss` as a module, its options fixed at construction::
+
+        criterion = scl_kernels.distributed.SupConLoss(temperature=0.1, gradients_averaged=True)
+        loss = criterion(model(x), y)   # every rank, its own x and y; then loss.backward()
+
+    A learnable temperature passed as an ``nn.Parameter`` becomes a parameter of the module.
+    """
+
+    def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, reduction="mean",
+                 backend="auto", strategy="gather", gradients_averaged=False, group=None):
+        """Checks and stores the options (see :func:`supcon_loss`)."""
+        super().__init__()
+        local._check_options(temperature, contrast_mode, normalize, reduction, backend,
+                             check_tensor_value=True)
+        _check_distributed_options(strategy, gradients_averaged)
+        self.temperature = temperature
+        self.contrast_mode = contrast_mode
+        self.normalize = normalize
+        self.reduction = reduction
+        self.backend = backend
+        self.strategy = strategy
+        self.gradients_averaged = gradients_averaged
+        self.group = group
+
+    def forward(self, features, labels=None, contrast=None, contrast_labels=None):
+        """The global loss of this step; every rank calls it with its local batch."""
+        return supcon_loss(features, labels, self.temperature, contrast=contrast,
+                           contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
+                           normalize=self.normalize, reduction=self.reduction,
+                           backend=self.backend, strategy=self.strategy,
+                           gradients_averaged=self.gradients_averaged, group=self.group)
+
+    def extra_repr(self):
+        return (f"temperature={self.temperature}, contrast_mode={self.contrast_mode!r}, "
+                f"normalize={self.normalize}, reduction={self.reduction!r}, "
+                f"backend={self.backend!r}, strategy={self.strategy!r}, "
+                f"gradients_averaged={self.gradients_averaged}")
