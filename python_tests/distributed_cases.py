@@ -200,6 +200,25 @@ def a_rank_without_grad(rank, world):
 
 
 @case
+def a_subgroup(rank, world):
+    # The even ranks form their own group: the ring's peers are then named by global rank.
+    members = list(range(0, world, 2))
+    group = dist.new_group(members)
+    if rank not in members:
+        return
+    generator = torch.Generator().manual_seed(5)
+    features = torch.randn(len(members) * 3, 4, dtype=torch.float64, generator=generator)
+    labels = torch.randint(0, 2, (features.shape[0],), generator=generator)
+    expected = scl_kernels.supcon_loss(features, labels)
+    position = members.index(rank)
+    for strategy in STRATEGIES:
+        actual = sd.supcon_loss(features[3 * position: 3 * position + 3],
+                                labels[3 * position: 3 * position + 3], strategy=strategy,
+                                group=group)
+        _close(actual, expected, torch.float64, f"strategy={strategy!r}: loss in a subgroup")
+
+
+@case
 def one_row_in_all(rank, world):
     features = torch.randn(1 if rank == world - 1 else 0, 4, dtype=torch.float64,
                            requires_grad=True)
