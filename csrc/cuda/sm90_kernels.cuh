@@ -214,10 +214,9 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   // A row's terms, read from shared memory where used: registers are the scarce resource here.
   auto own = [&](int r) { return shared_terms(&shared.own_terms[rows0 + get<0>(coords_rc(r, 0))]); };
 
-  for (int64_t t = 0; t < tiles; ++t) {
+  // One streamed tile's logits into acc: wait for the stage, then the wgmma. Returns the stage.
+  auto tile_logits = [&](int64_t t) {
     const int stage = int(t % kStages);
-    const int64_t block = first_tile + range.begin + t;
-    const int64_t c0 = block * kBlock;
     FullBarrier::wait(&shared.full[stage], int((t / kStages) & 1));
     // The stage as a runtime pointer: its wgmma descriptors are then formed in the loop rather
     // than hoisted for both stages, which would spill them.
@@ -239,9 +238,17 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
     warpgroup_commit_batch();
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc);
+    return stage;
+  };
 
-    if constexpr (kSymmetricLse) {
-      const bool diagonal = block == own_block;
+  if constexpr (kSymmetricLse) {
+    // Only the first tile of the first split is diagonal: it runs before the loop, with the
+    // self-column mask, and the loop's tiles test nothing per logit. (Only here: the same
+    // wrapping around the other walks' loops makes the plain gradient walk spill.)
+    auto symmetric_tile = [&](int64_t t, auto diagonal_tile) {
+      constexpr bool kDiagonal = decltype(diagonal_tile)::value;
+      const int stage = tile_logits(t);
+      const int64_t c0 = (first_tile + range.begin + t) * kBlock;
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const int local_j = rows0 + get<0>(coords_rc(r, 0));
@@ -251,21 +258,31 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
         for (int c = 0; c < kCols; ++c) {
           const int local_i = get<1>(coords_rc(r, c));
           float s2 = tm::logit2(acc_rc(r, c), shared_terms(&shared.own_terms[local_i]).z, tj.x, tj.y);
-          if (diagonal && local_i == local_j) s2 = -INFINITY;
+          if (kDiagonal && local_i == local_j) s2 = -INFINITY;
           const float e = tm::exp2_approx(s2);
           sums_rc(r, c) += e;
           sum_j += e;
         }
         sum_j = quad_sum(sum_j);
-        if (!diagonal && (thread & 3) == 0) atomicAdd(params.row_sum + c0 + local_j, sum_j);
+        if (!kDiagonal && (thread & 3) == 0) atomicAdd(params.row_sum + c0 + local_j, sum_j);
       }
-    } else {
+      EmptyBarrier::arrive(&shared.empty[stage]);
+    };
+    int64_t t = 0;
+    if (tiles > 0 && range.begin == 0) symmetric_tile(t++, std::true_type{});
+    for (; t < tiles; ++t) symmetric_tile(t, std::false_type{});
+  } else {
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int stage = tile_logits(t);
+      const int64_t c0 = (first_tile + range.begin + t) * kBlock;
       const bool masked = tm::tile_holds_self_column(row0, kBlock, c0, kBlock, p.self_offset);
+      // In a masked tile the self column lies within a tile's width of the diagonal, so one
+      // 32-bit offset per tile replaces two 64-bit compares per logit.
+      const int self_delta = masked ? int(row0 + rows0 + p.self_offset - c0) : 0;
       tile_epilogue<kWalk, kRows, kCols>(
           acc_rc, coords_rc, own, [&](int c) { return shared_terms(&shared.ring_terms[stage][c]); },
           [&](int r, int c) {
-            return masked && c0 + get<1>(coords_rc(r, c)) ==
-                                 row0 + rows0 + get<0>(coords_rc(r, c)) + p.self_offset;
+            return masked && get<1>(coords_rc(r, c)) == get<0>(coords_rc(r, c)) + self_delta;
           },
           running);
       if constexpr (kGrad) {
@@ -276,7 +293,8 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
         warpgroup_arrive();
         gemm(grads_mma, grads_thr.make_fragment_A(grads_thr.partition_A(s_weights)),
              grads_thr.make_fragment_B(grads_thr.partition_B(
-                 local_tile(make_tensor(make_smem_ptr(stage_rows), typename L::BlockTransposed{}),
+                 local_tile(make_tensor(make_smem_ptr(shared.ring + stage * cosize_v<typename L::Block>),
+                                        typename L::BlockTransposed{}),
                             Shape<Int<kGradWidth>, Int<kBlock>>{},
                             make_coord(grad_chunk, 0)))),
              grad);
@@ -284,8 +302,8 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
         warpgroup_wait<0>();
         warpgroup_fence_operand(grad);
       }
+      EmptyBarrier::arrive(&shared.empty[stage]);
     }
-    EmptyBarrier::arrive(&shared.empty[stage]);
   }
 
   if constexpr (kLse) {
