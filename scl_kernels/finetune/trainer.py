@@ -11,12 +11,14 @@ import math
 from dataclasses import dataclass, field
 from numbers import Real
 
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import is_datasets_available
 
+from ..distributed import STRATEGIES
 from ..grad_cache import GradientCache
 from ..nn import SCL_REDUCTIONS, SupConCrossEntropyLoss
 from ..sampling import ClassBalancedBatchSampler
@@ -65,6 +67,17 @@ class SupConTrainingArguments(TrainingArguments):
             [`~scl_kernels.sampling.ClassBalancedBatchSampler`]: every batch holds at least this
             many examples (>= 2) of each of its classes, so every anchor has a positive. `None`
             (default): the Trainer's ordinary sampling.
+        scl_global_batch (`bool`, *optional*, defaults to `True`):
+            In distributed training (several processes, e.g. under `torchrun` or
+            `accelerate launch`), SCL contrasts the *global* batch: the training batches of all
+            processes together, ``per_device_train_batch_size * world_size`` examples, through
+            [`scl_kernels.distributed.supcon_loss`]; the update then equals that of one process
+            on the global batch. `False`: each process's batch is its own contrastive set.
+            Ignored in a single process.
+        scl_distributed_strategy (`str`, *optional*, defaults to `"gather"`):
+            How the global batch is contrasted: `"gather"` (each process gathers every
+            process's embeddings) or `"ring"` (they pass around the processes in blocks; less
+            memory per process, more messages). See docs/DISTRIBUTED.md.
     """
 
     scl_lambda: float = field(
@@ -80,6 +93,12 @@ class SupConTrainingArguments(TrainingArguments):
         default=None, metadata={"help": "Examples per encoder pass of the gradient cache (None: off)."})
     samples_per_class: int | None = field(
         default=None, metadata={"help": "Class-balanced batches with this many examples per class (None: off)."})
+    scl_global_batch: bool = field(
+        default=True, metadata={"help": "In distributed training, SCL contrasts the batches of all "
+                                        "processes together (False: each process's batch on its own)."})
+    scl_distributed_strategy: str = field(
+        default="gather", metadata={"help": "How SCL contrasts the global batch: 'gather' or 'ring'.",
+                                    "choices": list(STRATEGIES)})
 
     def __post_init__(self):
         if isinstance(self.scl_lambda, bool) or not isinstance(self.scl_lambda, Real) or not (
@@ -97,6 +116,11 @@ class SupConTrainingArguments(TrainingArguments):
         if self.samples_per_class is not None and self.per_device_train_batch_size < self.samples_per_class:
             raise ValueError(f"per_device_train_batch_size ({self.per_device_train_batch_size}) must be at "
                              f"least samples_per_class ({self.samples_per_class})")
+        if not isinstance(self.scl_global_batch, bool):
+            raise ValueError(f"scl_global_batch must be a bool, got {self.scl_global_batch!r}")
+        if self.scl_distributed_strategy not in STRATEGIES:
+            raise ValueError(f"scl_distributed_strategy must be one of {STRATEGIES}, got "
+                             f"{self.scl_distributed_strategy!r}")
         if self.label_smoothing_factor != 0:
             raise ValueError("label_smoothing_factor is not supported with the SupCon objective "
                              f"(got {self.label_smoothing_factor}); leave it at 0")
@@ -144,6 +168,12 @@ class SupConTrainer(Trainer):
       ``k`` per-batch losses (the update equals that of the mean of the ``k`` losses); it does
       *not* enlarge the contrastive set. To contrast more examples per step, raise the batch size
       and set ``gradient_cache_chunk_size`` so that memory stays that of one chunk.
+    * **Several processes.** Under ``torchrun`` / ``accelerate launch`` (DDP), SCL contrasts the
+      global batch, ``per_device_train_batch_size * world_size`` examples (unless
+      ``scl_global_batch=False``), while cross-entropy is each process's mean; DDP's gradient
+      average then makes the update that of one process on the global batch. The gradient cache
+      composes with it: each process re-encodes its own chunks, and gradients are all-reduced
+      once per batch, not per chunk.
     * **Logged loss.** The training loss logged is the mean per-batch objective, whatever
       ``gradient_accumulation_steps`` is.
     * **Evaluation.** ``evaluate()`` reports the plain cross-entropy of the classifier as
@@ -197,8 +227,31 @@ class SupConTrainer(Trainer):
         if args.gradient_cache_chunk_size is not None and self.is_deepspeed_enabled:
             raise ValueError("gradient_cache_chunk_size is not supported with DeepSpeed, whose backward "
                              "pass also steps the optimizer")
-        self.criterion = SupConCrossEntropyLoss(lam=args.scl_lambda, temperature=args.scl_temperature,
-                                                scl_reduction=args.scl_reduction)
+        distributed = self._contrasts_global_batch()
+        self.criterion = SupConCrossEntropyLoss(
+            lam=args.scl_lambda, temperature=args.scl_temperature, scl_reduction=args.scl_reduction,
+            distributed=distributed,
+            strategy=args.scl_distributed_strategy if distributed else "gather")
+
+    def _contrasts_global_batch(self):
+        """Whether SCL contrasts the batches of all processes: a distributed run (more than one
+        process in an initialised process group) with ``scl_global_batch``."""
+        if not self.args.scl_global_batch or self.args.world_size <= 1:
+            return False
+        if not (dist.is_available() and dist.is_initialized()):
+            # TPU / XLA and SageMaker model parallelism run several processes without a
+            # torch.distributed group that scl_kernels.distributed can use.
+            raise ValueError(f"scl_global_batch needs a torch.distributed process group for its "
+                             f"{self.args.world_size} processes (torchrun / accelerate launch with "
+                             "DDP or FSDP); set scl_global_batch=False to contrast each process's "
+                             "batch on its own")
+        config = getattr(self.args, "parallelism_config", None)
+        replicated = ("tp_size", "cp_size", "sp_size")  # ranks that share their examples
+        if config is not None and any((getattr(config, name, None) or 1) > 1 for name in replicated):
+            raise ValueError("scl_global_batch contrasts the batches of all processes of the world, "
+                             "which tensor / context / sequence parallelism replicates across ranks; "
+                             "set scl_global_batch=False")
+        return True
 
     @staticmethod
     def _pop_labels(inputs):
@@ -236,6 +289,10 @@ class SupConTrainer(Trainer):
                 class docstring); accepted for the Trainer's signature.
             **kwargs: ignored, for other transformers versions' signatures.
 
+        In distributed training with ``args.scl_global_batch`` the SCL term is the global
+        batch's (every process must call this for its training batch, as the Trainer does); the
+        cross-entropy term is this process's batch mean.
+
         Returns:
             The 0-dim loss, or ``(loss, outputs)``. In training mode the loss is
             ``criterion(logits, embeddings, labels)`` and the outputs carry hidden states (only
@@ -256,6 +313,9 @@ class SupConTrainer(Trainer):
                     chunk_outputs, embeddings = self._encode(model, chunk)
                 return chunk_outputs.logits, embeddings
 
+            # Under DDP the chunks' re-encoding passes (in the backward pass) accumulate their
+            # gradients locally and only the last chunk's backward all-reduces them: one
+            # all-reduce per batch, as without the cache.
             cache = GradientCache(encode, self.criterion, self.args.gradient_cache_chunk_size,
                                   sync_context=lambda: self.accelerator.no_sync(model))
             loss, (logits, _) = cache.loss(inputs, labels, return_outputs=True)

@@ -6,13 +6,15 @@ library's pieces (:class:`~scl_kernels.nn.SupConCrossEntropyLoss`,
 """
 import contextlib
 import importlib.util
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import torch
-from torch.utils.data import DataLoader
+import torch.distributed as dist
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler
 from tqdm import tqdm
 
 from ..grad_cache import GradientCache
@@ -47,6 +49,8 @@ class TrainingOptions:
         eval_batch_size: examples per evaluation pass.
         device: a torch device string.
         progress: show tqdm progress bars.
+        scl_strategy: under ``torchrun`` (several processes), how SCL contrasts the global
+            batch: ``"gather"`` or ``"ring"`` (:func:`scl_kernels.distributed.supcon_loss`).
     """
     temperature: float = 0.3
     scl_reduction: str = "mean"
@@ -64,6 +68,7 @@ class TrainingOptions:
     eval_batch_size: int = 64
     device: str = "cpu"
     progress: bool = True
+    scl_strategy: str = "gather"
 
 
 @dataclass
@@ -88,6 +93,52 @@ class RunResult:
     macro_f1: float = float("nan")
     seconds: float = 0.0
     test_embeddings: Optional[torch.Tensor] = None
+
+
+def torchrun_world_size():
+    """The number of processes of the job that launched this one (``WORLD_SIZE``, which
+    torchrun sets), 1 for a plain ``python`` run."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def rank_and_world():
+    """(this process's rank, the number of processes): (0, 1) without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def start_processes(device):
+    """Joins the process group of a ``torchrun`` job (NCCL on CUDA, gloo on the CPU) and returns
+    this process's device: ``cuda`` becomes ``cuda:LOCAL_RANK``. A single process: ``device``
+    unchanged, no group. Returns ``(device, started)``, ``started`` telling whether this call
+    created the group (then :func:`stop_processes` ends it)."""
+    if torchrun_world_size() == 1 or (dist.is_available() and dist.is_initialized()):
+        return device, False
+    if not dist.is_available():
+        raise InputError("WORLD_SIZE > 1 (torchrun) but this torch has no torch.distributed")
+    if torch.device(device).type == "cuda":
+        if torch.device(device).index is not None:
+            raise InputError(f"--device {device}: under torchrun each process takes the GPU of its "
+                             "LOCAL_RANK; pass --device cuda (or auto) without an index")
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(torch.device(device))
+        dist.init_process_group("nccl", device_id=torch.device(device))
+    else:
+        dist.init_process_group("gloo")
+    return device, True
+
+
+def stop_processes(started, wait=True):
+    """Ends the process group :func:`start_processes` created: once every rank got there, or at
+    once (``wait=False``, after an error, which the other ranks may not share)."""
+    if started:
+        if wait:
+            dist.barrier()
+        dist.destroy_process_group()
 
 
 def default_model_path():
@@ -198,19 +249,48 @@ class _Collate:
         return dict(batch), torch.tensor(labels, dtype=torch.long)
 
 
-def _train_loader(data, tokenizer, options, seed):
+class _RankSlices(Sampler):
+    """This rank's slice of each batch of ``batches``, a batch sampler that yields the same
+    global batches on every rank (it is seeded alike): rank r takes the r-th of ``world``
+    near-equal parts, so the ranks' slices in rank order are the one-process batch."""
+
+    def __init__(self, batches, rank, world):
+        self.batches, self.rank, self.world = batches, rank, world
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __iter__(self):
+        for batch in self.batches:
+            size = len(batch)
+            yield batch[size * self.rank // self.world: size * (self.rank + 1) // self.world]
+
+
+def _train_loader(data, tokenizer, options, seed, rank=0, world=1):
+    """The training batches: ``options.batch_size`` examples per step, of which this rank loads
+    its part (all of it in one process). Returns ``(loader, sampler to set_epoch or None)``."""
     examples = list(zip(data.texts, data.labels))
     collate = _Collate(tokenizer, options.max_length)
+    generator = None
     if options.sampler == "balanced":
+        # num_replicas=1: every rank draws the global batches and keeps its slice of each.
         sampler = ClassBalancedBatchSampler(data.labels, options.batch_size,
-                                            options.samples_per_class, seed=seed)
-        return DataLoader(examples, batch_sampler=sampler, collate_fn=collate), sampler
-    if options.sampler != "random":
+                                            options.samples_per_class, seed=seed,
+                                            num_replicas=1, rank=0)
+        batches = sampler
+    elif options.sampler == "random":
+        # What DataLoader(shuffle=True, generator=...) builds, the loader drawing its base seed
+        # from the same generator.
+        sampler = None
+        generator = torch.Generator().manual_seed(seed)
+        batches = BatchSampler(RandomSampler(examples, generator=generator), options.batch_size,
+                               drop_last=len(examples) > options.batch_size)
+    else:
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {options.sampler!r}")
-    generator = torch.Generator().manual_seed(seed)
-    loader = DataLoader(examples, batch_size=options.batch_size, shuffle=True, generator=generator,
-                        drop_last=len(examples) > options.batch_size, collate_fn=collate)
-    return loader, None
+    if world > 1:
+        batches = _RankSlices(batches, rank, world)
+    loader = DataLoader(examples, batch_sampler=batches, collate_fn=collate, generator=generator)
+    return loader, sampler
 
 
 def _to_device(batch, device):
@@ -272,6 +352,13 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
     and the dropout masks: two runs with the same seed and different ``lam`` differ only in the
     loss, which makes their difference a paired comparison.
 
+    In a process group (``torchrun``, see :func:`start_processes`) every rank calls it: each
+    step's batch is the one-process batch, split across the ranks; the model is wrapped in
+    ``DistributedDataParallel``, SCL contrasts the whole batch
+    (``SupConCrossEntropyLoss(distributed=True)``), and the gradient cache re-encodes each
+    rank's part with DDP's ``no_sync`` around all chunks but the last. Rank 0 evaluates and
+    saves; the other ranks return a result without metrics.
+
     Args:
         model_path: a local model directory (or a Hub name).
         tokenizer: its tokenizer.
@@ -287,23 +374,34 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
         A :class:`RunResult`.
     """
     started = time.perf_counter()
+    rank, world = rank_and_world()
     _transformers().set_seed(seed)
     model = load_model(model_path, len(train.label_names), options.device)
     model.train()
-    criterion = SupConCrossEntropyLoss(lam, options.temperature, scl_reduction=options.scl_reduction)
+    criterion = SupConCrossEntropyLoss(lam, options.temperature, scl_reduction=options.scl_reduction,
+                                       distributed=world > 1,
+                                       strategy=options.scl_strategy if world > 1 else "gather")
+    forward, sync_context = model, None
+    if world > 1:
+        device = torch.device(options.device)
+        # lam = 1: the classifier head has no gradient, which DDP must be told to expect.
+        forward = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device] if device.type == "cuda" else None,
+            find_unused_parameters=lam == 1.0)
+        sync_context = forward.no_sync
 
     def encode(chunk):
-        outputs = model(**chunk, output_hidden_states=True)
+        outputs = forward(**chunk, output_hidden_states=True)
         return outputs.logits, sentence_embedding(model, outputs, chunk.get("attention_mask"),
                                                   options.embedding)
 
     chunk_size = min(options.chunk_size or options.batch_size, options.batch_size)
-    cache = GradientCache(encode, criterion, chunk_size)
+    cache = GradientCache(encode, criterion, chunk_size, sync_context=sync_context)
     optimizer = torch.optim.AdamW(model.parameters(), lr=options.lr,
                                   weight_decay=options.weight_decay)
-    loader, sampler = _train_loader(train, tokenizer, options, seed)
+    loader, sampler = _train_loader(train, tokenizer, options, seed, rank, world)
     result = RunResult(lam=lam, seed=seed)
-    bar = tqdm(total=options.epochs * len(loader), desc=desc, disable=not options.progress)
+    bar = tqdm(total=options.epochs * len(loader), desc=desc, disable=not options.progress or rank > 0)
     for epoch in range(1, options.epochs + 1):
         if sampler is not None:
             sampler.set_epoch(epoch)
@@ -324,6 +422,12 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
         last = epoch == options.epochs
         if not last and epoch % options.eval_every:
             continue
+        if world > 1:  # each rank's objective has its own CE: their mean is the batch's
+            summed = sums.to(options.device)
+            dist.all_reduce(summed)
+            sums = summed.cpu() / world
+        if rank > 0:
+            continue
         metrics, vectors = evaluate(model, tokenizer, test, options,
                                     return_embeddings=last and keep_embeddings)
         means = (sums / len(loader)).tolist()
@@ -335,7 +439,7 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
             result.accuracy, result.macro_f1 = metrics["accuracy"], metrics["macro_f1"]
             result.test_embeddings = vectors
     bar.close()
-    if save_dir is not None:
+    if save_dir is not None and rank == 0:
         model.save_pretrained(save_dir)
         tokenizer.save_pretrained(save_dir)
     result.seconds = time.perf_counter() - started

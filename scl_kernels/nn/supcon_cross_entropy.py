@@ -49,10 +49,19 @@ class SupConCrossEntropyLoss(nn.Module):
         criterion = SupConCrossEntropyLoss(lam=0.9, temperature=0.3)
         out = model(**batch, output_hidden_states=True)
         loss = criterion(out.logits, out.hidden_states[-1][:, 0], batch["labels"])
+
+    **Several processes** (``distributed=True``, under ``DistributedDataParallel``, FSDP or a
+    Hugging Face Trainer launched with ``torchrun``): SCL is the loss of the *global* batch, every
+    rank's examples in rank order, computed by :func:`scl_kernels.distributed.supcon_loss` with
+    ``gradients_averaged=True``; cross-entropy stays the mean over this rank's batch. Once the
+    parameters' gradients are averaged over the ranks (what DDP does), the update is that of
+    ``(1 - lam) * CE + lam * SCL`` on the global batch in one process: exactly when every rank
+    holds the same number of examples (the CE average of per-rank means is then the global mean;
+    SCL is exact for any sizes). Every rank must call the loss (its SCL term is a collective).
     """
 
     def __init__(self, lam=0.9, temperature=0.3, *, scl_reduction="mean", normalize=True,
-                 backend="auto"):
+                 backend="auto", distributed=False, strategy="gather", group=None):
         """Checks and stores the options.
 
         Args:
@@ -64,6 +73,18 @@ class SupConCrossEntropyLoss(nn.Module):
             scl_reduction: ``"mean"`` (default) or ``"sum"`` over anchors, see above.
             normalize: L2-normalise the embeddings first (default True, as in the paper).
             backend: the SupCon backend, as in :func:`~scl_kernels.supcon_loss`.
+            distributed: ``True``: SCL contrasts the global batch of the ``torch.distributed``
+                process group (which must be initialised before the first call), and its
+                backward is scaled for gradients that are then *averaged* over the ranks (DDP,
+                FSDP, the Trainer; or an all-reduce of the gradients divided by the world size).
+                The returned loss is ``(1 - lam) * CE(this rank) + lam * SCL(global batch)``,
+                whose mean over the ranks is the single-process objective of the global batch
+                when the ranks hold equal batches. A learnable temperature must then be averaged
+                over the ranks like the model's parameters (part of the DDP-wrapped module).
+                ``False`` (default): this process's batch only.
+            strategy: with ``distributed``: ``"gather"`` (default) or ``"ring"``, as in
+                :func:`scl_kernels.distributed.supcon_loss`.
+            group: with ``distributed``: the process group (default: the world).
 
         Raises:
             TypeError / ValueError naming the argument.
@@ -73,11 +94,24 @@ class SupConCrossEntropyLoss(nn.Module):
         if scl_reduction not in SCL_REDUCTIONS:
             raise ValueError(f"scl_reduction must be one of {SCL_REDUCTIONS}, got {scl_reduction!r}")
         _check_options(temperature, "all", normalize, "mean", backend, check_tensor_value=True)
+        if not isinstance(distributed, bool):
+            raise TypeError(f"distributed must be a bool, got {type(distributed).__name__}")
+        if distributed:
+            # Imported here: torch-only, but `import scl_kernels` leaves it out.
+            from ..distributed import STRATEGIES
+            if strategy not in STRATEGIES:
+                raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        elif strategy != "gather" or group is not None:
+            raise ValueError("strategy and group apply to distributed=True only, got "
+                             f"strategy={strategy!r}, group={group!r} with distributed=False")
         self.lam = float(lam)
         self.temperature = temperature
         self.scl_reduction = scl_reduction
         self.normalize = normalize
         self.backend = backend
+        self.distributed = distributed
+        self.strategy = strategy
+        self.group = group
 
     def _cross_entropy(self, logits, labels):
         _check_tensor(logits, "logits", floating=True)
@@ -89,6 +123,15 @@ class SupConCrossEntropyLoss(nn.Module):
     def _supcon(self, embeddings, labels):
         if embeddings.dim() != 2:
             raise ValueError(f"embeddings must have shape [N, D], got {tuple(embeddings.shape)}")
+        if self.distributed:
+            from ..distributed import supcon_loss as global_supcon_loss
+            # gradients_averaged: DDP averages the parameters' gradients over the ranks, so this
+            # rank's share of SCL's gradient is scaled by the world size, while CE's per-rank
+            # mean is left as is (its average over equal batches is the global mean's gradient).
+            return global_supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize,
+                                      reduction=self.scl_reduction, backend=self.backend,
+                                      strategy=self.strategy, gradients_averaged=True,
+                                      group=self.group)
         return supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize,
                            reduction=self.scl_reduction, backend=self.backend)
 
@@ -101,7 +144,9 @@ class SupConCrossEntropyLoss(nn.Module):
         """The objective and both of its terms (unweighted), for logging.
 
         Takes the arguments of :meth:`forward`; returns a :class:`SupConCrossEntropyParts`
-        ``(loss, cross_entropy, supcon)``. Both terms are computed whatever ``lam`` is.
+        ``(loss, cross_entropy, supcon)``. Both terms are computed whatever ``lam`` is (with
+        ``distributed``, every rank must then call it: SCL is the global batch's, cross-entropy
+        this rank's).
         """
         self._check_labels(labels)
         cross_entropy = self._cross_entropy(logits, labels)
@@ -121,7 +166,7 @@ class SupConCrossEntropyLoss(nn.Module):
                 "no class" (a negative for every anchor, no loss of its own).
 
         A term whose weight is 0 (``lam`` of 0 or 1) is not computed, so its input needs no
-        graph.
+        graph (and with ``lam`` = 0 no rank communicates).
         """
         self._check_labels(labels)
         loss = None
@@ -136,5 +181,8 @@ class SupConCrossEntropyLoss(nn.Module):
         temperature = self.temperature
         if isinstance(temperature, torch.Tensor):
             temperature = f"{type(temperature).__name__}(...)"
-        return (f"lam={self.lam}, temperature={temperature}, scl_reduction={self.scl_reduction!r}, "
+        text = (f"lam={self.lam}, temperature={temperature}, scl_reduction={self.scl_reduction!r}, "
                 f"normalize={self.normalize}, backend={self.backend!r}")
+        if self.distributed:
+            text += f", distributed=True, strategy={self.strategy!r}"
+        return text
