@@ -2,16 +2,13 @@
 group and compares with the single-process loss on the global batch, which every rank computes
 for itself from the same seeded inputs. ``test_distributed.py`` spawns the ranks."""
 import datetime
-import json
-import os
-import traceback
-
 import torch
 import torch.distributed as dist
 from torch import nn
 
 import scl_kernels
 import scl_kernels.distributed as sd
+from spawned_ranks import run_cases
 
 # Local batch sizes per world size: unequal, and with 4 ranks one rank holds nothing.
 SIZES = {2: [7, 4], 4: [5, 0, 6, 3]}
@@ -293,16 +290,4 @@ def run_rank(rank, world, store, names, results):
     """Spawned entry point: joins the gloo group and runs the named cases, recording each."""
     dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"file://{store}",
                             timeout=datetime.timedelta(seconds=60))
-    outcome = {}
-    for name in names:
-        try:
-            CASES[name](rank, world)
-            outcome[name] = None
-        except Exception:  # every failure is reported, the next case still runs
-            outcome[name] = traceback.format_exc()
-        # Written after every case: a case that leaves the ranks out of step ends the run at the
-        # next barrier, and the cases before it keep their results.
-        with open(os.path.join(results, f"rank{rank}.json"), "w") as out:
-            json.dump(outcome, out)
-        dist.barrier()
-    dist.destroy_process_group()
+    run_cases(CASES, names, rank, results)

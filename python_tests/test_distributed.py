@@ -3,17 +3,16 @@ to the single-process call on the global batch (1e-10 in float64), both strategi
 unequal batches and an empty rank, DDP, and errors raised on every rank instead of a hang.
 
 The cases live in distributed_cases.py; each world size is spawned once for all of them."""
-import json
 import os
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import distributed_cases
 import scl_kernels.distributed as sd
 from scl_kernels._extension import library_loaded
+from spawned_ranks import assert_passed_on_every_rank, spawn_ranks
 
 pytestmark = [
     pytest.mark.quick,
@@ -30,31 +29,18 @@ def outcomes(tmp_path_factory):
     """{world size: {rank: {case: None or the traceback}}}, spawned once per world size."""
     results = {}
     for world in WORLD_SIZES:
-        folder = tmp_path_factory.mktemp(f"world{world}")
-        context = mp.start_processes(
-            distributed_cases.run_rank,
-            args=(world, str(folder / "store"), list(distributed_cases.CASES), str(folder)),
-            nprocs=world, join=False, start_method="spawn")
-        for process in context.processes:
-            process.join(SPAWN_TIMEOUT_S)
-        alive = [p for p in context.processes if p.is_alive()]
-        for process in alive:
-            process.kill()
-        assert not alive, f"{world} ranks did not finish within {SPAWN_TIMEOUT_S} s"
-        results[world] = {}
-        for rank in range(world):
-            path = folder / f"rank{rank}.json"
-            results[world][rank] = json.loads(path.read_text()) if path.exists() else {}
+        folder = str(tmp_path_factory.mktemp(f"world{world}"))
+        results[world] = spawn_ranks(
+            distributed_cases.run_rank, world, folder,
+            (world, os.path.join(folder, "store"), list(distributed_cases.CASES), folder),
+            SPAWN_TIMEOUT_S)
     return results
 
 
 @pytest.mark.parametrize("world", WORLD_SIZES)
 @pytest.mark.parametrize("name", list(distributed_cases.CASES))
 def test_case_on_every_rank(outcomes, world, name):
-    missing = [rank for rank, cases in outcomes[world].items() if name not in cases]
-    assert not missing, f"ranks {missing} stopped before this case (an earlier case failed)"
-    failures = {rank: cases[name] for rank, cases in outcomes[world].items() if cases[name]}
-    assert not failures, "\n".join(f"rank {rank}:\n{text}" for rank, text in failures.items())
+    assert_passed_on_every_rank(outcomes[world], name)
 
 
 def test_needs_an_initialised_group():

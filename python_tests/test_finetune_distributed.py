@@ -10,17 +10,16 @@ import datetime
 import json
 import os
 import socket
-import traceback
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from scl_kernels._extension import library_loaded
 from scl_kernels.grad_cache import GradientCache
 from scl_kernels.nn import SupConCrossEntropyLoss
+from spawned_ranks import assert_passed_on_every_rank, run_cases, spawn_ranks
 
 pytestmark = [
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
@@ -382,17 +381,7 @@ def run_rank(rank, world, folder, port, names):
     dist.init_process_group("gloo", rank=rank, world_size=world,
                             init_method=f"file://{os.path.join(folder, 'store')}",
                             timeout=datetime.timedelta(seconds=60))
-    outcome = {}
-    for name in names:
-        try:
-            CASES[name](rank, world)
-            outcome[name] = None
-        except Exception:  # every failure is recorded; the next case still runs
-            outcome[name] = traceback.format_exc()
-        with open(os.path.join(folder, f"rank{rank}.json"), "w") as out:
-            json.dump(outcome, out)
-        dist.barrier()
-    dist.destroy_process_group()
+    run_cases(CASES, names, rank, folder)
 
 
 def _free_port():
@@ -413,31 +402,17 @@ def _have_transformers():
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
     """{rank: {case: None or the traceback}}, from one spawn of the two ranks."""
-    folder = tmp_path_factory.mktemp("finetune_distributed")
+    folder = str(tmp_path_factory.mktemp("finetune_distributed"))
     names = [n for n in CASES if _have_transformers() or not n.startswith("trainer")]
-    context = mp.start_processes(run_rank, args=(WORLD, str(folder), _free_port(), names),
-                                 nprocs=WORLD, join=False, start_method="spawn")
-    for process in context.processes:
-        process.join(SPAWN_TIMEOUT_S)
-    alive = [p for p in context.processes if p.is_alive()]
-    for process in alive:
-        process.kill()
-    assert not alive, f"the ranks did not finish within {SPAWN_TIMEOUT_S} s"
-    results = {}
-    for rank in range(WORLD):
-        path = folder / f"rank{rank}.json"
-        results[rank] = json.loads(path.read_text()) if path.exists() else {}
-    return results
+    return spawn_ranks(run_rank, WORLD, folder, (WORLD, folder, _free_port(), names),
+                       SPAWN_TIMEOUT_S)
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_case_on_every_rank(outcomes, name):
     if name.startswith("trainer") and not _have_transformers():
         pytest.skip("the Trainer case needs transformers and datasets")
-    missing = [rank for rank, cases in outcomes.items() if name not in cases]
-    assert not missing, f"ranks {missing} stopped before this case (an earlier case hung or crashed)"
-    failures = {rank: cases[name] for rank, cases in outcomes.items() if cases[name]}
-    assert not failures, "\n".join(f"rank {rank}:\n{text}" for rank, text in failures.items())
+    assert_passed_on_every_rank(outcomes, name)
 
 
 def test_options_of_the_distributed_objective():
