@@ -4,8 +4,9 @@ Build knobs (environment variables, in the manner of flash-attention):
   SCL_BUILD_CUDA      auto (default: when there are CUDA sources, csrc/cuda/*.cu, torch has CUDA and
                       nvcc is found), 1 (force; fails when any of the three is missing), 0 (skip)
   SCL_CUDA_ARCH_LIST  compute capabilities for nvcc, default "8.0;9.0a" (the mma.sync kernels for
-                      Ampere, and the wgmma + TMA kernels, which need sm_90a, for Hopper); sets
-                      TORCH_CUDA_ARCH_LIST
+                      Ampere, and the wgmma + TMA kernels, which need sm_90a, for Hopper); "X.Y+PTX"
+                      adds that PTX. Given to nvcc as explicit -gencode flags; TORCH_CUDA_ARCH_LIST
+                      (often preset in containers) is not read, and is set to the same list
   SCL_CUTLASS_INCLUDE the CuTe / CUTLASS headers, default: those of the installed nvidia-cutlass
                       wheel (pip install nvidia-cutlass==4.2.0.0; header-only, needed to build only)
   SCL_CPU_ARCH_FLAGS  ISA flags for the CPU kernels, default "-march=native"; "" for a portable build
@@ -19,6 +20,7 @@ build reads the same requirement from torch's CMake package (CMakeLists.txt).
 import glob
 import importlib.util
 import os
+import re
 import shlex
 import sys
 
@@ -83,6 +85,27 @@ def cuda_library_includes():
             if os.path.exists(os.path.join(d, "cusparse.h"))]
 
 
+def cuda_arch_flags(arch_list):
+    """nvcc's -gencode flags for "8.0;9.0a"-style lists (";" or " " apart, "+PTX" adds the PTX).
+    Given explicitly, not left to torch: torch drops its own architecture flags whenever any nvcc
+    flag contains the letters "arch", an include path under a directory named "research" too."""
+    flags = []
+    for arch in arch_list.replace(" ", ";").split(";"):
+        if not arch:
+            continue
+        m = re.fullmatch(r"(\d+)\.(\d+[af]?)(\+PTX)?", arch)
+        if not m:
+            raise RuntimeError(f"SCL_CUDA_ARCH_LIST: {arch!r} is not a compute capability such as "
+                               "8.0, 9.0a or 8.6+PTX")
+        number = m.group(1) + m.group(2)
+        flags.append(f"-gencode=arch=compute_{number},code=sm_{number}")
+        if m.group(3):
+            flags.append(f"-gencode=arch=compute_{number},code=compute_{number}")
+    if not flags:
+        raise RuntimeError("SCL_CUDA_ARCH_LIST is empty")
+    return list(dict.fromkeys(flags))
+
+
 def cuda_wanted(cuda_sources):
     choice = os.environ.get("SCL_BUILD_CUDA", "auto").strip().lower() or "auto"
     if choice in ("0", "false", "no", "off"):
@@ -125,13 +148,18 @@ def extension():
     srcs = [s for d in ("csrc", "csrc/core", "csrc/cpu", "csrc/triton") for s in sources(f"{d}/*.cpp")]
     cuda_sources = sources("csrc/cuda/*.cu")
     if cuda_wanted(cuda_sources):
-        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", os.environ.get("SCL_CUDA_ARCH_LIST", "8.0;9.0a"))
-        log(f"CUDA architectures: {os.environ['TORCH_CUDA_ARCH_LIST']}")
+        arch_list = os.environ.get("SCL_CUDA_ARCH_LIST", "").strip() or "8.0;9.0a"
+        gencode = cuda_arch_flags(arch_list)
+        if os.environ.get("TORCH_CUDA_ARCH_LIST", arch_list) != arch_list:
+            log(f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']} is not used: "
+                f"SCL_CUDA_ARCH_LIST decides ({arch_list})")
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch_list
+        log(f"CUDA architectures: {arch_list} ({' '.join(gencode)})")
         cutlass, _ = cutlass_include()
         library_includes = cuda_library_includes()
         # -Xptxas=-v: every kernel's registers and spills in the build log (CI fails on a spill).
         nvcc = ["-O3", "--use_fast_math", "-DNDEBUG", "-DSCL_WITH_CUDA", "-Xptxas=-v",
-                f"-I{os.path.join(ROOT, 'csrc')}", f"-I{cutlass}"] + [f"-I{d}" for d in library_includes]
+                f"-I{os.path.join(ROOT, 'csrc')}", f"-I{cutlass}"] + [f"-I{d}" for d in library_includes] + gencode
         return CUDAExtension(
             "scl_kernels._C",
             srcs + cuda_sources + sources("csrc/cuda/*.cpp"),

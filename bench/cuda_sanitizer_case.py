@@ -1,51 +1,87 @@
-"""Forward and backward of backend="cuda" on small awkward cases, for compute-sanitizer
-(bench/gpu_session.sh): both kernel families (the sm_90a wgmma kernels take bf16 / fp16 with
-D <= 128; the mma.sync kernels everything else), every layout, padded rows and tile tails.
+r"""Forward and backward of backend="cuda" on small awkward cases, for compute-sanitizer
+(bench/gpu_session.sh). Every kernel is reached: the sm_90a wgmma kernels (bf16 / fp16 with
+D <= 128) and the mma.sync kernels (everything else), each in the symmetric schedule (single set)
+and the plain one (contrast_mode="one", a cross set, the raw op with anchor_offset), with padded
+rows, tile tails, float64 inputs (computed in fp32) and a low temperature. Every case runs twice:
+as it comes, and under torch.use_deterministic_algorithms(True) (the atomic-free forward).
 
-    compute-sanitizer --tool memcheck python -m bench.cuda_sanitizer_case
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+        python -m bench.cuda_sanitizer_case
 """
 import torch
 
 import scl_kernels
 
-# (n, d, dtype, layout): single set (symmetric schedule), "one" and cross set (plain schedule).
+# (n, d, dtype, layout, temperature)
 CASES = [
-    (300, 128, torch.bfloat16, "single"),
-    (130, 100, torch.float16, "one"),
-    (257, 3, torch.bfloat16, "single"),
-    (100, 257, torch.bfloat16, "cross"),
-    (65, 40, torch.float32, "single"),
-    (70, 33, torch.float32, "cross"),
-    (1, 8, torch.bfloat16, "single"),
+    (300, 128, torch.bfloat16, "single", 0.1),
+    (300, 128, torch.bfloat16, "single", 0.02),
+    (190, 72, torch.float16, "single", 0.1),
+    (130, 100, torch.float16, "one", 0.1),
+    (150, 128, torch.bfloat16, "cross", 0.1),
+    (257, 3, torch.bfloat16, "single", 0.1),
+    (100, 257, torch.bfloat16, "cross", 0.1),
+    (65, 40, torch.float32, "single", 0.1),
+    (70, 33, torch.float32, "cross", 0.1),
+    (129, 64, torch.float64, "single", 0.1),
+    (1, 8, torch.bfloat16, "single", 0.1),
+]
+# (n, d, dtype, num_anchors, anchor_offset): the raw op on a block of the single set's anchors.
+OFFSET_CASES = [
+    (300, 128, torch.bfloat16, 64, 37),
+    (200, 100, torch.float32, 1, 199),
 ]
 
 
-def run(n, d, dtype, layout):
+def _randn(gen, *shape, dtype):
+    return torch.randn(*shape, generator=gen).to("cuda", dtype)
+
+
+def run(n, d, dtype, layout, temperature):
     gen = torch.Generator().manual_seed(n * 1000 + d)
-    x = torch.randn(n, d, generator=gen).to("cuda", dtype).requires_grad_(True)
+    x = _randn(gen, n, d, dtype=dtype).requires_grad_(True)
     labels = torch.randint(0, 5, (n,), generator=gen).cuda()
     kw = {}
     if layout == "one":
         x = x[: n // 2 * 2].detach().reshape(n // 2, 2, d).requires_grad_(True)
         labels, kw = labels[: n // 2], {"contrast_mode": "one"}
     elif layout == "cross":
-        kw = {"contrast": torch.randn(n + 7, d, generator=gen).to("cuda", dtype),
+        kw = {"contrast": _randn(gen, n + 7, d, dtype=dtype).requires_grad_(True),
               "contrast_labels": torch.randint(0, 5, (n + 7,), generator=gen).cuda()}
-    loss = scl_kernels.supcon_loss(x, labels, 0.1, backend="cuda", **kw)
+    loss = scl_kernels.supcon_loss(x, labels, temperature, backend="cuda", **kw)
     loss.backward()
     torch.cuda.synchronize()
-    assert torch.isfinite(loss) and torch.isfinite(x.grad).all(), (n, d, dtype, layout)
+    grads = [x.grad] + ([kw["contrast"].grad] if "contrast" in kw else [])
+    assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads), \
+        (n, d, dtype, layout, temperature)
+
+
+def run_offset(n, d, dtype, num_anchors, anchor_offset):
+    gen = torch.Generator().manual_seed(n * 1000 + d + anchor_offset)
+    x = _randn(gen, n, d, dtype=dtype)
+    labels = torch.randint(0, 5, (n,), generator=gen).cuda()
+    temperature = torch.tensor(0.1, dtype=torch.float64, device="cuda")
+    args = (x, labels, None, None, temperature, num_anchors, True)
+    loss, lse, _ = torch.ops.scl.supcon(*args, anchor_offset)
+    grad_loss = torch.ones(num_anchors, device="cuda", dtype=loss.dtype)
+    grad_x = torch.ops.scl.supcon_backward(grad_loss, *args, lse, anchor_offset)[0]
+    torch.cuda.synchronize()
+    assert torch.isfinite(loss).all() and torch.isfinite(grad_x).all(), \
+        (n, d, dtype, num_anchors, anchor_offset)
 
 
 def main():
-    for case in CASES:
-        run(*case)
+    assert scl_kernels.backends.cuda_kernels_built(), \
+        "the library has no CUDA C++ kernels: build with SCL_BUILD_CUDA=1"
+    runs = [(run, case) for case in CASES] + [(run_offset, case) for case in OFFSET_CASES]
+    for fn, case in runs:
+        fn(*case)
         torch.use_deterministic_algorithms(True)  # the plain forward for the single set too
         try:
-            run(*case)
+            fn(*case)
         finally:
             torch.use_deterministic_algorithms(False)
-    print(f"{len(CASES)} cases, twice (default and deterministic): finite losses and gradients")
+    print(f"{len(runs)} cases, twice (default and deterministic): finite losses and gradients")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,12 @@ if command -v compute-sanitizer >/dev/null; then
 else
   echo "compute-sanitizer is not on PATH: sanitizers skipped" | tee "$out/sanitizer_skipped.log"
 fi
+# fp32 reduction bandwidth into L2, the number that decides whether a triangle backward (atomic
+# column sums) can beat the full-row one (docs/CUDA_KERNELS.md, "Why the backward walks full rows").
+mkdir -p build
+nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/l2_reduce_probe.cu \
+  -o build/l2_reduce_probe && build/l2_reduce_probe | tee "$out/l2_reduce_probe.txt" \
+  || echo "l2_reduce_probe: not run (needs sm_90a)"
 # The static predictions for this Triton, beside the measurements that check them.
 python -m bench.gpu_static --dims 128,256,768 --dtypes bf16 --json "$out/gpu_static.json" \
   > "$out/gpu_static.txt" 2>&1 && tail -n 3 "$out/gpu_static.txt"

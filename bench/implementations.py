@@ -46,7 +46,7 @@ class Implementation:
     def resolved_backend(self, device):
         """The backend that actually runs on ``device`` ("auto" resolved), or None."""
         if self.backend == "auto":
-            return scl_kernels.available_backends(device)[0]
+            return scl_kernels.backends.auto_backend(device)
         return self.backend
 
     def is_dense(self, device):

@@ -36,12 +36,14 @@ def test_auto_never_chooses_cuda(monkeypatch):
     assert cuda.available("cuda")
     device = torch.device("cuda")
     monkeypatch.setattr(backends, "triton_installed", lambda: True)
-    assert backends._auto(device).name == "triton"
+    assert backends._auto(device).name == backends.auto_backend(device) == "triton"
     monkeypatch.setattr(backends, "triton_installed", lambda: False)
     with pytest.warns(UserWarning):
         monkeypatch.setattr(backends, "_warned_dense_devices", set())
         assert backends._auto(device).name == "reference"
-    assert "cuda" in backends.available_backends("cuda")
+    # What the demo and the benchmarks label as auto's choice, though cuda is the first that runs.
+    assert backends.available_backends("cuda")[0] == "cuda"
+    assert backends.auto_backend("cuda") == "reference"
 
 
 def test_cpu_tensors_are_refused():

@@ -164,3 +164,21 @@ def test_cuda_listings_are_read_per_kernel():
     assert cuda_static.problems({"kernel": "sm90 walk_kernel<bf16, kLsePlain>", "spill_bytes": 4,
                                  "spill_instructions": 0, "loop_hgmma": True, "tma": False}) == [
         "spills 4 B (0 STL/LDL)", "no UTMALDG (TMA)"]
+
+
+def test_l2_reduce_probe_compiles_to_vector_and_bulk_reductions(tmp_path):
+    """bench/l2_reduce_probe.cu, the GPU session's measurement that decides on a triangle backward,
+    measures what it says: 16-byte reductions (REDG F32x4) and the TMA unit's bulk reduction
+    (UBLKRED) against plain 16-byte stores."""
+    from bench import cuda_static, sass
+    tools, why = cuda_static.toolchain()
+    if tools is None:
+        pytest.skip(why)
+    cubin = tmp_path / "probe.cubin"
+    subprocess.run([tools[0], "-O3", "-std=c++17", "-arch=sm_90a", "-cubin", "-o", str(cubin),
+                    os.path.join(ROOT, "bench", "l2_reduce_probe.cu")], check=True)
+    instructions, _ = sass.disassemble(cubin.read_bytes())
+    opcodes = {i.opcode for i in instructions}
+    assert any(o.startswith("REDG.E.ADD.F32x4") for o in opcodes), sorted(opcodes)
+    assert any(o.startswith("UBLKRED.G.S.ADD.F32") for o in opcodes), sorted(opcodes)
+    assert any(o.startswith("STG.E.128") for o in opcodes), sorted(opcodes)

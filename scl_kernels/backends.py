@@ -174,14 +174,24 @@ def _fused(backend: Backend) -> bool:
 _warned_dense_devices = set()
 
 
-def _auto(device: torch.device) -> Backend:
+def auto_backend(device) -> str:
+    """The name of the backend that ``backend="auto"`` runs on ``device`` in this installation:
+    the first fused backend that may be chosen automatically and can run there, else
+    "reference". Unlike ``available_backends(device)[0]``, never an opt-in backend ("cuda")."""
+    device = torch.device(device)
     if device.type == "meta":
         # Shapes only: every fused op's fake kernel serves meta tensors, no kernel runs.
-        return REGISTRY["cpu"] if library_loaded() else REGISTRY["reference"]
-    fused = [b for b in REGISTRY.values()
-             if _fused(b) and b.auto_eligible and b.available(device)]
-    if fused:
-        return fused[0]
+        return "cpu" if library_loaded() else "reference"
+    for backend in REGISTRY.values():
+        if _fused(backend) and backend.auto_eligible and backend.available(device):
+            return backend.name
+    return "reference"
+
+
+def _auto(device: torch.device) -> Backend:
+    name = auto_backend(device)
+    if name != "reference" or device.type == "meta":
+        return REGISTRY[name]
     if device.type not in _warned_dense_devices:
         _warned_dense_devices.add(device.type)
         serving = [b.name for b in REGISTRY.values()

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from .backends import available_backends
+from .backends import auto_backend
 from .loss import supcon_loss
 from .profiling import PeakMemory
 
@@ -254,7 +254,7 @@ def main(argv=None):
     generator = torch.Generator().manual_seed(0)
     features = torch.randn(args.n, args.dim, generator=generator).to(args.device)
     labels = torch.randint(0, args.classes, (args.n,), generator=generator).to(args.device)
-    fused = available_backends(args.device)[0]
+    fused = auto_backend(args.device)
     print(f"SupCon, N={args.n}, D={args.dim}, {args.classes} classes, t={args.temperature}, "
           f"float32 on {args.device} ({torch.get_num_threads()} threads)", flush=True)
 
