@@ -1,9 +1,10 @@
 r"""Forward and backward of backend="cuda" on small awkward cases, for compute-sanitizer
 (bench/gpu_session.sh). Every kernel is reached: the sm_90a wgmma kernels (bf16 / fp16 with
-D <= 128) and the mma.sync kernels (everything else), each in the symmetric schedule (single set)
-and the plain one (contrast_mode="one", a cross set, the raw op with anchor_offset), with padded
-rows, tile tails, float64 inputs (computed in fp32) and a low temperature. Every case runs twice:
-as it comes, and under torch.use_deterministic_algorithms(True) (the atomic-free forward).
+D <= 256, in their 128- and 256-wide forms) and the mma.sync kernels (everything else), each in
+the symmetric schedule (single set) and the plain one (contrast_mode="one", a cross set, the raw
+op with anchor_offset), with padded rows, tile tails, float64 inputs (computed in fp32) and a low
+temperature. Every case runs twice: as it comes, and under
+torch.use_deterministic_algorithms(True) (the atomic-free forward).
 
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
         python -m bench.cuda_sanitizer_case
@@ -19,6 +20,8 @@ CASES = [
     (190, 72, torch.float16, "single", 0.1),
     (130, 100, torch.float16, "one", 0.1),
     (150, 128, torch.bfloat16, "cross", 0.1),
+    (140, 200, torch.bfloat16, "single", 0.1),
+    (130, 256, torch.float16, "cross", 0.1),
     (257, 3, torch.bfloat16, "single", 0.1),
     (100, 257, torch.bfloat16, "cross", 0.1),
     (65, 40, torch.float32, "single", 0.1),

@@ -27,9 +27,12 @@ ARCHS = ("sm_80", "sm_90a")
 # The flags of the build (setup.py): the same code as the extension's.
 FLAGS = ["-std=c++20", "-O3", "--use_fast_math", "--expt-relaxed-constexpr", "-DNDEBUG"]
 HEADLINE = dict(n=65536, d=128)
+# Also predicted: the widest D the wgmma kernels take (their 256-wide form).
+WIDE = dict(n=65536, d=256)
 # sm_90a: a program is a producer warpgroup and two consumer warpgroups; one trip of the
 # consumers' loop is one 128-row streamed tile for the program's 128 rows.
 SM90_BLOCK, SM90_CONSUMER_WARPS = 128, 8
+SM90_GRAD_CHUNK = 128  # gradient columns per symmetric backward program (grad_width)
 
 _FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
 _RESOURCE = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
@@ -94,13 +97,15 @@ def parse_resources(text):
 
 
 def kernel_name(mangled):
-    """'sm90 walk_kernel<bf16, kLseSymmetric>' from the mangled name."""
+    """'sm90 walk_kernel<bf16, kLseSymmetric, 128>' from the mangled name (the sm90 kernels' last
+    argument is their resident row width)."""
     family = "sm90" if "sm90" in mangled else "sm80"
     kernel = "lse_symmetric_kernel" if "lse_symmetric_kernel" in mangled else "walk_kernel"
     dtype = ("bf16" if "bfloat16" in mangled else "fp16" if "half_t" in mangled else "fp32")
     walk = re.search(r"WalkE(\d)", mangled)
     walks = ["kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric", "kGradColumns"]
-    args = dtype + (f", {walks[int(walk.group(1))]}" if walk else "")
+    width = re.search(r"ELi(\d+)E", mangled)
+    args = dtype + (f", {walks[int(walk.group(1))]}" if walk else "") + (f", {width.group(1)}" if width else "")
     return f"{family} {kernel}<{args}>"
 
 
@@ -157,15 +162,20 @@ def problems(result):
 
 
 def predict(results, n=HEADLINE["n"], d=HEADLINE["d"]):
-    """Predicted seconds of the sm_90a symmetric schedule (bf16, d <= 128): the forward over the
-    upper triangle, nb (nb + 1) / 2 tiles; the backward over full rows, nb^2 tiles, one output
-    chunk; plus the floors of 4 N^2 D (MATH.md's symmetric) and 5 N^2 D FLOPs (this schedule)."""
-    assert d <= SM90_BLOCK
+    """Predicted seconds of the sm_90a symmetric schedule (bf16, d <= 256, the kernels of the
+    resident width that d takes): the forward over the upper triangle, nb (nb + 1) / 2 tiles; the
+    backward over full rows, nb^2 tiles per 128-wide chunk of the gradient (each chunk recomputes
+    the logits); plus the floors of 4 N^2 D (MATH.md's symmetric) and 5 N^2 D FLOPs (the schedule
+    with one chunk)."""
+    assert d <= 2 * SM90_BLOCK
+    width = SM90_BLOCK if d <= SM90_BLOCK else 2 * SM90_BLOCK
+    chunks = -(-d // SM90_GRAD_CHUNK)
     by_name = {r["kernel"]: r for r in results if r["arch"] == "sm_90a"}
     nb = -(-n // SM90_BLOCK)
     steps = {}
-    for step, name, tiles in (("forward", "sm90 walk_kernel<bf16, kLseSymmetric>", nb * (nb + 1) // 2),
-                              ("backward", "sm90 walk_kernel<bf16, kGradRowsSymmetric>", nb * nb)):
+    for step, name, tiles in (("forward", f"sm90 walk_kernel<bf16, kLseSymmetric, {width}>", nb * (nb + 1) // 2),
+                              ("backward", f"sm90 walk_kernel<bf16, kGradRowsSymmetric, {width}>",
+                               nb * nb * chunks)):
         r = by_name[name]
         cost = issue_slots.cost(r["loop_classes"], r["trip_fmas"], "BF16", SM90_CONSUMER_WARPS)
         steps[step] = (issue_slots.seconds(tiles, cost, 0, cost), cost, r)
@@ -181,30 +191,33 @@ def report(results, out=sys.stdout):
 
     emit("CUDA C++ kernels (csrc/cuda), nvcc for sm_80 and sm_90a; machine code, no GPU. "
          "Times are predictions.")
-    emit(f"{'kernel':<46}{'arch':<8}{'regs':>5}{'spill B':>8}{'STL/LDL':>8}  {'MMA':<6}{'TMA':<5}"
+    emit(f"{'kernel':<52}{'arch':<8}{'regs':>5}{'spill B':>8}{'STL/LDL':>8}  {'MMA':<6}{'TMA':<5}"
          f"{'loop/trip':>10}{'per 1k FMA':>11}  loop classes per warp and trip")
     for r in results:
         mma = "HGMMA" if r["loop_hgmma"] else "HMMA" if r["loop_hmma"] else "none"
         per_k = f"{r['per_1000_fmas']:.2f}" if r["per_1000_fmas"] else "-"
         classes = " ".join(f"{k}:{v}" for k, v in sorted(r["loop_classes"].items(), key=lambda kv: -kv[1]))
-        emit(f"{r['kernel']:<46}{r['arch']:<8}{r['registers']:>5}{r['spill_bytes']:>8}"
+        emit(f"{r['kernel']:<52}{r['arch']:<8}{r['registers']:>5}{r['spill_bytes']:>8}"
              f"{r['spill_instructions']:>8}  {mma:<6}{'yes' if r['tma'] else 'no':<5}"
              f"{sum(r['loop_classes'].values()):>10}{per_k:>11}  {classes}")
     emit("(sm_80 kernels: one trip is one K chunk of a tile, its tile epilogue included.)")
-    steps, symmetric_floor, schedule_floor = predict(results)
-    emit()
-    emit(f"Predicted sm_90a symmetric schedule, N={HEADLINE['n']} D={HEADLINE['d']} bf16, "
-         f"issue-slot model of an {issue_slots.H100.name}:")
-    total = 0.0
-    for step, (seconds, cost, r) in steps.items():
-        total += seconds
-        emit(f"  {step:<9} {seconds * 1e3:7.3f} ms, {cost.bound}-bound per tile (tensor "
-             f"{cost.tensor:.0f}, MUFU {cost.mufu:.0f}, issue {cost.issue:.0f} cycles), "
-             f"{r['per_1000_fmas']:.2f} loop instructions per 1,000 FMAs")
-    emit(f"predicted fwd+bwd CUDA N={HEADLINE['n']} D={HEADLINE['d']} bf16: {total * 1e3:.2f} ms "
-         f"({total / symmetric_floor:.2f}x the 4 N^2 D symmetric floor {symmetric_floor * 1e3:.2f} ms, "
-         f"{total / schedule_floor:.2f}x this schedule's 5 N^2 D floor {schedule_floor * 1e3:.2f} ms)")
-    return total
+    totals = {}
+    for case in (WIDE, HEADLINE):  # the headline last: its line ends the report
+        steps, symmetric_floor, schedule_floor = predict(results, case["n"], case["d"])
+        emit()
+        emit(f"Predicted sm_90a symmetric schedule, N={case['n']} D={case['d']} bf16, "
+             f"issue-slot model of an {issue_slots.H100.name}:")
+        total = 0.0
+        for step, (seconds, cost, r) in steps.items():
+            total += seconds
+            emit(f"  {step:<9} {seconds * 1e3:7.3f} ms, {cost.bound}-bound per tile (tensor "
+                 f"{cost.tensor:.0f}, MUFU {cost.mufu:.0f}, issue {cost.issue:.0f} cycles), "
+                 f"{r['per_1000_fmas']:.2f} loop instructions per 1,000 FMAs")
+        emit(f"predicted fwd+bwd CUDA N={case['n']} D={case['d']} bf16: {total * 1e3:.2f} ms "
+             f"({total / symmetric_floor:.2f}x the 4 N^2 D symmetric floor {symmetric_floor * 1e3:.2f} ms, "
+             f"{total / schedule_floor:.2f}x the 5 N^2 D floor {schedule_floor * 1e3:.2f} ms)")
+        totals[case["d"]] = total
+    return totals
 
 
 def main(argv=None):

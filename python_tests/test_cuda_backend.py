@@ -79,14 +79,16 @@ def _loss_and_grads(backend, features, labels, **kw):
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_layouts_against_reference(layout, dtype, cuda_randn, cuda_randint, gen):
-    kw = make_layout(layout, cuda_randn, cuda_randint, dtype=dtype, n=300, d=100)
+@pytest.mark.parametrize("d", [100, 200])  # 16-bit on sm_90a: the 128- and 256-wide kernels
+def test_layouts_against_reference(layout, dtype, d, cuda_randn, cuda_randint, gen):
+    kw = make_layout(layout, cuda_randn, cuda_randint, dtype=dtype, n=300, d=d)
     check_against_reference("cuda", generator=gen, compute_dtype=torch.float32, **kw)
 
 
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n,d", [(1, 1), (2, 3), (63, 100), (129, 128), (1000, 257), (300, 2048)])
+@pytest.mark.parametrize("n,d", [(1, 1), (2, 3), (63, 100), (129, 128), (130, 129), (300, 256),
+                                 (1000, 257), (300, 2048)])
 def test_awkward_sizes_against_reference(n, d, dtype, cuda_randn, cuda_randint, gen):
     check_against_reference("cuda", cuda_randn(n, d, dtype=dtype), cuda_randint(0, 5, (n,)), 0.1,
                             generator=gen, compute_dtype=torch.float32)
@@ -94,7 +96,7 @@ def test_awkward_sizes_against_reference(n, d, dtype, cuda_randn, cuda_randint, 
 
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n,d", [(63, 3), (129, 128), (1000, 100), (1000, 257)])
+@pytest.mark.parametrize("n,d", [(63, 3), (129, 128), (1000, 100), (500, 200), (1000, 257)])
 def test_agrees_with_triton(n, d, dtype, cuda_randn, cuda_randint):
     x, labels = cuda_randn(n, d, dtype=dtype), cuda_randint(0, 7, (n,))
     got_loss, got_grad = _loss_and_grads("cuda", x, labels)

@@ -12,12 +12,16 @@ below asserts one family of lines, so a failure names the fact that broke:
 - views: sm80_rows_columns / sm90_rows_columns give (rows, columns) views with one tile row per
   view row and one tile column per view column, covering each thread's registers once, the same
   for the accumulator and its coordinates, and the same tile row for the 4 lanes of a quad;
-- sm90-operands: the sm_90a streamed tile read as (d, row) (BlockTransposed, whole and in 64 /
-  128-wide chunks) is the same bytes as the tile TMA wrote (Block), and Ring's stages are Blocks;
+- sm90-operands: for both resident widths (128, 256), the sm_90a streamed tile read as (d, row)
+  (BlockTransposed, whole and in every 64 / 128-wide chunk) is the same bytes as the tile TMA
+  wrote (Block), and Ring's stages are Blocks;
 - sm80-out-transposed: the sm_80 out chunk's transposed view (OutTransposed) is OutLayout;
 - smem-addressing: the offsets the kernels compute by calling a layout (cp.async destinations,
-  store_tile_shared) are those the shared-memory tensors (ldmatrix, wgmma) read; 16-byte runs;
-  store_tile_shared's column pairs.
+  store_tile_shared) are those the shared-memory tensors (ldmatrix) read; 16-byte runs;
+  store_tile_shared's column pairs;
+- sm90-register-operand: the sm_90a backward copies its weights element by element from the
+  logits accumulator into the A fragment of a register-sourced wgmma; both place the same
+  (row, column) at every index.
 """
 import glob
 import importlib.util
@@ -37,9 +41,11 @@ CUTLASS_PIN = "nvidia-cutlass==4.2.0.0"
 EXPECTED = {
     "quads": 12,                # (3 sm80 types x 2 C tiles) + (2 sm90 types x 3 MMAs)
     "views": 12,
-    "sm90-operands": 10,        # 2 types x (whole, 64 chunk 0, 64 chunk 1, 128 chunk 0, ring)
+    "sm90-operands": 26,        # 2 types x (width 128: whole, 2 x 64, 1 x 128, ring;
+                                #            width 256: whole, 4 x 64, 2 x 128, ring)
     "sm80-out-transposed": 3,
-    "smem-addressing": 18,      # sm80: 3 x (direct vs tensor, 3 runs) + 2 x pairs; sm90: 2 x 2
+    "smem-addressing": 14,      # sm80: 3 x (direct vs tensor, 3 runs) + 2 x pairs
+    "sm90-register-operand": 4,  # 2 types x (64- and 128-wide grads wgmma)
 }
 
 
@@ -144,6 +150,10 @@ def test_sm80_out_chunk_transposed(layout_checks):
 
 def test_shared_memory_addressing(layout_checks):
     _assert_family(layout_checks, "smem-addressing")
+
+
+def test_sm90_weights_feed_the_register_sourced_wgmma_in_place(layout_checks):
+    _assert_family(layout_checks, "sm90-register-operand")
 
 
 def test_no_unknown_families(layout_checks):

@@ -127,10 +127,11 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
     if cuda_static.toolchain()[0] is None:
         assert not report["cuda"] and "CUDA C++ kernels not checked" in run.stdout
         return
-    # The CUDA C++ kernels: 15 mma.sync kernels for each of sm_80 and sm_90a, 8 wgmma ones.
+    # The CUDA C++ kernels: 15 mma.sync kernels for each of sm_80 and sm_90a, 16 wgmma ones
+    # (4 walks x 2 types x 2 resident widths).
     kernels = report["cuda"]
     assert sum(r["kernel"].startswith("sm80") for r in kernels) == 30
-    assert sum(r["kernel"].startswith("sm90") for r in kernels) == 8
+    assert sum(r["kernel"].startswith("sm90") for r in kernels) == 16
     for r in kernels:
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
         if r["kernel"].startswith("sm90"):
@@ -138,11 +139,12 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
         else:
             assert r["loop_hmma"], r
     assert lines[-1].startswith("predicted fwd+bwd CUDA N=65536 D=128 bf16: ")
+    assert any(line.startswith("predicted fwd+bwd CUDA N=65536 D=256 bf16: ") for line in lines)
 
 
 CUOBJDUMP = """
 Resource usage:
- Function _ZN3scl4cuda4sm9011walk_kernelIN7cutlass10bfloat16_tELNS0_4WalkE1EEEvNS1_6ParamsIT_EE:
+ Function _ZN3scl4cuda4sm9011walk_kernelIN7cutlass10bfloat16_tELNS0_4WalkE1ELi256EEEvNS1_6ParamsIT_XT1_EEE:
   REG:168 STACK:0 SHARED:1024 LOCAL:0 CONSTANT[0]:1408 TEXTURE:0 SURFACE:0 SAMPLER:0
  Function _ZN3scl4cuda4sm8011walk_kernelIfLNS0_4WalkE4EEEvNS0_11TileProblemENS1_11WalkOutputsE:
   REG:195 STACK:8 SHARED:0 LOCAL:4 CONSTANT[0]:488 TEXTURE:0 SURFACE:0 SAMPLER:0
@@ -155,7 +157,7 @@ def test_cuda_listings_are_read_per_kernel():
     resources = cuda_static.parse_resources(CUOBJDUMP)
     names = sorted(resources)
     assert [cuda_static.kernel_name(n) for n in names] == [
-        "sm80 walk_kernel<fp32, kGradColumns>", "sm90 walk_kernel<bf16, kLseSymmetric>"]
+        "sm80 walk_kernel<fp32, kGradColumns>", "sm90 walk_kernel<bf16, kLseSymmetric, 256>"]
     assert resources[names[0]] == (195, 8, 0, 4)
     listing = ("\t\tFunction : first\n /*0000*/ HMMA.16816.F32.BF16 R0, R2, R4, R0 ;\n"
                "\t\tFunction : second\n /*0000*/ EXIT ;\n")

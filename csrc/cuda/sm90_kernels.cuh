@@ -1,5 +1,6 @@
-// The wgmma + TMA kernels (sm_90a) for 16-bit inputs whose rows fit a resident 128-wide block
-// (D <= 128 after padding): the headline case. Everything else runs the mma.sync family.
+// The wgmma + TMA kernels (sm_90a) for 16-bit inputs whose rows fit a resident block 128 or 256
+// elements wide (D <= 256 after padding): the headline case. Everything else runs the mma.sync
+// family.
 //
 // A program is three warpgroups. The producer (one thread of warpgroup 0) loads the program's
 // own 128-row block once and streams 128-row tiles through a two-stage ring by TMA, each stage
@@ -7,9 +8,12 @@
 // warpgroups own 64 rows each of every tile product and run the same loop; while one does its
 // exps the other's wgmma runs, which is how the exp work hides under the matrix work without a
 // hand-made schedule (the producer keeps few registers, setmaxnreg, so the consumers can hold a
-// 64 x 128 logit tile and a 64 x 128 gradient tile each). The backward's weights go to shared
-// memory and into a second wgmma whose B operand is the streamed tile itself, read as (D, rows):
-// the TMA's K-major 128-byte swizzled rows are exactly wgmma's MN-major swizzled layout.
+// 64 x 128 logit tile and a 64 x 128 gradient tile each). The backward's weights stay in
+// registers: rounded to T they are the A operand of a second, register-sourced wgmma (as
+// FlashAttention-3 feeds P to its PV product; the accumulator's and the A operand's fragments
+// place the same (row, column) in the same register, checked on the host), whose B operand is
+// the streamed tile itself, read as (D, rows): the TMA's K-major 128-byte swizzled rows are
+// exactly wgmma's MN-major swizzled layout.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -28,15 +32,20 @@ using namespace cute;
 namespace tm = scl::tile_math;
 
 constexpr int kBlock = 128;  // own rows per program, streamed rows per tile
-constexpr int kWidth = 128;  // resident row width: D padded with zeros (TMA fills them)
+// The resident row width (D padded with zeros, which TMA fills): 128, or 256 for D in (128, 256],
+// whose two-stage ring (128 KiB) and own block (64 KiB) still fit the 227 KiB of shared memory
+// because the backward's weights stay in registers.
+constexpr int kMaxWidth = 256;
+constexpr int resident_width(int64_t d) { return d <= 128 ? 128 : kMaxWidth; }
 constexpr int kStages = 2;
 constexpr int kConsumers = 2;  // warpgroups of 64 rows
 constexpr int kRowsPerConsumer = kBlock / kConsumers;
 constexpr int kThreads = 128 * (1 + kConsumers);
 
-// Gradient columns per backward program: the whole resident width for the symmetric walk (its
-// headline case), 64 for the plain one, whose extra per-element terms spill at 128.
-constexpr int grad_width(Walk walk) { return walk == Walk::kGradRowsPlain ? 64 : kWidth; }
+// Gradient columns per backward program (grid.y chunks them, each recomputing the logits): 128
+// for the symmetric walk, the whole row at the headline D <= 128 (a 64 x 256 fp32 accumulator
+// spills), 64 for the plain one, whose extra per-element terms spill at 128.
+constexpr int grad_width(Walk walk) { return walk == Walk::kGradRowsPlain ? 64 : 128; }
 
 template <class T>
 struct Atoms;
@@ -44,18 +53,18 @@ template <>
 struct Atoms<cutlass::bfloat16_t> {
   using Logits = SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>;
   template <int N>
-  using Grads = std::conditional_t<N == 128, SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::MN>,
-                                   SM90_64x64x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::MN>>;
+  using Grads = std::conditional_t<N == 128, SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>,
+                                   SM90_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>>;
 };
 template <>
 struct Atoms<cutlass::half_t> {
   using Logits = SM90_64x128x16_F32F16F16_SS<GMMA::Major::K, GMMA::Major::K>;
   template <int N>
-  using Grads = std::conditional_t<N == 128, SM90_64x128x16_F32F16F16_SS<GMMA::Major::K, GMMA::Major::MN>,
-                                   SM90_64x64x16_F32F16F16_SS<GMMA::Major::K, GMMA::Major::MN>>;
+  using Grads = std::conditional_t<N == 128, SM90_64x128x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::MN>,
+                                   SM90_64x64x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::MN>>;
 };
 
-template <class T>
+template <class T, int kWidth>
 struct Layouts {
   // (row, k): 8-row groups of 128-byte swizzled rows, what TMA writes and wgmma reads K-major.
   using Block = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlock>, Int<kWidth>>{}));
@@ -64,21 +73,13 @@ struct Layouts {
   // A stage of the ring as (d, row), the second product's MN-major B operand: the same bytes.
   using BlockTransposed = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{},
                                                  Shape<Int<kWidth>, Int<kBlock>>{}, Step<_2, _1>{}));
-  // One consumer's weights: (its 64 rows, the tile's 128 rows), K-major.
-  using Weights = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
-                                         Shape<Int<kRowsPerConsumer>, Int<kBlock>>{}));
-  // The same as a function of (row, column) giving element offsets, for stores by address: GMMA's
-  // layouts swizzle byte addresses, so evaluated directly they would permute the wrong bits
-  // (the buffer is 1 KB aligned, which this form assumes).
-  using WeightsByOffset = decltype(as_position_independent_swizzle_layout(Weights{}));
 };
 
-template <class T>
+template <class T, int kWidth>
 struct SharedStorage {
-  using L = Layouts<T>;
+  using L = Layouts<T, kWidth>;
   alignas(1024) T own[cosize_v<typename L::Block>];
   alignas(1024) T ring[cosize_v<typename L::Ring>];
-  alignas(1024) T weights[kConsumers][cosize_v<typename L::Weights>];
   alignas(16) RowTerms own_terms[kBlock];
   alignas(16) RowTerms ring_terms[kStages][kBlock];
   alignas(8) uint64_t own_full;
@@ -87,20 +88,20 @@ struct SharedStorage {
 };
 
 // The TMA of a [rows, d] row matrix into Block-shaped boxes (built on the host).
-template <class T>
+template <class T, int kWidth>
 auto make_block_tma(const RowMatrix& m, int64_t d) {
   Tensor g = make_tensor(make_gmem_ptr(static_cast<const T*>(m.data)),
                          make_shape(int(m.rows), int(d)), make_stride(int(m.stride), _1{}));
-  return make_tma_copy(SM90_TMA_LOAD{}, g, typename Layouts<T>::Block{});
+  return make_tma_copy(SM90_TMA_LOAD{}, g, typename Layouts<T, kWidth>::Block{});
 }
-template <class T>
-using BlockTma = decltype(make_block_tma<T>(RowMatrix{}, 0));
+template <class T, int kWidth>
+using BlockTma = decltype(make_block_tma<T, kWidth>(RowMatrix{}, 0));
 
-template <class T>
+template <class T, int kWidth>
 struct Params {
   TileProblem p;
-  BlockTma<T> own_tma;
-  BlockTma<T> streamed_tma;
+  BlockTma<T, kWidth> own_tma;
+  BlockTma<T, kWidth> streamed_tma;
   float* part_max;  // lse_plain
   float* part_sum;
   float* row_sum;   // lse_symmetric
@@ -115,10 +116,10 @@ struct Params {
 #error "the sm_90 kernels need the arch-specific target: put 9.0a, not 9.0, in SCL_CUDA_ARCH_LIST"
 #endif
 
-template <class T, Walk kWalk>
-__global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant__ Params<T> params) {
+template <class T, Walk kWalk, int kWidth>
+__global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant__ Params<T, kWidth> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Layouts<T>;
+  using L = Layouts<T, kWidth>;
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
   constexpr bool kLse = kWalk == Walk::kLsePlain;
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   constexpr int kGradWidth = grad_width(kWalk);
   const TileProblem& p = params.p;
   extern __shared__ __align__(1024) char shared_raw[];
-  SharedStorage<T>& shared = *reinterpret_cast<SharedStorage<T>*>(shared_raw);
+  SharedStorage<T, kWidth>& shared = *reinterpret_cast<SharedStorage<T, kWidth>*>(shared_raw);
 
   const int64_t own_block = blockIdx.x;
   const int64_t row0 = own_block * kBlock;
@@ -193,7 +194,6 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   auto grads_thr = grads_mma.get_thread_slice(thread);
 
   Tensor s_own = make_tensor(make_smem_ptr(shared.own), typename L::Block{});
-  Tensor s_weights = make_tensor(make_smem_ptr(shared.weights[consumer]), typename L::Weights{});
   // M side: this consumer's 64 rows of the own block (of the tile in the symmetric forward).
   Tensor own_half = local_tile(s_own, Shape<Int<kRowsPerConsumer>, Int<kWidth>>{}, make_coord(consumer, 0));
   Tensor acc = partition_fragment_C(logits_mma, Shape<Int<kRowsPerConsumer>, Int<kBlock>>{});
@@ -203,6 +203,8 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   clear(grad);
   clear(sums_i);
   Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<kRowsPerConsumer>, Int<kBlock>>{}));
+  // (row, column) of the grads wgmma's A fragment: the consumer's weights (its rows, tile rows).
+  Tensor weight_coords = grads_thr.partition_A(make_identity_tensor(Shape<Int<kRowsPerConsumer>, Int<kBlock>>{}));
   Tensor acc_rc = make_tensor(acc.data(), sm90_rows_columns(acc.layout()));
   Tensor sums_rc = make_tensor(sums_i.data(), sm90_rows_columns(sums_i.layout()));
   Tensor coords_rc = make_tensor(coords.data(), sm90_rows_columns(coords.layout()));
@@ -286,12 +288,17 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
           },
           running);
       if constexpr (kGrad) {
-        store_tile_shared(shared.weights[consumer], typename L::WeightsByOffset{}, acc, coords);
-        cutlass::arch::fence_view_async_shared();  // generic-proxy stores before wgmma reads
-        cutlass::arch::NamedBarrier::sync(128, 1 + consumer);
+        // The weights as the grads wgmma's A operand: element i of its fragment is element i of
+        // the accumulator (the same (row, column); csrc/tests/fragment_layout_check.cpp).
+        Tensor weights = make_tensor<T>(shape(weight_coords));
+        CUTE_UNROLL
+        for (int i = 0; i < size(acc); ++i) weights(i) = T(acc(i));
+        // The wgmma reads its register operand asynchronously: the fences keep the compiler from
+        // moving the conversions after it or reusing those registers before the wait.
+        warpgroup_fence_operand(weights);
         warpgroup_fence_operand(grad);
         warpgroup_arrive();
-        gemm(grads_mma, grads_thr.make_fragment_A(grads_thr.partition_A(s_weights)),
+        gemm(grads_mma, weights,
              grads_thr.make_fragment_B(grads_thr.partition_B(
                  local_tile(make_tensor(make_smem_ptr(shared.ring + stage * cosize_v<typename L::Block>),
                                         typename L::BlockTransposed{}),
@@ -301,6 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
         warpgroup_commit_batch();
         warpgroup_wait<0>();
         warpgroup_fence_operand(grad);
+        warpgroup_fence_operand(weights);
       }
       EmptyBarrier::arrive(&shared.empty[stage]);
     }

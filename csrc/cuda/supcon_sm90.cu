@@ -7,47 +7,53 @@
 namespace scl::cuda::sm90 {
 namespace {
 
-template <class T, Walk kWalk>
-void launch(Params<T> params, dim3 grid, cudaStream_t stream) {
-  constexpr int bytes = int(sizeof(SharedStorage<T>));
-  cudaFuncSetAttribute(walk_kernel<T, kWalk>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  walk_kernel<T, kWalk><<<grid, kThreads, bytes, stream>>>(params);
+unsigned blocks(int64_t rows) { return unsigned((rows + kBlock - 1) / kBlock); }
+
+// What a launch writes, whatever its element type and resident width.
+struct Outputs {
+  float* part_max = nullptr;  // lse_plain
+  float* part_sum = nullptr;
+  float* row_sum = nullptr;   // lse_symmetric
+  float* grad = nullptr;      // grad_rows: [own rows, grad_columns]
+  int64_t grad_columns = 0;
+  int num_splits = 1;         // the lse walks' splits of the streamed tiles (grid.y)
+};
+
+template <class T, Walk kWalk, int kWidth>
+void launch(const TileProblem& p, const Outputs& o, cudaStream_t stream) {
+  constexpr int bytes = int(sizeof(SharedStorage<T, kWidth>));
+  static_assert(bytes <= 227 * 1024, "more shared memory than an H100 block may have");
+  constexpr int kGradWidth = grad_width(kWalk);
+  const bool lse = kWalk == Walk::kLsePlain || kWalk == Walk::kLseSymmetric;
+  // grid.y: the splits of the lse walks, the gradient's column chunks of the others.
+  const unsigned y = lse ? unsigned(o.num_splits) : unsigned((o.grad_columns + kGradWidth - 1) / kGradWidth);
+  const Params<T, kWidth> params{p, make_block_tma<T, kWidth>(p.own, p.d), make_block_tma<T, kWidth>(p.streamed, p.d),
+                                 o.part_max, o.part_sum, o.row_sum, o.grad, o.grad_columns, o.num_splits};
+  cudaFuncSetAttribute(walk_kernel<T, kWalk, kWidth>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  walk_kernel<T, kWalk, kWidth><<<dim3(blocks(p.own.rows), y), kThreads, bytes, stream>>>(params);
 }
 
 template <Walk kWalk>
-void run(const TileProblem& p, Params<cutlass::bfloat16_t> proto, dim3 grid, cudaStream_t stream) {
-  auto with_type = [&](auto t) {
+void run(const TileProblem& p, const Outputs& o, cudaStream_t stream) {
+  auto with_width = [&](auto t) {
     using T = decltype(t);
-    Params<T> params{p, make_block_tma<T>(p.own, p.d), make_block_tma<T>(p.streamed, p.d),
-                     proto.part_max, proto.part_sum, proto.row_sum, proto.grad,
-                     proto.grad_columns, proto.num_splits};
-    launch<T, kWalk>(params, grid, stream);
+    if (resident_width(p.d) == 128) {
+      launch<T, kWalk, 128>(p, o, stream);
+    } else {
+      launch<T, kWalk, kMaxWidth>(p, o, stream);
+    }
   };
   if (p.type == ElementType::kBFloat16) {
-    with_type(cutlass::bfloat16_t{});
+    with_width(cutlass::bfloat16_t{});
   } else {
-    with_type(cutlass::half_t{});
+    with_width(cutlass::half_t{});
   }
-}
-
-unsigned blocks(int64_t rows) { return unsigned((rows + kBlock - 1) / kBlock); }
-
-Params<cutlass::bfloat16_t> outputs(float* part_max, float* part_sum, float* row_sum, float* grad,
-                                    int64_t grad_columns, int num_splits) {
-  Params<cutlass::bfloat16_t> o{};
-  o.part_max = part_max;
-  o.part_sum = part_sum;
-  o.row_sum = row_sum;
-  o.grad = grad;
-  o.grad_columns = grad_columns;
-  o.num_splits = num_splits;
-  return o;
 }
 
 }  // namespace
 
 bool supports(const TileProblem& p, const Device& device) {
-  return device.compute_capability == 90 && p.type != ElementType::kFloat32 && p.d <= kWidth &&
+  return device.compute_capability == 90 && p.type != ElementType::kFloat32 && p.d <= kMaxWidth &&
          p.own.rows < (int64_t{1} << 31) && p.streamed.rows < (int64_t{1} << 31);
 }
 
@@ -57,23 +63,20 @@ bool supports_grad(GradWalk walk, const TileProblem& p, const Device& device) {
 
 void lse_plain(const TileProblem& p, float* part_max, float* part_sum, int num_splits,
                cudaStream_t stream) {
-  run<Walk::kLsePlain>(p, outputs(part_max, part_sum, nullptr, nullptr, 0, num_splits),
-                       dim3(blocks(p.own.rows), unsigned(num_splits)), stream);
+  run<Walk::kLsePlain>(p, {part_max, part_sum, nullptr, nullptr, 0, num_splits}, stream);
 }
 
 void lse_symmetric(const TileProblem& p, float* row_sum, int num_splits, cudaStream_t stream) {
-  run<Walk::kLseSymmetric>(p, outputs(nullptr, nullptr, row_sum, nullptr, 0, num_splits),
-                           dim3(blocks(p.own.rows), unsigned(num_splits)), stream);
+  run<Walk::kLseSymmetric>(p, {nullptr, nullptr, row_sum, nullptr, 0, num_splits}, stream);
 }
 
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns,
           cudaStream_t stream) {
-  const auto o = outputs(nullptr, nullptr, nullptr, grad, grad_columns, 1);
-  auto chunks = [&](Walk w) { return unsigned((grad_columns + grad_width(w) - 1) / grad_width(w)); };
+  const Outputs o{nullptr, nullptr, nullptr, grad, grad_columns, 1};
   if (walk == GradWalk::kRowsSymmetric) {
-    run<Walk::kGradRowsSymmetric>(p, o, dim3(blocks(p.own.rows), chunks(Walk::kGradRowsSymmetric)), stream);
+    run<Walk::kGradRowsSymmetric>(p, o, stream);
   } else {
-    run<Walk::kGradRowsPlain>(p, o, dim3(blocks(p.own.rows), chunks(Walk::kGradRowsPlain)), stream);
+    run<Walk::kGradRowsPlain>(p, o, stream);
   }
 }
 

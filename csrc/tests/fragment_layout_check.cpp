@@ -20,13 +20,16 @@
 //                        registers, agreeing between the accumulator and its coordinates; one
 //                        tile row per view row, one tile column per view column; the 4 lanes of a
 //                        quad see the same tile row at view row r, their columns partitioning it
-//   sm90-operands        the streamed tile read as (d, row) (BlockTransposed, whole and in
-//                        64 / 128-wide d chunks) is the same bytes as Block; Ring's stages are
-//                        Block at stage * cosize(Block)
+//   sm90-operands        for both resident widths (128, 256), the streamed tile read as (d, row)
+//                        (BlockTransposed, whole and in every 64 / 128-wide d chunk) is the same
+//                        bytes as Block; Ring's stages are Block at stage * cosize(Block)
 //   sm80-out-transposed  Config<T>::OutTransposed(d, j, s) == OutLayout(j, d, s)
 //   smem-addressing      what the kernels compute by evaluating a layout as a function (cp.async
 //                        destinations, store_tile_shared) is what the tensors over shared memory
-//                        (ldmatrix, wgmma) read; 16-byte runs; store_tile_shared's column pairs
+//                        (ldmatrix) read; 16-byte runs; store_tile_shared's column pairs
+//   sm90-register-operand  the sm_90a backward's weights, copied element by element from the
+//                        logits accumulator into the A fragment of the register-sourced grads
+//                        wgmma, keep their (row, column)
 #if defined(__CUDACC__)
 #error "a host program: build it with the host C++ compiler, not nvcc"
 #endif
@@ -367,32 +370,48 @@ void check_sm80(const std::string& type) {
   }
 }
 
+// The weights of a 64 x 128 logits tile as the A operand (64 rows x K = 128) of a register-sourced
+// wgmma: thread t's A fragment element i must be the (row, column) of its accumulator element i.
+template <class LogitsMma, class GradsMma>
+void check_register_operand(const std::string& name, LogitsMma logits, GradsMma grads) {
+  using Tile = Shape<Int<scl::cuda::sm90::kRowsPerConsumer>, Int<scl::cuda::sm90::kBlock>>;
+  Failures f;
+  for (int t = 0; t < 128; ++t) {
+    Tensor c = logits.get_slice(t).partition_C(make_identity_tensor(Tile{}));
+    Tensor a = grads.get_slice(t).partition_A(make_identity_tensor(Tile{}));
+    if (size(a) != size(c)) {
+      f.add("thread " + str(t) + ": A fragment of " + str(int(size(a))) + " elements, accumulator of " + str(int(size(c))));
+      continue;
+    }
+    for (int i = 0; i < int(size(c)); ++i) {
+      const int ar = int(get<0>(a(i))), ak = int(get<1>(a(i))), cr = int(get<0>(c(i))), cc = int(get<1>(c(i)));
+      if (ar != cr || ak != cc) {
+        f.add("thread " + str(t) + " element " + str(i) + ": A holds (row " + str(ar) + ", k " + str(ak) + "), the accumulator " + rc(cr, cc));
+      }
+    }
+  }
+  report("sm90-register-operand", name, f, "128 threads x 64 elements: the same (row, column) at every index");
+}
+
 // ---------------------------------------------------------------------------------------------
 // sm_90a (wgmma + TMA) kernels.
 // ---------------------------------------------------------------------------------------------
-template <class T, class LogitsAtom, class Grads64Atom, class Grads128Atom>
-void check_sm90(const std::string& type) {
+// The streamed tile as the backward's B operand, (d, row) through BlockTransposed, for a resident
+// width: whole, and in every 64- and 128-wide chunk of d the gradient walks take; Ring's stages.
+template <class T, int kWidth>
+void check_sm90_operands(const std::string& p) {
   using namespace scl::cuda::sm90;
-  using L = Layouts<T>;
-  static_assert(std::is_same_v<typename Atoms<T>::Logits, LogitsAtom>);
-  static_assert(std::is_same_v<typename Atoms<T>::template Grads<64>, Grads64Atom>);
-  static_assert(std::is_same_v<typename Atoms<T>::template Grads<128>, Grads128Atom>);
-  auto view = [](auto l) { return scl::cuda::sm90_rows_columns(l); };
-  const std::string p = "sm90 " + type + " ";
-  check_accumulator<kRowsPerConsumer, kBlock>(p + "logits accumulator (64x128x16 K,K)", make_tiled_mma(LogitsAtom{}), view);
-  check_accumulator<kRowsPerConsumer, 64>(p + "gradient accumulator (64x64x16 K,MN)", make_tiled_mma(Grads64Atom{}), view);
-  check_accumulator<kRowsPerConsumer, 128>(p + "gradient accumulator (64x128x16 K,MN)", make_tiled_mma(Grads128Atom{}), view);
-
-  // 2. The streamed tile as the backward's B operand: (d, row) through BlockTransposed.
-  check_same_offsets("sm90-operands", p + "BlockTransposed(d, row) vs Block(row, d)", "(row, d)", kBlock, kWidth, 1,
+  using L = Layouts<T, kWidth>;
+  const std::string w = "width " + str(kWidth) + ": ";
+  check_same_offsets("sm90-operands", p + w + "BlockTransposed(d, row) vs Block(row, d)", "(row, d)", kBlock, kWidth, 1,
                      [](int row, int d, int) {
                        return std::pair<int, int>(tensor_offset<T>(typename L::BlockTransposed{}, d, row),
                                                   tensor_offset<T>(typename L::Block{}, row, d));
                      });
-  auto chunk_check = [&](auto width, int chunk) {
-    constexpr int W = decltype(width)::value;
+  auto chunk_check = [&](auto chunk_width, int chunk) {
+    constexpr int W = decltype(chunk_width)::value;
     check_same_offsets("sm90-operands",
-                       p + "local_tile(BlockTransposed, (" + str(W) + ", 128), chunk " + str(chunk) + ")(d, row) vs Block(row, " +
+                       p + w + "local_tile(BlockTransposed, (" + str(W) + ", 128), chunk " + str(chunk) + ")(d, row) vs Block(row, " +
                            str(W * chunk) + " + d)",
                        "(row, d)", kBlock, W, 1, [chunk](int row, int d, int) {
                          T* base = reinterpret_cast<T*>(uintptr_t(1) << 20);
@@ -402,24 +421,36 @@ void check_sm90(const std::string& type) {
                                                     tensor_offset<T>(typename L::Block{}, row, W * chunk + d));
                        });
   };
-  chunk_check(Int<64>{}, 0);
-  chunk_check(Int<64>{}, 1);
-  chunk_check(Int<128>{}, 0);
+  for (int chunk = 0; chunk < kWidth / 64; ++chunk) chunk_check(Int<64>{}, chunk);
+  for (int chunk = 0; chunk < kWidth / 128; ++chunk) chunk_check(Int<128>{}, chunk);
   // The producer's TMA writes Ring(_, _, stage); the consumers read Block at ring + stage * cosize.
-  check_same_offsets("sm90-operands", p + "Ring(row, d, s) vs s * cosize(Block) + Block(row, d)", "(row, d, s)", kBlock, kWidth, kStages,
+  check_same_offsets("sm90-operands", p + w + "Ring(row, d, s) vs s * cosize(Block) + Block(row, d)", "(row, d, s)", kBlock, kWidth, kStages,
                      [](int row, int d, int s) {
                        return std::pair<int, int>(tensor_offset<T>(typename L::Ring{}, row, d, s),
                                                   s * int(cosize_v<typename L::Block>) + tensor_offset<T>(typename L::Block{}, row, d));
                      });
+}
 
-  // store_tile_shared evaluates WeightsByOffset as a function; the grads wgmma reads Weights as a tensor over
-  // shared memory (a GMMA layout: the swizzle acts on the byte address).
-  check_same_offsets("smem-addressing",
-                     p + "Weights evaluated as a function (store_tile_shared) vs as a shared-memory tensor (the grads wgmma's A)",
-                     "(row, col)", kRowsPerConsumer, kBlock, 1, [](int row, int col, int) {
-                       return std::pair<int, int>(int(typename L::WeightsByOffset{}(row, col)), tensor_offset<T>(typename L::Weights{}, row, col));
-                     });
-  check_store_pairs<kRowsPerConsumer, kBlock>(p + "store_tile_shared pairs into Weights", make_tiled_mma(LogitsAtom{}), typename L::Weights{});
+template <class T, class LogitsAtom, class Grads64Atom, class Grads128Atom>
+void check_sm90(const std::string& type) {
+  using namespace scl::cuda::sm90;
+  static_assert(std::is_same_v<typename Atoms<T>::Logits, LogitsAtom>);
+  static_assert(std::is_same_v<typename Atoms<T>::template Grads<64>, Grads64Atom>);
+  static_assert(std::is_same_v<typename Atoms<T>::template Grads<128>, Grads128Atom>);
+  auto view = [](auto l) { return scl::cuda::sm90_rows_columns(l); };
+  const std::string p = "sm90 " + type + " ";
+  check_accumulator<kRowsPerConsumer, kBlock>(p + "logits accumulator (64x128x16 K,K)", make_tiled_mma(LogitsAtom{}), view);
+  check_accumulator<kRowsPerConsumer, 64>(p + "gradient accumulator (64x64x16 K,MN)", make_tiled_mma(Grads64Atom{}), view);
+  check_accumulator<kRowsPerConsumer, 128>(p + "gradient accumulator (64x128x16 K,MN)", make_tiled_mma(Grads128Atom{}), view);
+  check_sm90_operands<T, 128>(p);
+  check_sm90_operands<T, kMaxWidth>(p);
+
+  // The backward copies the logits accumulator, element i to element i, into the A fragment of the
+  // register-sourced grads wgmma: both must hold the same (row, column) at every i.
+  check_register_operand(p + "grads wgmma's A fragment (64x64x16 RS) vs the logits accumulator",
+                         make_tiled_mma(LogitsAtom{}), make_tiled_mma(Grads64Atom{}));
+  check_register_operand(p + "grads wgmma's A fragment (64x128x16 RS) vs the logits accumulator",
+                         make_tiled_mma(LogitsAtom{}), make_tiled_mma(Grads128Atom{}));
 }
 
 }  // namespace
@@ -431,10 +462,10 @@ int main() {
   check_sm80<bfloat16_t, SM80_16x8x16_F32BF16BF16F32_TN, 16>("bf16");
   check_sm80<half_t, SM80_16x8x16_F32F16F16F32_TN, 16>("fp16");
   check_sm80<float, SM80_16x8x8_F32TF32TF32F32_TN, 8>("fp32");
-  check_sm90<bfloat16_t, SM90_64x128x16_F32BF16BF16_SS<Major::K, Major::K>, SM90_64x64x16_F32BF16BF16_SS<Major::K, Major::MN>,
-             SM90_64x128x16_F32BF16BF16_SS<Major::K, Major::MN>>("bf16");
-  check_sm90<half_t, SM90_64x128x16_F32F16F16_SS<Major::K, Major::K>, SM90_64x64x16_F32F16F16_SS<Major::K, Major::MN>,
-             SM90_64x128x16_F32F16F16_SS<Major::K, Major::MN>>("fp16");
+  check_sm90<bfloat16_t, SM90_64x128x16_F32BF16BF16_SS<Major::K, Major::K>, SM90_64x64x16_F32BF16BF16_RS<Major::K, Major::MN>,
+             SM90_64x128x16_F32BF16BF16_RS<Major::K, Major::MN>>("bf16");
+  check_sm90<half_t, SM90_64x128x16_F32F16F16_SS<Major::K, Major::K>, SM90_64x64x16_F32F16F16_RS<Major::K, Major::MN>,
+             SM90_64x128x16_F32F16F16_RS<Major::K, Major::MN>>("fp16");
   std::printf("SUMMARY %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;
 }
