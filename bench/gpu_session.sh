@@ -1,43 +1,92 @@
 #!/usr/bin/env bash
-# One call on a CUDA machine: build (with the CUDA C++ kernels), the whole test suite (its GPU
-# tests included), compute-sanitizer on the CUDA kernels, the static predictions
-# (bench.gpu_static), then the headline GPU sweep (bf16, D = 128, N = 4k .. 1M; Triton and CUDA).
-# Results go to $OUT (the device tool's folder) when set, else bench/results/. Extra arguments
-# are passed to bench.gpu_sweep, e.g.
-#   bash bench/gpu_session.sh --dims 256,768 --dtypes bf16,fp32 --sizes 4096,65536
-set -euo pipefail
+# The GPU checks, in phases, on a CUDA machine (the device tool's, or any):
+#   build      the library with the CUDA C++ kernels (sm_80 + sm_90a), in place
+#   tests      the GPU tests: the CUDA backend's, the Triton backend's, and the conformance suite's
+#              cases on CUDA tensors (every backend that runs there)
+#   sanitize   compute-sanitizer memcheck, racecheck and synccheck on bench/cuda_sanitizer_case.py
+#   probe      bench/l2_reduce_probe.cu: fp32 reduction bandwidth into L2 (the triangle-backward
+#              decision, docs/CUDA_KERNELS.md)
+#   sweep      the headline sweep (bf16, D = 128 and 256, N = 4k .. 64k; Triton, CUDA, dense)
+# SCL_GPU_PHASES picks phases (default: all, in this order); a failing phase is reported and the
+# next one runs. Results go to $OUT (the device tool's folder) when set, else bench/results/.
+# SCL_CUTLASS_INCLUDE: the CuTe headers (else pip installs nvidia-cutlass, which needs a network).
+# Extra arguments are passed to bench.gpu_sweep, e.g.
+#   SCL_GPU_PHASES=sweep bash bench/gpu_session.sh --dims 256,768 --dtypes bf16,fp32
+set -uo pipefail
+export SHELLOPTS  # pipefail in the phases too (they run in child shells, under timeout)
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1
-out="${OUT:-bench/results}"
-mkdir -p "$out"
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv || true
-python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-# The library with the CUDA C++ kernels (CuTe headers at build time), for sm_80 and sm_90a.
-pip install -q "nvidia-cutlass==4.2.0.0"
-SCL_BUILD_CUDA=1 pip install -v --no-build-isolation -e . > "$out/build.log" 2>&1 || {
-  tail -n 40 "$out/build.log"; exit 1; }
-python -m pytest python_tests -q -x 2>&1 | tee "$out/gpu_tests.log" | tail -n 15
-# The CUDA kernels under compute-sanitizer: out-of-bounds and misaligned accesses, shared-memory
-# races, barrier misuse (slow: small shapes, bench/cuda_sanitizer_case.py).
-if command -v compute-sanitizer >/dev/null; then
+export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+export out="${OUT:-bench/results}" python="${PYTHON:-python3}"
+phases="${SCL_GPU_PHASES:-build tests sanitize probe sweep}"
+mkdir -p "$out" build
+failed=()
+
+phase() {  # phase NAME LIMIT_S COMMAND...: runs COMMAND under a time limit, logs whether it passed
+  local name=$1 limit=$2 start=$SECONDS status
+  shift 2
+  echo "== $name"
+  timeout "$limit" bash -c '"$@"' _ "$@"  # the phases are exported functions
+  status=$?
+  echo "== $name: $([ $status -eq 0 ] && echo ok || echo "FAILED (exit $status)") in $((SECONDS - start)) s"
+  [ $status -eq 0 ] || failed+=("$name")
+}
+wanted() { [[ " $phases " == *" $1 "* ]]; }
+
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
+  "$python" -c "import torch, triton; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'triton', triton.__version__)"
+  nvcc --version | tail -n 1
+  date -u
+} 2>&1 | tee "$out/environment.txt"
+
+build() {
+  if [ -z "${SCL_CUTLASS_INCLUDE:-}" ]; then
+    "$python" -m pip install -q "nvidia-cutlass==4.2.0.0" || return 1
+  fi
+  SCL_BUILD_CUDA=1 "$python" setup.py build_ext --inplace > "$out/build.log" 2>&1 \
+    || { tail -n 60 "$out/build.log"; return 1; }
+  grep -E "scl_kernels setup.py" "$out/build.log" | sort -u
+  "$python" -c "import torch, scl_kernels
+assert scl_kernels.backends.cuda_kernels_built(), 'no CUDA kernels registered'
+print('scl::supcon CUDA kernel registered; backends on cuda:', scl_kernels.available_backends('cuda'))"
+}
+gpu_tests() {
+  # shellcheck disable=SC2086  # SCL_GPU_PYTEST_ARGS: extra pytest arguments, e.g. "-n 8" (xdist)
+  "$python" -m pytest -q -p no:cacheprovider --timeout 300 --maxfail "${SCL_GPU_MAXFAIL:-30}" -rfE \
+    ${SCL_GPU_PYTEST_ARGS:-} \
+    python_tests/test_cuda_backend.py python_tests/test_triton_gpu.py \
+    python_tests/test_conformance.py python_tests/test_conformance_ops.py -k "cuda" \
+    2>&1 | tee "$out/gpu_tests.log" | tail -n 60
+}
+sanitize() {
+  local tool status=0
   for tool in memcheck racecheck synccheck; do
-    compute-sanitizer --tool "$tool" --error-exitcode 1 python -m bench.cuda_sanitizer_case \
-      > "$out/sanitizer_$tool.log" 2>&1 && echo "compute-sanitizer $tool: clean" \
-      || { echo "compute-sanitizer $tool: FAILED"; tail -n 30 "$out/sanitizer_$tool.log"; }
+    if PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+        "$python" -m bench.cuda_sanitizer_case > "$out/sanitizer_$tool.log" 2>&1; then
+      echo "compute-sanitizer $tool: clean ($(tail -n 1 "$out/sanitizer_$tool.log"))"
+    else
+      echo "compute-sanitizer $tool: FAILED"; tail -n 30 "$out/sanitizer_$tool.log"; status=1
+    fi
   done
-else
-  echo "compute-sanitizer is not on PATH: sanitizers skipped" | tee "$out/sanitizer_skipped.log"
-fi
-# fp32 reduction bandwidth into L2, the number that decides whether a triangle backward (atomic
-# column sums) can beat the full-row one (docs/CUDA_KERNELS.md, "Why the backward walks full rows").
-mkdir -p build
-nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/l2_reduce_probe.cu \
-  -o build/l2_reduce_probe && build/l2_reduce_probe | tee "$out/l2_reduce_probe.txt" \
-  || echo "l2_reduce_probe: not run (needs sm_90a)"
-# The static predictions for this Triton, beside the measurements that check them.
-python -m bench.gpu_static --dims 128,256,768 --dtypes bf16 --json "$out/gpu_static.json" \
-  > "$out/gpu_static.txt" 2>&1 && tail -n 3 "$out/gpu_static.txt"
-if [ "$#" -eq 0 ]; then
-  set -- --sizes 4096,16384,32768,65536,262144,1048576 --dims 128 --dtypes bf16
-fi
-python -m bench.gpu_sweep --out "$out" "$@"
+  return $status
+}
+probe() {
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/l2_reduce_probe.cu \
+    -o build/l2_reduce_probe && build/l2_reduce_probe | tee "$out/l2_reduce_probe.txt"
+}
+sweep() {
+  if [ "$#" -eq 0 ]; then
+    set -- --sizes 4096,16384,65536 --dims 128,256 --dtypes bf16 --modes fwd,both
+  fi
+  "$python" -m bench.gpu_sweep --out "$out" "$@"
+}
+
+export -f build gpu_tests sanitize probe sweep
+wanted build && phase build 900 build
+wanted tests && phase tests 1800 gpu_tests
+wanted sanitize && phase sanitize 900 sanitize
+wanted probe && phase probe 300 probe
+wanted sweep && phase sweep 1800 sweep "$@"
+echo "== phases failed: ${failed[*]:-none}"
+[ ${#failed[@]} -eq 0 ]

@@ -132,3 +132,22 @@ def test_rows_are_padded_for_descriptors_only_when_they_must_be():
     assert torch.equal(padded, odd) and padded.stride(0) == 8
     shifted = torch.randn(41)[1:].view(5, 8)  # a base 4 bytes past an aligned one
     assert launch.tma_rows(shifted).data_ptr() % 16 == 0
+
+
+@pytest.mark.parametrize("kernel", ["_lse_plain", "_lse_symmetric", "_grad_plain", "_grad_symmetric",
+                                    "_grad_columns"])
+def test_tile_pruning_reads_keyword_arguments(kernel, monkeypatch):
+    """The launchers pass every kernel argument by keyword; Triton <= 3.6 hands the autotuner's
+    pruning function only the positional ones as named_args (the rest as keywords), later releases
+    all of them. Both must prune the GPU's tiles alike. The interpreter's single tile never
+    prunes, so this calls the pruning function itself (on a GPU the mistake failed every call:
+    bench/NOTES.md)."""
+    from scl_kernels.triton_backend import launch
+    tuner = getattr(launch, kernel)
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    gpu_configs = launch._configs(launch.KERNEL_USES[kernel.lstrip("_")])
+    z = torch.empty(4, 128, dtype=torch.bfloat16)
+    as_keywords = tuner.early_config_prune(gpu_configs, {}, D=128, z_ptr=z)
+    as_named = tuner.early_config_prune(gpu_configs, {"D": 128, "z_ptr": z})
+    assert as_keywords
+    assert [c.kwargs for c in as_keywords] == [c.kwargs for c in as_named]

@@ -274,9 +274,12 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const TileProblem p, 
 
   const RowMatrix& out_rows = p.streamed;
   if (steps > 0) {
+    // Chunks alternate stages by step, a tile's terms and out chunk by the tile's parity: a split
+    // that starts at an odd tile must put its first tile's into slot 1.
+    const int first_parity = int(range.begin & 1);
     pipe.load(p, row0, range.begin * kBlockN, 0, 0);
-    pipe.load_terms(p.streamed_terms, range.begin * kBlockN, pipe.streamed_terms, 0);
-    if (!kLse) pipe.load_out(out_rows, p.d, range.begin * kBlockN, d0, 0);
+    pipe.load_terms(p.streamed_terms, range.begin * kBlockN, pipe.streamed_terms, first_parity);
+    if (!kLse) pipe.load_out(out_rows, p.d, range.begin * kBlockN, d0, first_parity);
   }
   cp_async_fence();
   for (int64_t step = 0; step < steps; ++step) {

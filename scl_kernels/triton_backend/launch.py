@@ -143,8 +143,11 @@ def _configs(use):
 def _autotuned(name, key, reset_to_zero=None):
     use = KERNEL_USES[name]
 
-    def prune(configs, named_args, **_):
-        kept = candidate_tiles(use, named_args["D"], named_args["z_ptr"].element_size())
+    def prune(configs, named_args, **kwargs):
+        # Triton <= 3.6 passes only the positional arguments as named_args, the rest as keywords
+        # (the launchers pass keywords); later releases pass them all as named_args.
+        args = {**kwargs, **named_args}
+        kept = candidate_tiles(use, args["D"], args["z_ptr"].element_size())
         return [c for c in configs
                 if any(c.kwargs == t.meta(use.kernel) and (c.num_warps, c.num_stages) ==
                        (t.warps, t.stages) for t in kept)]
