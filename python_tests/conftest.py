@@ -307,6 +307,18 @@ def _restore_threads():
 
 
 @pytest.fixture
+def reproducible():
+    """torch.use_deterministic_algorithms for a test that compares two runs bit for bit: on a GPU
+    the fused backends add partial sums with atomics unless it is set (then they take their
+    atomic-free schedules)."""
+    previous = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    yield
+    torch.use_deterministic_algorithms(previous, warn_only=warn_only)
+
+
+@pytest.fixture
 def gen(request):
     """A torch.Generator seeded from the test's node id: reproducible and different per test."""
     seed = zlib.crc32(request.node.nodeid.encode())

@@ -435,7 +435,7 @@ def test_no_valid_anchor(backend, case, reduction, normalize, randn, randint):
 
 
 @pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"])
-def test_nan_upstream_on_anchors_without_positives(backend, layout, randn, randint, gen):
+def test_nan_upstream_on_anchors_without_positives(backend, layout, randn, randint, gen, reproducible):
     """Anchors without positives are constant zeros: a NaN upstream gradient there must not
     leak into the inputs' gradients (as autograd through torch.where behaves)."""
     kw = make_layout(layout, randn, randint, n=20, d=6, classes=12)

@@ -184,7 +184,7 @@ def test_anchor_offset(op_backend, case, dtype, normalize, temperature, randn, r
 
 
 @pytest.mark.matrix(dtype=FLOATS)
-def test_anchor_offset_zero_is_the_default(op_backend, dtype, randn, randint):
+def test_anchor_offset_zero_is_the_default(op_backend, dtype, randn, randint, reproducible):
     args = op_backend.put((randn(20, 6, dtype=dtype), randint(0, 3, (20,)), None, None,
                            torch.tensor(0.1, dtype=torch.float64), 8, True))
     default = op_backend.forward_op(*args)
@@ -564,7 +564,7 @@ def test_module_rejects_like_function(backend):
         scl_kernels.SupConLoss(backend=backend.name)(x, y, c)
 
 
-def test_valid_edge_values_are_accepted(backend):
+def test_valid_edge_values_are_accepted(backend, reproducible):
     """Things that look odd but are valid: an int temperature, int32 / uint8 labels,
     a float64 temperature tensor for float32 features, a temperature tensor on the CPU."""
     x, y = backend.put((X, Y))
