@@ -308,12 +308,12 @@ def _restore_threads():
 
 @pytest.fixture
 def reproducible():
-    """torch.use_deterministic_algorithms for a test that compares two runs bit for bit: on a GPU
-    the fused backends add partial sums with atomics unless it is set (then they take their
-    atomic-free schedules)."""
+    """torch.use_deterministic_algorithms(True) for the whole test, for tests that compare runs bit
+    for bit: on a GPU the fused backends add partial sums with atomics unless it is set (then they
+    take their atomic-free schedules), and any nondeterministic torch op on the way raises."""
     previous = torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(True)
     yield
     torch.use_deterministic_algorithms(previous, warn_only=warn_only)
 

@@ -128,14 +128,10 @@ def test_anchor_offset_against_triton(anchor_offset, num_anchors, cuda_randn, cu
 
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_deterministic_mode_is_bitwise_reproducible(dtype, cuda_randn, cuda_randint):
+def test_deterministic_mode_is_bitwise_reproducible(dtype, cuda_randn, cuda_randint, reproducible):
     x, labels = cuda_randn(1000, 128, dtype=dtype), cuda_randint(0, 9, (1000,))
-    torch.use_deterministic_algorithms(True)
-    try:
-        first = _loss_and_grads("cuda", x, labels)
-        second = _loss_and_grads("cuda", x, labels)
-    finally:
-        torch.use_deterministic_algorithms(False)
+    first = _loss_and_grads("cuda", x, labels)
+    second = _loss_and_grads("cuda", x, labels)
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
 
 
@@ -152,19 +148,15 @@ def test_memory_stays_linear_in_n(cuda_randn, cuda_randint):
 
 
 @gpu
-def test_side_stream_gives_the_same_result(cuda_randn, cuda_randint):
+def test_side_stream_gives_the_same_result(cuda_randn, cuda_randint, reproducible):
     x, labels = cuda_randn(700, 128, dtype=torch.bfloat16), cuda_randint(0, 9, (700,))
-    torch.use_deterministic_algorithms(True)
-    try:
-        want = _loss_and_grads("cuda", x, labels)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            got = _loss_and_grads("cuda", x, labels)
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-    finally:
-        torch.use_deterministic_algorithms(False)
+    want = _loss_and_grads("cuda", x, labels)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        got = _loss_and_grads("cuda", x, labels)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
     assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
 
 
