@@ -91,14 +91,6 @@ struct Config {
       2 * (kBlockN + kBlockM) * int(sizeof(RowTerms));
 };
 
-struct WalkOutputs {
-  float* part_max;  // lse_plain: [num_splits, own rows] base-2 running max and sum
-  float* part_sum;
-  float* grad;      // grad_*: [own rows, grad_columns] fp32
-  int64_t grad_columns;
-  int num_splits;
-};
-
 // Copies rows [row0, row0 + ROWS) and columns [k0, k0 + WIDTH) of a RowMatrix into stage `stage`
 // of a shared-memory layout at `base`, zero outside the matrix, by 16-byte cp.async with
 // 32-bit shared addresses (generic 64-bit ones cost two registers each).

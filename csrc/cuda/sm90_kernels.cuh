@@ -102,12 +102,7 @@ struct Params {
   TileProblem p;
   BlockTma<T, kWidth> own_tma;
   BlockTma<T, kWidth> streamed_tma;
-  float* part_max;  // lse_plain
-  float* part_sum;
-  float* row_sum;   // lse_symmetric
-  float* grad;      // grad_rows: [own rows, grad_columns]
-  int64_t grad_columns;
-  int num_splits;
+  WalkOutputs out;
 };
 
 // The kernels' bodies exist only for sm_90a (wgmma, setmaxnreg); a plain sm_90 build would give
@@ -136,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   // The symmetric forward's program I walks J = I .. nb - 1 (the upper triangle, diagonal first).
   const int64_t first_tile = kSymmetricLse ? own_block : 0;
   const tm::TileRange range = (kLse || kSymmetricLse)
-      ? tm::split_range(streamed_blocks - first_tile, params.num_splits, blockIdx.y)
+      ? tm::split_range(streamed_blocks - first_tile, params.out.num_splits, blockIdx.y)
       : tm::TileRange{0, streamed_blocks};
   const int64_t tiles = range.end - range.begin;
   constexpr int kTileBytes = kBlock * kWidth * int(sizeof(T)) + kBlock * int(sizeof(RowTerms));
@@ -266,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
           sum_j += e;
         }
         sum_j = quad_sum(sum_j);
-        if (!kDiagonal && (thread & 3) == 0) atomicAdd(params.row_sum + c0 + local_j, sum_j);
+        if (!kDiagonal && (thread & 3) == 0) atomicAdd(params.out.row_sum + c0 + local_j, sum_j);
       }
       EmptyBarrier::arrive(&shared.empty[stage]);
     };
@@ -319,8 +314,8 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
     for (int r = 0; r < kRows; ++r) {
       const int64_t row = row0 + rows0 + get<0>(coords_rc(r, 0));
       if (row < p.own.rows && (thread & 3) == 0) {
-        params.part_max[int64_t(blockIdx.y) * p.own.rows + row] = running[r].max;
-        params.part_sum[int64_t(blockIdx.y) * p.own.rows + row] = running[r].sum;
+        params.out.part_max[int64_t(blockIdx.y) * p.own.rows + row] = running[r].max;
+        params.out.part_sum[int64_t(blockIdx.y) * p.own.rows + row] = running[r].sum;
       }
     }
   } else if constexpr (kSymmetricLse) {
@@ -329,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
       float s = 0.f;
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) s += sums_rc(r, c);
-      atomicAdd(params.row_sum + row0 + get<1>(coords_rc(0, c)), s);
+      atomicAdd(params.out.row_sum + row0 + get<1>(coords_rc(0, c)), s);
     }
   } else {
     Tensor out_coords = grads_thr.partition_C(make_identity_tensor(Shape<Int<kRowsPerConsumer>, Int<kGradWidth>>{}));
@@ -343,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
       CUTE_UNROLL
       for (int c = 0; c < size<1>(grad_rc); ++c) {
         const int64_t col = grad_chunk * kGradWidth + get<1>(out_rc(r, c));
-        if (col < params.grad_columns) params.grad[row * params.grad_columns + col] = grad_rc(r, c) * scale;
+        if (col < params.out.grad_columns) params.out.grad[row * params.out.grad_columns + col] = grad_rc(r, c) * scale;
       }
     }
   }

@@ -34,7 +34,7 @@ unsigned blocks(int64_t rows, int64_t block) { return unsigned((rows + block - 1
 
 void lse_plain(const TileProblem& p, float* part_max, float* part_sum, int num_splits,
                cudaStream_t stream) {
-  const WalkOutputs out{part_max, part_sum, nullptr, 0, num_splits};
+  const WalkOutputs out{part_max, part_sum, nullptr, nullptr, 0, num_splits};
   const dim3 grid(blocks(p.own.rows, kBlockM), unsigned(num_splits));
   by_type(p.type, [&](auto t) { walk<decltype(t), Walk::kLsePlain>(p, out, grid, stream); });
 }
@@ -52,7 +52,7 @@ void lse_symmetric(const TileProblem& p, float* row_sum, int num_splits, cudaStr
 
 void grad(GradWalk walk_kind, const TileProblem& p, float* grad, int64_t grad_columns,
           cudaStream_t stream) {
-  const WalkOutputs out{nullptr, nullptr, grad, grad_columns, 1};
+  const WalkOutputs out{nullptr, nullptr, nullptr, grad, grad_columns, 1};
   const dim3 grid(blocks(p.own.rows, kBlockM), blocks(grad_columns, kBlockOut));
   by_type(p.type, [&](auto t) {
     using T = decltype(t);

@@ -9,32 +9,21 @@ namespace {
 
 unsigned blocks(int64_t rows) { return unsigned((rows + kBlock - 1) / kBlock); }
 
-// What a launch writes, whatever its element type and resident width.
-struct Outputs {
-  float* part_max = nullptr;  // lse_plain
-  float* part_sum = nullptr;
-  float* row_sum = nullptr;   // lse_symmetric
-  float* grad = nullptr;      // grad_rows: [own rows, grad_columns]
-  int64_t grad_columns = 0;
-  int num_splits = 1;         // the lse walks' splits of the streamed tiles (grid.y)
-};
-
 template <class T, Walk kWalk, int kWidth>
-void launch(const TileProblem& p, const Outputs& o, cudaStream_t stream) {
+void launch(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
   constexpr int bytes = int(sizeof(SharedStorage<T, kWidth>));
   static_assert(bytes <= 227 * 1024, "more shared memory than an H100 block may have");
   constexpr int kGradWidth = grad_width(kWalk);
   const bool lse = kWalk == Walk::kLsePlain || kWalk == Walk::kLseSymmetric;
   // grid.y: the splits of the lse walks, the gradient's column chunks of the others.
   const unsigned y = lse ? unsigned(o.num_splits) : unsigned((o.grad_columns + kGradWidth - 1) / kGradWidth);
-  const Params<T, kWidth> params{p, make_block_tma<T, kWidth>(p.own, p.d), make_block_tma<T, kWidth>(p.streamed, p.d),
-                                 o.part_max, o.part_sum, o.row_sum, o.grad, o.grad_columns, o.num_splits};
+  const Params<T, kWidth> params{p, make_block_tma<T, kWidth>(p.own, p.d), make_block_tma<T, kWidth>(p.streamed, p.d), o};
   cudaFuncSetAttribute(walk_kernel<T, kWalk, kWidth>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   walk_kernel<T, kWalk, kWidth><<<dim3(blocks(p.own.rows), y), kThreads, bytes, stream>>>(params);
 }
 
 template <Walk kWalk>
-void run(const TileProblem& p, const Outputs& o, cudaStream_t stream) {
+void run(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
   auto with_width = [&](auto t) {
     using T = decltype(t);
     if (resident_width(p.d) == 128) {
@@ -72,7 +61,7 @@ void lse_symmetric(const TileProblem& p, float* row_sum, int num_splits, cudaStr
 
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns,
           cudaStream_t stream) {
-  const Outputs o{nullptr, nullptr, nullptr, grad, grad_columns, 1};
+  const WalkOutputs o{nullptr, nullptr, nullptr, grad, grad_columns, 1};
   if (walk == GradWalk::kRowsSymmetric) {
     run<Walk::kGradRowsSymmetric>(p, o, stream);
   } else {

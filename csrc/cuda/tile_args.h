@@ -51,4 +51,14 @@ struct TileProblem {
 
 constexpr int64_t kTermsPadding = 128;
 
+// What a walk writes; each walk uses some of these and the rest are null.
+struct WalkOutputs {
+  float* part_max;  // lse_plain: [num_splits, own rows] base-2 running max and sum
+  float* part_sum;
+  float* row_sum;   // lse_symmetric (the sm_90a walk): row sums, added by atomics
+  float* grad;      // grad walks: [own rows, grad_columns] fp32
+  int64_t grad_columns;
+  int num_splits;   // the lse walks' splits of the streamed tiles (grid.y)
+};
+
 }  // namespace scl::cuda
