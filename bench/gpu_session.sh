@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks, in phases, on a CUDA machine (the device tool's, or any):
 #   build      the library with the CUDA C++ kernels (sm_80 + sm_90a), in place
-#   tests      the GPU tests: the CUDA backend's, the Triton backend's, and the conformance suite's
+#   tests      the GPU tests: the CUDA backend's, the Triton backend's, no host synchronisation
+#              (test_host_reads.py), and the conformance suite's
 #              cases on CUDA tensors (every backend that runs there)
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck on bench/cuda_sanitizer_case.py
 #   probe      bench/l2_reduce_probe.cu: fp32 reduction bandwidth into L2 (the triangle-backward
@@ -55,8 +56,8 @@ gpu_tests() {
   # shellcheck disable=SC2086  # SCL_GPU_PYTEST_ARGS: extra pytest arguments, e.g. "-n 8" (xdist)
   "$python" -m pytest -q -p no:cacheprovider --timeout 300 --maxfail "${SCL_GPU_MAXFAIL:-30}" -rfE \
     ${SCL_GPU_PYTEST_ARGS:-} \
-    python_tests/test_cuda_backend.py python_tests/test_triton_gpu.py \
-    python_tests/test_conformance.py python_tests/test_conformance_ops.py -k "cuda" \
+    python_tests/test_cuda_backend.py python_tests/test_triton_gpu.py python_tests/test_host_reads.py \
+    python_tests/test_conformance.py python_tests/test_conformance_ops.py -k "cuda or gpu" \
     2>&1 | tee "$out/gpu_tests.log" | tail -n 60
 }
 sanitize() {

@@ -25,7 +25,7 @@ using ForwardSignature = Outputs(const at::Tensor&, const at::Tensor&,
 using BackwardSignature = Outputs(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                   const std::optional<at::Tensor>&,
                                   const std::optional<at::Tensor>&, const at::Tensor&, int64_t,
-                                  bool, const at::Tensor&, int64_t);
+                                  bool, const at::Tensor&, int64_t, bool);
 
 std::optional<at::Tensor> present(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
@@ -68,14 +68,16 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
     variable_list out(8);
     if (!grad_loss.defined()) return out;
     const ReuseInBackward reuse(ctx->saved_data["prepared"]);
+    // Absent optional tensors have no edge: temperature is input edge 2 without a contrast set.
+    const bool temperature_grad = ctx->needs_input_grad(contrast.defined() ? 4 : 2);
     auto [grad_features, grad_contrast, grad_temperature] =
         op.call(grad_loss, saved[0], saved[1], present(contrast), present(saved[3]), saved[4],
                 ctx->saved_data["num_anchors"].toInt(), ctx->saved_data["normalize"].toBool(),
-                saved[5], ctx->saved_data["anchor_offset"].toInt());
-    // The op computes all three at once; autograd drops those no input asked for.
+                saved[5], ctx->saved_data["anchor_offset"].toInt(), temperature_grad);
+    // The op computes the row gradients together; autograd drops those no input asked for.
     out[0] = grad_features;
     if (contrast.defined()) out[2] = grad_contrast;
-    out[4] = grad_temperature;
+    if (temperature_grad) out[4] = grad_temperature;
     return out;
   }
 };
@@ -89,14 +91,15 @@ struct SupConBackwardFunction : public torch::autograd::Function<SupConBackwardF
                                const std::optional<at::Tensor>& contrast,
                                const std::optional<at::Tensor>& contrast_labels,
                                const at::Tensor& temperature, int64_t num_anchors, bool normalize,
-                               const at::Tensor& lse, int64_t anchor_offset) {
+                               const at::Tensor& lse, int64_t anchor_offset,
+                               bool temperature_grad) {
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow(Names::kBackward, "")
                                .template typed<BackwardSignature>();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [grad_features, grad_contrast, grad_temperature] =
         op.call(grad_loss, features, labels, contrast, contrast_labels, temperature, num_anchors,
-                normalize, lse, anchor_offset);
+                normalize, lse, anchor_offset, temperature_grad);
     return {grad_features, grad_contrast, grad_temperature};
   }
 
@@ -114,10 +117,11 @@ Outputs supcon_backward_autograd(const at::Tensor& grad_loss, const at::Tensor& 
                                  const std::optional<at::Tensor>& contrast,
                                  const std::optional<at::Tensor>& contrast_labels,
                                  const at::Tensor& temperature, int64_t num_anchors,
-                                 bool normalize, const at::Tensor& lse, int64_t anchor_offset) {
+                                 bool normalize, const at::Tensor& lse, int64_t anchor_offset,
+                                 bool temperature_grad) {
   const variable_list out = SupConBackwardFunction<Names>::apply(
       grad_loss, features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-      lse, anchor_offset);
+      lse, anchor_offset, temperature_grad);
   return {out[0], out[1], out[2]};
 }
 

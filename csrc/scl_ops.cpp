@@ -24,11 +24,13 @@ const std::string kForward =
     "(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
     "Tensor temperature, int num_anchors, bool normalize, int anchor_offset=0) -> "
     "(Tensor loss, Tensor lse, Tensor num_positives)";
-// Gradients w.r.t. features, contrast ([0, D] without a contrast set) and temperature.
+// Gradients w.r.t. features, contrast ([0, D] without a contrast set) and temperature (zeros
+// when temperature_grad is false: autograd asks only when the temperature requires grad).
 const std::string kBackward =
     "(Tensor grad_loss, Tensor features, Tensor labels, Tensor? contrast, "
     "Tensor? contrast_labels, Tensor temperature, int num_anchors, bool normalize, Tensor lse, "
-    "int anchor_offset=0) -> (Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)";
+    "int anchor_offset=0, bool temperature_grad=True) -> "
+    "(Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)";
 
 }  // namespace
 

@@ -95,9 +95,13 @@ class BackendCase:
     name: str
     device: str
     budget: Budget
+    # "device-prep": the CPU backend with the shared core's accelerator preparation (no host
+    # reads: sort-based class ids, deferred value checks), which GPUs always take; the
+    # _preparation fixture sets SCL_DEVICE_PREPARATION=1 for its tests.
+    variant: str = ""
 
     def __str__(self):
-        return f"{self.name}-{self.device}"
+        return "-".join(filter(None, (self.name, self.device, self.variant)))
 
     @property
     def info(self):
@@ -126,8 +130,11 @@ class BackendCase:
 
 
 def _backend_cases():
-    return [BackendCase(name, device, budget_for(name, device))
-            for device in DEVICES for name in scl_kernels.available_backends(device)]
+    cases = [BackendCase(name, device, budget_for(name, device))
+             for device in DEVICES for name in scl_kernels.available_backends(device)]
+    if "cpu" in scl_kernels.available_backends("cpu"):
+        cases.append(BackendCase("cpu", "cpu", FULL, variant="device-prep"))
+    return cases
 
 
 BACKEND_CASES = _backend_cases()
@@ -297,6 +304,15 @@ def pytest_terminal_summary(terminalreporter, config):
 # ------------------------------------------------------------------------------------------
 # Fixtures
 # ------------------------------------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def _preparation(request, monkeypatch):
+    """The device-prep backend case runs with the core's accelerator preparation (BackendCase)."""
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    case = params.get("backend", params.get("op_backend"))
+    if isinstance(case, BackendCase) and case.variant == "device-prep":
+        monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
+
 
 @pytest.fixture(autouse=True)
 def _restore_threads():

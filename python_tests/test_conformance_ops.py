@@ -102,13 +102,31 @@ def test_op_schemas(op_backend):
                                                   "grad_temperature"]
 
 
-def test_op_schemas_anchor_offset(op_backend):
-    for op, position in ((op_backend.forward_op, 7), (op_backend.backward_op, 9)):
+def test_op_schemas_trailing_defaults(op_backend):
+    """anchor_offset=0 ends the forward; the backward adds temperature_grad=True after it."""
+    for op, trailing in ((op_backend.forward_op, [("anchor_offset", "int", 0)]),
+                         (op_backend.backward_op, [("anchor_offset", "int", 0),
+                                                   ("temperature_grad", "bool", True)])):
         schema = op.default._schema
-        names = [a.name for a in schema.arguments]
-        assert names[position:] == ["anchor_offset"], f"{schema}"
-        argument = schema.arguments[position]
-        assert str(argument.type) == "int" and argument.default_value == 0, f"{schema}"
+        found = [(a.name, str(a.type), a.default_value) for a in schema.arguments[-len(trailing):]]
+        assert found == trailing, f"{schema}"
+        assert all(a.default_value is None for a in schema.arguments[:-len(trailing)]), f"{schema}"
+
+
+def test_backward_op_skips_the_temperature_gradient_when_not_asked(op_backend, randn, randint):
+    """temperature_grad=False: zeros on the temperature's device and dtype; the other gradients
+    are those of the default call."""
+    x, y = randn(11, 5), randint(0, 3, (11,))
+    t = torch.tensor(0.2, dtype=torch.float64)
+    args = op_backend.put((x, y, None, None)) + (t, 11, True)
+    _, lse, _ = op_backend.forward_op(*args)
+    upstream = op_backend.put(torch.ones(11))
+    asked = op_backend.backward_op(upstream, *args, lse)
+    skipped = op_backend.backward_op(upstream, *args, lse, 0, False)
+    assert asked[2].abs().item() > 0
+    assert skipped[2].device == t.device and skipped[2].dtype == t.dtype
+    assert skipped[2].item() == 0
+    torch.testing.assert_close(skipped[0], asked[0], rtol=0, atol=0)
 
 
 @pytest.mark.quick

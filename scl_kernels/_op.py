@@ -37,7 +37,7 @@ def _fake_forward(features, labels, contrast, contrast_labels, temperature, num_
 
 
 def _fake_backward(grad_loss, features, labels, contrast, contrast_labels, temperature,
-                   num_anchors, normalize, lse, anchor_offset=0):
+                   num_anchors, normalize, lse, anchor_offset=0, temperature_grad=True):
     _check_devices(features, labels, contrast, contrast_labels, temperature)
     grad_contrast = (features.new_empty((0, features.shape[1])) if contrast is None
                      else torch.empty_like(contrast))

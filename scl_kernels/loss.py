@@ -47,8 +47,8 @@ def _check_temperature(temperature, *, check_tensor_value):
     """Type and shape of a float or 0-dim tensor temperature, and its value for a float.
 
     A tensor's value is read only with ``check_tensor_value`` (and never for meta tensors or
-    under torch.compile): supcon_loss leaves that to the backends, which check it anyway, so
-    that a learnable CUDA temperature costs no host-device synchronisation per call.
+    under torch.compile): supcon_loss leaves that to the backends, which read it anyway, so
+    that a learnable CUDA temperature is not read twice per call.
     """
     if isinstance(temperature, torch.Tensor):
         if not temperature.is_floating_point():
@@ -232,7 +232,8 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
             view no anchor can have a positive: the loss is 0, and a UserWarning (once per
             process) says how to pass views.
         temperature: positive float, or a 0-dim floating tensor (which may require grad). A
-            tensor's value is checked by the backend that runs the call.
+            tensor's value is checked by the backend that runs the call; a GPU tensor costs the
+            fused GPU backends one host read per call (a float costs none).
         contrast: ``[M, D]`` rows to contrast against (cross-set mode: anchors are the feature
             rows, no self-exclusion). With ``labels=None`` and no ``contrast_labels``, anchor i's
             only positive is contrast row i and rows past N are negatives (CLIP, SimCSE).
@@ -243,7 +244,8 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
             ``"none"`` for one value per anchor (0 for anchors without positives).
         backend: ``"auto"`` (``"cpu"`` for CPU tensors, ``"triton"`` for CUDA ones), ``"cpu"``
             (fused C++), ``"triton"`` (fused Triton; CPU tensors only under TRITON_INTERPRET=1),
-            or ``"reference"`` (dense PyTorch).
+            ``"cuda"`` (fused CUDA C++, CUDA tensors, opt-in: only partly verified on hardware,
+            see the README), or ``"reference"`` (dense PyTorch).
 
     Returns:
         float32 loss (float64 for float64 features); gradients come back in the input dtype.
@@ -296,8 +298,9 @@ class SupConLoss(nn.Module):
             reduction: ``"mean"`` (default) over the anchors that have a positive, 0 when none
                 has; ``"sum"`` over all anchors; ``"none"`` for one value per anchor.
             backend: ``"auto"`` (default: ``"cpu"`` for CPU tensors, ``"triton"`` for CUDA
-                tensors), ``"cpu"``, ``"triton"`` or ``"reference"`` (dense PyTorch, for tests
-                and small batches).
+                tensors), ``"cpu"``, ``"triton"``, ``"cuda"`` (opt-in, see
+                :func:`supcon_loss`) or ``"reference"`` (dense PyTorch, for tests and small
+                batches).
 
         Raises:
             TypeError: temperature is neither a real number nor a floating-point tensor, or

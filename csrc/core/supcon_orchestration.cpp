@@ -1,5 +1,6 @@
 #include "supcon_orchestration.h"
 
+#include "deferred_value_check.h"
 #include "prepared_handoff.h"
 #include "tile_math.h"
 
@@ -79,22 +80,27 @@ bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels& kernels,
                                                               const SupConArgs& args) {
   const c10::ParallelGuard serial(run_serially(args));
-  const SupConProblem p = prepare_problem(args, /*check_values=*/true);
+  DeferredValueChecks value_checks;
+  const SupConProblem p = prepare_problem(args, &value_checks);
   const at::Tensor lse = kernels.lse(tile_inputs(p, choose_schedule(p, kernels, true)));
   TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
+  at::Tensor losses = anchor_losses(p, lse);
+  // Last, once all the work is queued (on the CPU the checks have already run).
+  value_checks.raise_first_failure();
   offer_prepared(p);
-  return {anchor_losses(p, lse), lse, p.num_positives};
+  return {std::move(losses), lse, p.num_positives};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels& kernels,
                                                                const at::Tensor& grad_loss,
                                                                const SupConArgs& args,
-                                                               const at::Tensor& lse) {
+                                                               const at::Tensor& lse,
+                                                               bool temperature_grad) {
   const c10::ParallelGuard serial(run_serially(args));
   // The forward's own problem when its autograd node kept it (prepared_handoff.h): the same
   // inputs, so the same terms.
   const SupConProblem* kept = prepared_for_backward();
-  const SupConProblem p = kept != nullptr ? *kept : prepare_problem(args, /*check_values=*/false);
+  const SupConProblem p = kept != nullptr ? *kept : prepare_problem(args, /*value_checks=*/nullptr);
   check_lse(p, lse);
   const at::Tensor g = effective_anchor_grads(p, grad_loss);
   const Schedule schedule = choose_schedule(p, kernels, false);
@@ -106,13 +112,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   // The symmetric kernels sum both sides into dz; dq is then the same buffer.
   const at::Tensor dq = symmetric ? dz : tiles.dq.to(p.compute_type);
   add_positive_grads(p, g, dq, dz);
-  // dLoss/dt = -(1/t) sum_ij G_ij s_ij = -(1/t) sum_i q_i . dq_i over the anchor side; the
-  // symmetric dz holds both sides, which counts every term twice.
-  at::Tensor anchor_dot = symmetric ? unit_dot(p, Rows::kContrast, dz) * 0.5
-                                    : unit_dot(p, Rows::kAnchors, dq);
   const at::Tensor& t = args.temperature;
-  at::Tensor grad_t =
-      (anchor_dot * -p.inv_t).to(t.scalar_type()).reshape(t.sizes()).to(t.device());
+  // Computed only when asked: a temperature on the host (a float's) would otherwise cost a read
+  // of the device's result on every call.
+  at::Tensor grad_t = at::zeros_like(t);
+  if (temperature_grad) {
+    // dLoss/dt = -(1/t) sum_ij G_ij s_ij = -(1/t) sum_i q_i . dq_i over the anchor side; the
+    // symmetric dz holds both sides, which counts every term twice.
+    const at::Tensor anchor_dot = symmetric ? unit_dot(p, Rows::kContrast, dz) * 0.5
+                                            : unit_dot(p, Rows::kAnchors, dq);
+    grad_t = (anchor_dot * -p.inv_t).to(t.scalar_type()).reshape(t.sizes()).to(t.device());
+  }
   if (p.single_set) {
     if (!symmetric) dz.narrow(0, p.anchor_offset, p.m).add_(dq);
     return {normalize_backward(p, Rows::kContrast, dz, args.features.scalar_type()),

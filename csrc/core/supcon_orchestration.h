@@ -16,11 +16,13 @@ namespace scl {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels& kernels,
                                                               const SupConArgs& args);
 
-// (grad features, grad contrast ([0, D] without a contrast set), grad temperature)
+// (grad features, grad contrast ([0, D] without a contrast set), grad temperature: zeros
+// unless temperature_grad)
 std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels& kernels,
                                                                const at::Tensor& grad_loss,
                                                                const SupConArgs& args,
-                                                               const at::Tensor& lse);
+                                                               const at::Tensor& lse,
+                                                               bool temperature_grad);
 
 // The op's two kernels for TORCH_LIBRARY_IMPL, bound to one backend's tile kernels:
 //   m.impl("supcon", &FusedOpKernels<cpu_kernels>::forward);
@@ -38,11 +40,11 @@ struct FusedOpKernels {
       const at::Tensor& grad_loss, const at::Tensor& features, const at::Tensor& labels,
       const std::optional<at::Tensor>& contrast, const std::optional<at::Tensor>& contrast_labels,
       const at::Tensor& temperature, int64_t num_anchors, bool normalize, const at::Tensor& lse,
-      int64_t anchor_offset) {
+      int64_t anchor_offset, bool temperature_grad) {
     return supcon_backward(kKernels(), grad_loss,
                            {features, labels, contrast, contrast_labels, temperature, num_anchors,
                             normalize, anchor_offset},
-                           lse);
+                           lse, temperature_grad);
   }
 };
 

@@ -1,5 +1,7 @@
 #include "supcon_problem.h"
 
+#include "deferred_value_check.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -17,6 +19,16 @@ constexpr double kNormEps = 1e-12;  // as torch.nn.functional.normalize
 int64_t chunk_elements() {
   const char* text = std::getenv("SCL_CHUNK_ELEMENTS");
   return text != nullptr ? std::max<int64_t>(1, std::atoll(text)) : int64_t{1} << 24;
+}
+
+// True to prepare without reading any value on the host (no unique, no bincount, value checks
+// deferred): always off the CPU, where each read would stall the device's queue. On the CPU the
+// direct ops are cheaper; SCL_DEVICE_PREPARATION=1 takes the device's path there too, so that
+// CPU tests cover it.
+bool prepare_without_host_reads(const at::Tensor& x) {
+  if (!x.is_cpu()) return true;
+  const char* text = std::getenv("SCL_DEVICE_PREPARATION");
+  return text != nullptr && std::string(text) == "1";
 }
 
 // Calls fn(start, length) for consecutive chunks of `rows` rows of width d.
@@ -65,8 +77,10 @@ void check_labels(const at::Tensor& y, const char* name, const at::Tensor& rows_
                     rows_name, " is on ", rows_of.device());
 }
 
+constexpr const char* kNotFinite = " contains NaN or inf";
+
 void check_finite(const at::Tensor& x, const char* name) {
-  TORCH_CHECK_VALUE(at::isfinite(x).all().item<bool>(), name, " contains NaN or inf");
+  TORCH_CHECK_VALUE(at::isfinite(x).all().item<bool>(), name, kNotFinite);
 }
 
 // Checks everything but values; returns the temperature.
@@ -104,28 +118,45 @@ double check_args(const SupConArgs& a) {
   TORCH_CHECK_VALUE(t.numel() == 1, "temperature must hold one value, got ", t.numel());
   TORCH_CHECK_VALUE(t.device().is_cpu() || t.device() == a.features.device(),
                     "temperature is on ", t.device(), " but features is on ", a.features.device());
-  const double value = t.item<double>();
+  // A host temperature is read in place; a device one costs the op's only host read.
+  const double value =
+      t.is_cpu() ? *t.to(at::kDouble).const_data_ptr<double>() : t.item<double>();
   TORCH_CHECK_VALUE(std::isfinite(value) && value > 0,
                     "temperature must be positive and finite, got ", value);
   return value;
 }
 
 // The caller's rows made contiguous, and 1 / max(||x||, eps) per row in the compute dtype.
-// With check_values, NaN / inf in x is an error naming it.
+// With value_checks, NaN / inf in x is an error naming it: raised here on the CPU path, queued
+// in value_checks on the device path.
 std::pair<at::Tensor, at::Tensor> rows_and_inv_norms(const at::Tensor& x, const char* name,
                                                      at::ScalarType ct, bool normalize,
-                                                     bool check_values) {
+                                                     DeferredValueChecks* value_checks) {
   at::Tensor rows = x.contiguous();
+  const bool deferred = value_checks != nullptr && prepare_without_host_reads(rows);
+  if (deferred) value_checks->expect(at::isfinite(rows).all(), std::string(name) + kNotFinite);
   if (!normalize) {
-    if (check_values) check_finite(rows, name);
+    if (value_checks != nullptr && !deferred) check_finite(rows, name);
     return {rows, at::ones({rows.size(0)}, rows.options().dtype(ct))};
   }
   // The reduction accumulates in ct without a converted copy of the rows.
   at::Tensor norms = at::linalg_vector_norm(rows, 2, {1}, false, ct);
   // Finite norms mean finite rows: the scan of every element is needed only when a norm is not
   // finite (a NaN / inf, or finite values whose squares overflow).
-  if (check_values && !at::isfinite(norms).all().item<bool>()) check_finite(rows, name);
+  if (value_checks != nullptr && !deferred && !at::isfinite(norms).all().item<bool>()) {
+    check_finite(rows, name);
+  }
   return {rows, norms.clamp_min_(kNormEps).reciprocal_()};
+}
+
+// Compact class ids without learning the number of classes on the host: a new class starts
+// wherever the sorted labels change, and its id counts the changes before it.
+at::Tensor class_ids_by_sorting(const at::Tensor& labels) {
+  const int64_t n = labels.size(0);
+  auto [sorted, order] = labels.sort();
+  at::Tensor starts = at::zeros({n}, labels.options());
+  if (n > 1) starts.narrow(0, 1, n - 1).copy_(sorted.narrow(0, 1, n - 1) != sorted.narrow(0, 0, n - 1));
+  return at::empty_like(starts).scatter_(0, order, starts.cumsum(0));
 }
 
 }  // namespace
@@ -137,7 +168,7 @@ at::Tensor SupConProblem::unit(Rows which, int64_t start, int64_t length) const 
   return unit_chunk(anchors ? q : z, anchors ? q_inv_norm : z_inv_norm, start, length);
 }
 
-SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
+SupConProblem prepare_problem(const SupConArgs& a, DeferredValueChecks* value_checks) {
   const double temperature = check_args(a);
 
   SupConProblem p;
@@ -149,12 +180,12 @@ SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
   p.compute_type = a.features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   if (!p.single_set) {  // the features' errors first
     std::tie(p.q, p.q_inv_norm) =
-        rows_and_inv_norms(a.features, "features", p.compute_type, a.normalize, check_values);
+        rows_and_inv_norms(a.features, "features", p.compute_type, a.normalize, value_checks);
   }
   std::tie(p.z, p.z_inv_norm) =
       rows_and_inv_norms(p.single_set ? a.features : *a.contrast,
                          p.single_set ? "features" : "contrast", p.compute_type, a.normalize,
-                         check_values);
+                         value_checks);
   p.n = p.z.size(0);
   if (p.single_set) {
     p.m = a.num_anchors;
@@ -164,17 +195,29 @@ SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
     p.m = p.q.size(0);
   }
 
-  // Compact class ids, so that class sums have one row per distinct label. Every negative label
-  // becomes -1 and so one shared id: such rows are never anchors with positives, and their
-  // class's sums are never read for an anchor that has one.
+  // Compact class ids, so that class sums have one row per class. Every negative label becomes
+  // -1 and so one shared id: such rows are never anchors with positives, and their class's sums
+  // are never read for an anchor that has one.
   const at::Tensor contrast_labels = p.single_set ? a.labels : *a.contrast_labels;
   const at::Tensor all_labels =
-      p.single_set ? as_type(a.labels, at::kLong)
-                   : at::cat({as_type(a.labels, at::kLong), as_type(contrast_labels, at::kLong)});
-  auto [classes, ids, counts] =
-      at::_unique2(all_labels.clamp_min(-1), /*sorted=*/false, /*return_inverse=*/true,
-                   /*return_counts=*/p.single_set);
-  const int64_t num_classes = classes.size(0);
+      (p.single_set ? as_type(a.labels, at::kLong)
+                    : at::cat({as_type(a.labels, at::kLong), as_type(contrast_labels, at::kLong)}))
+          .clamp_min(-1);
+  // Off the CPU the number of classes is never read: per-class tensors get one row per label,
+  // O(N) more rows (never N x N) against a stop of the device's queue.
+  const bool without_host_reads = prepare_without_host_reads(all_labels);
+  at::Tensor ids, counts;
+  int64_t num_classes;
+  if (without_host_reads) {
+    ids = class_ids_by_sorting(all_labels);
+    num_classes = all_labels.size(0);
+  } else {
+    at::Tensor classes;
+    std::tie(classes, ids, counts) = at::_unique2(all_labels, /*sorted=*/false,
+                                                  /*return_inverse=*/true,
+                                                  /*return_counts=*/p.single_set);
+    num_classes = classes.size(0);
+  }
   at::Tensor anchor_valid;  // label >= 0: the anchor belongs to a class
   if (p.single_set) {
     p.contrast_class = ids;
@@ -184,6 +227,11 @@ SupConProblem prepare_problem(const SupConArgs& a, bool check_values) {
     p.anchor_class = ids.narrow(0, 0, p.m);
     p.contrast_class = ids.narrow(0, p.m, p.n);
     anchor_valid = a.labels >= 0;
+  }
+  if (without_host_reads) {
+    counts = at::zeros({num_classes}, ids.options())
+                 .index_add_(0, p.contrast_class, at::ones_like(p.contrast_class));
+  } else if (!p.single_set) {
     counts = at::bincount(p.contrast_class, {}, num_classes);
   }
   // The anchor's own row is among its class's count in single set: it is not its own positive.

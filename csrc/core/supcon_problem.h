@@ -10,6 +10,8 @@
 
 namespace scl {
 
+class DeferredValueChecks;
+
 // The op's arguments, as the schema in scl_ops.cpp names them.
 struct SupConArgs {
   const at::Tensor& features;
@@ -39,7 +41,8 @@ struct SupConProblem {
   // time goes to passes over the rows rather than to the tiles); undefined otherwise.
   at::Tensor q_unit, z_unit;
   at::Tensor anchor_class, contrast_class;  // compact class ids (negative labels share one id)
-  at::Tensor class_sums;             // [classes, d] sums of unit contrast rows per class id
+  at::Tensor class_sums;             // [classes, d] sums of unit contrast rows per class id (off
+                                     // the CPU, one row per label: prepare_problem)
   at::Tensor num_positives;          // [m] int64, |P(i)|
 
   int64_t self_offset() const { return single_set ? anchor_offset : -1; }
@@ -49,8 +52,10 @@ struct SupConProblem {
 };
 
 // Validates the op's arguments (TypeError / ValueError naming the argument) and prepares them.
-// The scan for NaN / inf reads every input once: forward does it, backward (same inputs) skips it.
-SupConProblem prepare_problem(const SupConArgs& args, bool check_values);
+// With value_checks, NaN / inf in the rows is an error too: raised at once on the CPU, queued in
+// value_checks off it (deferred_value_check.h). Forward checks values; backward (same inputs)
+// passes nullptr. Off the CPU nothing is read on the host but a device temperature.
+SupConProblem prepare_problem(const SupConArgs& args, DeferredValueChecks* value_checks);
 
 // Per-anchor loss l_i from the float64 log-sum-exp: in the loss dtype, 0 without positives.
 at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse);

@@ -1,0 +1,32 @@
+#include "deferred_value_check.h"
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+namespace scl {
+
+void DeferredValueChecks::expect(const at::Tensor& ok, std::string failure) {
+  TORCH_INTERNAL_ASSERT(ok.scalar_type() == at::kBool && ok.numel() == 1);
+  if (ok.is_cpu()) {
+    pending_.push_back({ok, std::move(failure)});
+    return;
+  }
+  // Pinned, so that the copy is queued on the device's stream instead of blocking the host.
+  at::Tensor host_ok = at::empty({}, ok.options().device(at::kCPU).pinned_memory(true));
+  host_ok.copy_(ok.reshape({}), /*non_blocking=*/true);
+  const c10::Device device = ok.device();
+  // One event for all copies: streams run in order, so the last copy's completion covers the
+  // earlier ones queued on the same stream.
+  copies_done_.emplace(device.type());
+  copies_done_->record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+  pending_.push_back({std::move(host_ok), std::move(failure)});
+}
+
+void DeferredValueChecks::raise_first_failure() {
+  if (copies_done_.has_value()) copies_done_->synchronize();
+  for (const Pending& check : pending_) {
+    TORCH_CHECK_VALUE(*check.host_ok.const_data_ptr<bool>(), check.failure);
+  }
+}
+
+}  // namespace scl
