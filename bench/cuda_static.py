@@ -109,6 +109,16 @@ def kernel_name(mangled):
     return f"{family} {kernel}<{args}>"
 
 
+def _turns_in_loop(instructions, loop):
+    """Whether the loop waits on and arrives at a named barrier of 256 threads: the two consumer
+    warpgroups' turns (sm90_kernels.cuh, ConsumerTurns)."""
+    def has(opcode):
+        return any(i.opcode.startswith(opcode) and loop.contains(i.address)
+                   and i.operands.replace(" ", "").rstrip(";").endswith(",0x100")
+                   for i in instructions)
+    return has("BAR.SYNC") and has("BAR.ARV")
+
+
 def analyse(name, arch, text, resources):
     instructions = sass.parse_sass(text)
     registers, stack, shared, local = resources
@@ -126,6 +136,7 @@ def analyse(name, arch, text, resources):
         "loop_hmma": any(c.startswith("HMMA") for c in per_trip),
         "loop_hgmma": any(c.startswith("HGMMA") for c in per_trip),
         "tma": "UTMALDG" in opcodes,
+        "loop_turns": bool(loop) and _turns_in_loop(instructions, loop),
         "loop_classes": sass.by_class(per_trip),
         "trip_fmas": fmas,
         "tensor_input": sass.tensor_input(per_trip),
@@ -156,6 +167,8 @@ def problems(result):
             found.append("no HGMMA in its tile loop")
         if not result["tma"]:
             found.append("no UTMALDG (TMA)")
+        if not result["loop_turns"]:
+            found.append("no consumer turns (256-thread named barriers) in its tile loop")
     elif not result["loop_hmma"]:
         found.append("no HMMA in its loop")
     return found

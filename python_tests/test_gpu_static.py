@@ -135,7 +135,7 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
     for r in kernels:
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
         if r["kernel"].startswith("sm90"):
-            assert r["arch"] == "sm_90a" and r["loop_hgmma"] and r["tma"], r
+            assert r["arch"] == "sm_90a" and r["loop_hgmma"] and r["tma"] and r["loop_turns"], r
         else:
             assert r["loop_hmma"], r
     assert lines[-1].startswith("predicted fwd+bwd CUDA N=65536 D=128 bf16: ")
@@ -164,8 +164,10 @@ def test_cuda_listings_are_read_per_kernel():
     functions = cuda_static.split_functions(listing)
     assert list(functions) == ["first", "second"] and "HMMA" in functions["first"]
     assert cuda_static.problems({"kernel": "sm90 walk_kernel<bf16, kLsePlain>", "spill_bytes": 4,
-                                 "spill_instructions": 0, "loop_hgmma": True, "tma": False}) == [
-        "spills 4 B (0 STL/LDL)", "no UTMALDG (TMA)"]
+                                 "spill_instructions": 0, "loop_hgmma": True, "tma": False,
+                                 "loop_turns": False}) == [
+        "spills 4 B (0 STL/LDL)", "no UTMALDG (TMA)",
+        "no consumer turns (256-thread named barriers) in its tile loop"]
 
 
 def test_l2_reduce_probe_compiles_to_vector_and_bulk_reductions(tmp_path):

@@ -3,12 +3,13 @@
 // family.
 //
 // A program is three warpgroups. The producer (one thread of warpgroup 0) loads the program's
-// own 128-row block once and streams 128-row tiles through a two-stage ring by TMA, each stage
-// with its rows' terms (a bulk copy) on the same transaction barrier. The two consumer
-// warpgroups own 64 rows each of every tile product and run the same loop; while one does its
-// exps the other's wgmma runs, which is how the exp work hides under the matrix work without a
-// hand-made schedule (the producer keeps few registers, setmaxnreg, so the consumers can hold a
-// 64 x 128 logit tile and a 64 x 128 gradient tile each). The backward's weights stay in
+// own 128-row block once and streams 128-row tiles through a ring by TMA (four stages at width
+// 128, two at 256), each stage with its rows' terms (a bulk copy) on the same transaction
+// barrier. The two consumer warpgroups own 64 rows each of every tile product and run the same
+// loop, taking turns to issue their logits wgmma (FlashAttention-3's ping-pong, ConsumerTurns
+// below) so that one's exps run while the other's product does (the producer keeps few
+// registers, setmaxnreg, so the consumers can hold a 64 x 128 logit tile and a 64 x 128
+// gradient tile each). The backward's weights stay in
 // registers: rounded to T they are the A operand of a second, register-sourced wgmma (as
 // FlashAttention-3 feeds P to its PV product; the accumulator's and the A operand's fragments
 // place the same (row, column) in the same register, checked on the host), whose B operand is
@@ -37,7 +38,10 @@ constexpr int kBlock = 128;  // own rows per program, streamed rows per tile
 // because the backward's weights stay in registers.
 constexpr int kMaxWidth = 256;
 constexpr int resident_width(int64_t d) { return d <= 128 ? 128 : kMaxWidth; }
-constexpr int kStages = 2;
+// Ring depth. A forward tile's products take about 1,000 cycles (0.6 us), less than a TMA load's
+// latency from HBM under load: the producer needs several tiles of lead. Four stages (128 KiB) at
+// width 128; at 256 two (128 KiB) are all that fit beside the own block.
+constexpr int ring_stages(int width) { return width == 128 ? 4 : 2; }
 constexpr int kConsumers = 2;  // warpgroups of 64 rows
 constexpr int kRowsPerConsumer = kBlock / kConsumers;
 constexpr int kThreads = 128 * (1 + kConsumers);
@@ -66,6 +70,7 @@ struct Atoms<cutlass::half_t> {
 
 template <class T, int kWidth>
 struct Layouts {
+  static constexpr int kStages = ring_stages(kWidth);
   // (row, k): 8-row groups of 128-byte swizzled rows, what TMA writes and wgmma reads K-major.
   using Block = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlock>, Int<kWidth>>{}));
   using Ring = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
@@ -78,6 +83,7 @@ struct Layouts {
 template <class T, int kWidth>
 struct SharedStorage {
   using L = Layouts<T, kWidth>;
+  static constexpr int kStages = L::kStages;
   alignas(1024) T own[cosize_v<typename L::Block>];
   alignas(1024) T ring[cosize_v<typename L::Ring>];
   alignas(16) RowTerms own_terms[kBlock];
@@ -105,6 +111,22 @@ struct Params {
   WalkOutputs out;
 };
 
+// The consumers' turns at issuing a tile's logits wgmma: 0, 1, 0, 1, ... Left alone, both wait
+// for the same stage and issue together, and a tile's tensor and exp phases add up instead of
+// overlapping; the first GPU session measured the kernels at 1.7x the issue-slot model, which
+// assumes the overlap (bench/NOTES.md). Two named barriers of both consumers' 256 threads: a
+// consumer waits on its own, then arrives on the other's once its wgmma is issued. Consumer 1
+// opens (an arrive for consumer 0's first turn) and consumer 0 closes (a wait for consumer 1's
+// last arrive), so every barrier generation completes: both walk the same tiles.
+struct ConsumerTurns {
+  int consumer;
+  static constexpr uint32_t kThreads = 2 * 128;
+  __device__ void wait() const { cutlass::arch::NamedBarrier::arrive_and_wait(kThreads, consumer); }
+  __device__ void pass() const { cutlass::arch::NamedBarrier::arrive(kThreads, 1 - consumer); }
+  __device__ void open() const { if (consumer == 1) pass(); }
+  __device__ void close() const { if (consumer == 0) wait(); }
+};
+
 // The kernels' bodies exist only for sm_90a (wgmma, setmaxnreg); a plain sm_90 build would give
 // H100s empty kernels that write nothing, so it is refused here rather than at run time.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -121,6 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   constexpr bool kSymmetricLse = kWalk == Walk::kLseSymmetric;
   constexpr bool kGrad = !kLse && !kSymmetricLse;
   constexpr int kGradWidth = grad_width(kWalk);
+  constexpr int kStages = L::kStages;
   const TileProblem& p = params.p;
   extern __shared__ __align__(1024) char shared_raw[];
   SharedStorage<T, kWidth>& shared = *reinterpret_cast<SharedStorage<T, kWidth>*>(shared_raw);
@@ -181,6 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   // Consumers.
   cutlass::arch::warpgroup_reg_alloc<232>();
   const int consumer = warpgroup - 1;
+  const ConsumerTurns turns{consumer};
   const int thread = threadIdx.x % 128;
   const int rows0 = consumer * kRowsPerConsumer;  // this consumer's rows of the MMA's M side
   auto logits_mma = make_tiled_mma(typename Atoms<T>::Logits{});
@@ -221,6 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
     Tensor s_tile = make_tensor(make_smem_ptr(stage_rows), typename L::Block{});
 
     clear(acc);
+    turns.wait();
     warpgroup_fence_operand(acc);
     warpgroup_arrive();
     if constexpr (kSymmetricLse) {  // rows: the tile's J block; columns: the own I block
@@ -233,11 +258,13 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
            thr.make_fragment_B(thr.partition_B(s_tile)), acc);
     }
     warpgroup_commit_batch();
+    turns.pass();
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc);
     return stage;
   };
 
+  turns.open();
   if constexpr (kSymmetricLse) {
     // Only the first tile of the first split is diagonal: it runs before the loop, with the
     // self-column mask, and the loop's tiles test nothing per logit. (Only here: the same
@@ -308,6 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
       EmptyBarrier::arrive(&shared.empty[stage]);
     }
   }
+  turns.close();
 
   if constexpr (kLse) {
     CUTE_UNROLL

@@ -424,7 +424,7 @@ void check_sm90_operands(const std::string& p) {
   for (int chunk = 0; chunk < kWidth / 64; ++chunk) chunk_check(Int<64>{}, chunk);
   for (int chunk = 0; chunk < kWidth / 128; ++chunk) chunk_check(Int<128>{}, chunk);
   // The producer's TMA writes Ring(_, _, stage); the consumers read Block at ring + stage * cosize.
-  check_same_offsets("sm90-operands", p + w + "Ring(row, d, s) vs s * cosize(Block) + Block(row, d)", "(row, d, s)", kBlock, kWidth, kStages,
+  check_same_offsets("sm90-operands", p + w + "Ring(row, d, s) vs s * cosize(Block) + Block(row, d)", "(row, d, s)", kBlock, kWidth, L::kStages,
                      [](int row, int d, int s) {
                        return std::pair<int, int>(tensor_offset<T>(typename L::Ring{}, row, d, s),
                                                   s * int(cosize_v<typename L::Block>) + tensor_offset<T>(typename L::Block{}, row, d));
