@@ -4,6 +4,8 @@
 #   tests      the GPU tests: the CUDA backend's, the Triton backend's, no host synchronisation
 #              (test_host_reads.py), and the conformance suite's
 #              cases on CUDA tensors (every backend that runs there)
+#   profile    bench/gpu_profile.py: host issue time, GPU busy time, launches and host waits of a
+#              forward + backward per fused backend (where the per-call fixed part goes)
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck on bench/cuda_sanitizer_case.py
 #   probe      bench/l2_reduce_probe.cu: fp32 reduction bandwidth into L2 (the triangle-backward
 #              decision, docs/CUDA_KERNELS.md)
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export out="${OUT:-bench/results}" python="${PYTHON:-python3}"
-phases="${SCL_GPU_PHASES:-build tests sanitize probe sweep}"
+phases="${SCL_GPU_PHASES:-build tests profile sanitize probe sweep}"
 mkdir -p "$out" build
 failed=()
 
@@ -72,6 +74,9 @@ sanitize() {
   done
   return $status
 }
+profile() {
+  "$python" -m bench.gpu_profile --out "$out" --sizes 4096,16384,65536 --dims 128,256
+}
 probe() {
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/l2_reduce_probe.cu \
     -o build/l2_reduce_probe && build/l2_reduce_probe | tee "$out/l2_reduce_probe.txt"
@@ -83,11 +88,18 @@ sweep() {
   "$python" -m bench.gpu_sweep --out "$out" "$@"
 }
 
-export -f build gpu_tests sanitize probe sweep
+export -f build gpu_tests profile sanitize probe sweep
 wanted build && phase build 900 build
 wanted tests && phase tests 1800 gpu_tests
+wanted profile && phase profile 600 profile
 wanted sanitize && phase sanitize 900 sanitize
 wanted probe && phase probe 300 probe
 wanted sweep && phase sweep 1800 sweep "$@"
+# The device tool brings back at most 8 files from $OUT: more are packed into one archive.
+if [ -n "${OUT:-}" ] && [ "$(find "$out" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+  archive=$(mktemp --suffix=.tar.gz)
+  tar -C "$out" -czf "$archive" . && find "$out" -mindepth 1 -delete \
+    && mv "$archive" "$out/gpu_session_results.tar.gz" && echo "packed into gpu_session_results.tar.gz"
+fi
 echo "== phases failed: ${failed[*]:-none}"
 [ ${#failed[@]} -eq 0 ]

@@ -18,7 +18,7 @@ FIELDS = ("implementation", "backend", "device", "n", "d", "dtype", "status", "f
           "vs_symmetric_floor")
 
 
-def _git_revision():
+def git_revision():
     try:
         def git(*args):
             return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
@@ -38,7 +38,7 @@ def machine_description(device):
         "OS": platform.platform(),
         "Python": platform.python_version(),
         "torch": torch.__version__ + (f", CUDA {torch.version.cuda}" if torch.version.cuda else ""),
-        "scl_kernels": f"{scl_kernels.__version__}, git {_git_revision()}",
+        "scl_kernels": f"{scl_kernels.__version__}, git {git_revision()}",
         # Other processes on the machine skew every number; this shows whether there were any.
         "load average at start": ", ".join(f"{load:.2f}" for load in os.getloadavg()),
     }
