@@ -33,6 +33,7 @@ WIDE = dict(n=65536, d=256)
 # consumers' loop is one 128-row streamed tile for the program's 128 rows.
 SM90_BLOCK, SM90_CONSUMER_WARPS = 128, 8
 SM90_GRAD_CHUNK = 128  # gradient columns per symmetric backward program (grad_width)
+SM90_PLAIN_GRAD_CHUNK = 64  # and per plain one (rows and columns walks)
 
 _FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
 _RESOURCE = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
@@ -198,6 +199,36 @@ def predict(results, n=HEADLINE["n"], d=HEADLINE["d"]):
     return steps, symmetric_floor, schedule_floor
 
 
+def predict_plain(results, n=HEADLINE["n"], d=HEADLINE["d"]):
+    """Predicted seconds of the sm_90a plain schedule on a cross set of n anchors and n contrast
+    rows (bf16, d <= 256): the forward over every tile, the backward's rows and columns walks
+    over every tile per 64-wide gradient chunk (each chunk recomputes the logits); plus the floor
+    of the plain schedule, 8 N^2 D FLOPs and 2 N^2 exps (S once in each pass, two products)."""
+    assert d <= 2 * SM90_BLOCK
+    width = SM90_BLOCK if d <= SM90_BLOCK else 2 * SM90_BLOCK
+    chunks = -(-d // SM90_PLAIN_GRAD_CHUNK)
+    by_name = {r["kernel"]: r for r in results if r["arch"] == "sm_90a"}
+    nb = -(-n // SM90_BLOCK)
+    steps = {}
+    for step, walk, tiles in (("forward", "kLsePlain", nb * nb),
+                              ("bwd rows", "kGradRowsPlain", nb * nb * chunks),
+                              ("bwd cols", "kGradColumns", nb * nb * chunks)):
+        r = by_name[f"sm90 walk_kernel<bf16, {walk}, {width}>"]
+        cost = issue_slots.cost(r["loop_classes"], r["trip_fmas"], "BF16", SM90_CONSUMER_WARPS)
+        steps[step] = (issue_slots.seconds(tiles, cost, 0, cost), cost, r)
+    return steps, issue_slots.floor_seconds(4 * n * n * d, 2 * n * n, "BF16")
+
+
+def _emit_steps(emit, steps):
+    total = 0.0
+    for step, (seconds, cost, r) in steps.items():
+        total += seconds
+        emit(f"  {step:<9} {seconds * 1e3:7.3f} ms, {cost.bound}-bound per tile (tensor "
+             f"{cost.tensor:.0f}, MUFU {cost.mufu:.0f}, issue {cost.issue:.0f} cycles), "
+             f"{r['per_1000_fmas']:.2f} loop instructions per 1,000 FMAs")
+    return total
+
+
 def report(results, out=sys.stdout):
     def emit(line=""):
         print(line, file=out, flush=True)
@@ -214,18 +245,21 @@ def report(results, out=sys.stdout):
              f"{r['spill_instructions']:>8}  {mma:<6}{'yes' if r['tma'] else 'no':<5}"
              f"{sum(r['loop_classes'].values()):>10}{per_k:>11}  {classes}")
     emit("(sm_80 kernels: one trip is one K chunk of a tile, its tile epilogue included.)")
+    steps, floor = predict_plain(results)
+    emit()
+    emit(f"Predicted sm_90a plain schedule, cross set of N={HEADLINE['n']} anchors and contrast "
+         f"rows, D={HEADLINE['d']} bf16, issue-slot model of an {issue_slots.H100.name}:")
+    total = _emit_steps(emit, steps)
+    emit(f"predicted fwd+bwd CUDA cross set N={HEADLINE['n']} D={HEADLINE['d']} bf16: "
+         f"{total * 1e3:.2f} ms ({total / floor:.2f}x the plain schedule's 8 N^2 D floor "
+         f"{floor * 1e3:.2f} ms)")
     totals = {}
     for case in (WIDE, HEADLINE):  # the headline last: its line ends the report
         steps, symmetric_floor, schedule_floor = predict(results, case["n"], case["d"])
         emit()
         emit(f"Predicted sm_90a symmetric schedule, N={case['n']} D={case['d']} bf16, "
              f"issue-slot model of an {issue_slots.H100.name}:")
-        total = 0.0
-        for step, (seconds, cost, r) in steps.items():
-            total += seconds
-            emit(f"  {step:<9} {seconds * 1e3:7.3f} ms, {cost.bound}-bound per tile (tensor "
-                 f"{cost.tensor:.0f}, MUFU {cost.mufu:.0f}, issue {cost.issue:.0f} cycles), "
-                 f"{r['per_1000_fmas']:.2f} loop instructions per 1,000 FMAs")
+        total = _emit_steps(emit, steps)
         emit(f"predicted fwd+bwd CUDA N={case['n']} D={case['d']} bf16: {total * 1e3:.2f} ms "
              f"({total / symmetric_floor:.2f}x the 4 N^2 D symmetric floor {symmetric_floor * 1e3:.2f} ms, "
              f"{total / schedule_floor:.2f}x the 5 N^2 D floor {schedule_floor * 1e3:.2f} ms)")

@@ -55,9 +55,14 @@ assert scl_kernels.backends.cuda_kernels_built(), 'no CUDA kernels registered'
 print('scl::supcon CUDA kernel registered; backends on cuda:', scl_kernels.available_backends('cuda'))"
 }
 gpu_tests() {
-  # shellcheck disable=SC2086  # SCL_GPU_PYTEST_ARGS: extra pytest arguments, e.g. "-n 8" (xdist)
+  # With pytest-xdist, 8 workers by default: faster, and a worker that crashes (the first
+  # session's segmentation fault) costs its test, not the run. SCL_GPU_PYTEST_ARGS replaces that
+  # (empty: one process).
+  local parallel=""
+  "$python" -c "import xdist" 2>/dev/null && parallel="-n 8"
+  # shellcheck disable=SC2086
   "$python" -m pytest -q -p no:cacheprovider --timeout 300 --maxfail "${SCL_GPU_MAXFAIL:-30}" -rfE \
-    ${SCL_GPU_PYTEST_ARGS:-} \
+    ${SCL_GPU_PYTEST_ARGS-$parallel} \
     python_tests/test_cuda_backend.py python_tests/test_triton_gpu.py python_tests/test_host_reads.py \
     python_tests/test_conformance.py python_tests/test_conformance_ops.py -k "cuda or gpu" \
     2>&1 | tee "$out/gpu_tests.log" | tail -n 60

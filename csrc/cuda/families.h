@@ -24,7 +24,6 @@ namespace sm90 {
 constexpr int kLseBlockRows = 128;
 // Whether the wgmma kernels take this problem (16-bit inputs, D within their resident block).
 bool supports(const TileProblem& p, const Device& device);
-bool supports_grad(GradWalk walk, const TileProblem& p, const Device& device);
 void lse_plain(const TileProblem& p, float* part_max, float* part_sum, int num_splits,
                cudaStream_t stream);
 void lse_symmetric(const TileProblem& p, float* row_sum, int num_splits, cudaStream_t stream);

@@ -48,7 +48,7 @@ void lse_symmetric(const TileProblem& p, float* row_sum, const Device& device) {
 
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns,
           const Device& device) {
-  if (sm90::supports_grad(walk, p, device)) {
+  if (sm90::supports(p, device)) {
     sm90::grad(walk, p, grad, grad_columns, device.stream);
   } else {
     sm80::grad(walk, p, grad, grad_columns, device.stream);

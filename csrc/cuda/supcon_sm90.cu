@@ -46,10 +46,6 @@ bool supports(const TileProblem& p, const Device& device) {
          p.own.rows < (int64_t{1} << 31) && p.streamed.rows < (int64_t{1} << 31);
 }
 
-bool supports_grad(GradWalk walk, const TileProblem& p, const Device& device) {
-  return walk != GradWalk::kColumns && supports(p, device);
-}
-
 void lse_plain(const TileProblem& p, float* part_max, float* part_sum, int num_splits,
                cudaStream_t stream) {
   run<Walk::kLsePlain>(p, {part_max, part_sum, nullptr, nullptr, 0, num_splits}, stream);
@@ -62,10 +58,10 @@ void lse_symmetric(const TileProblem& p, float* row_sum, int num_splits, cudaStr
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns,
           cudaStream_t stream) {
   const WalkOutputs o{nullptr, nullptr, nullptr, grad, grad_columns, 1};
-  if (walk == GradWalk::kRowsSymmetric) {
-    run<Walk::kGradRowsSymmetric>(p, o, stream);
-  } else {
-    run<Walk::kGradRowsPlain>(p, o, stream);
+  switch (walk) {
+    case GradWalk::kRowsSymmetric: run<Walk::kGradRowsSymmetric>(p, o, stream); break;
+    case GradWalk::kRowsPlain: run<Walk::kGradRowsPlain>(p, o, stream); break;
+    case GradWalk::kColumns: run<Walk::kGradColumns>(p, o, stream); break;
   }
 }
 
