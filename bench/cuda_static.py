@@ -175,24 +175,29 @@ def problems(result):
     return found
 
 
-def predict(results, n=HEADLINE["n"], d=HEADLINE["d"]):
-    """Predicted seconds of the sm_90a symmetric schedule (bf16, d <= 256, the kernels of the
-    resident width that d takes): the forward over the upper triangle, nb (nb + 1) / 2 tiles; the
-    backward over full rows, nb^2 tiles per 128-wide chunk of the gradient (each chunk recomputes
-    the logits); plus the floors of 4 N^2 D (MATH.md's symmetric) and 5 N^2 D FLOPs (the schedule
-    with one chunk)."""
+def _sm90_steps(results, d, walks):
+    """{step: (seconds, cost, result)} of bf16 sm_90a kernels at the resident width d takes;
+    walks: {step: (walk name, tiles)}."""
     assert d <= 2 * SM90_BLOCK
     width = SM90_BLOCK if d <= SM90_BLOCK else 2 * SM90_BLOCK
-    chunks = -(-d // SM90_GRAD_CHUNK)
     by_name = {r["kernel"]: r for r in results if r["arch"] == "sm_90a"}
-    nb = -(-n // SM90_BLOCK)
     steps = {}
-    for step, name, tiles in (("forward", f"sm90 walk_kernel<bf16, kLseSymmetric, {width}>", nb * (nb + 1) // 2),
-                              ("backward", f"sm90 walk_kernel<bf16, kGradRowsSymmetric, {width}>",
-                               nb * nb * chunks)):
-        r = by_name[name]
+    for step, (walk, tiles) in walks.items():
+        r = by_name[f"sm90 walk_kernel<bf16, {walk}, {width}>"]
         cost = issue_slots.cost(r["loop_classes"], r["trip_fmas"], "BF16", SM90_CONSUMER_WARPS)
         steps[step] = (issue_slots.seconds(tiles, cost, 0, cost), cost, r)
+    return steps
+
+
+def predict(results, n=HEADLINE["n"], d=HEADLINE["d"]):
+    """Predicted seconds of the sm_90a symmetric schedule (bf16, d <= 256): the forward over the
+    upper triangle, nb (nb + 1) / 2 tiles; the backward over full rows, nb^2 tiles per 128-wide
+    chunk of the gradient (each chunk recomputes the logits); plus the floors of 4 N^2 D
+    (MATH.md's symmetric) and 5 N^2 D FLOPs (the schedule with one chunk)."""
+    nb = -(-n // SM90_BLOCK)
+    steps = _sm90_steps(results, d, {
+        "forward": ("kLseSymmetric", nb * (nb + 1) // 2),
+        "backward": ("kGradRowsSymmetric", nb * nb * -(-d // SM90_GRAD_CHUNK))})
     flops = n * n * d  # multiply-adds of N^2 D / 2 ... as FMAs: FLOPs / 2
     symmetric_floor = issue_slots.floor_seconds(2 * flops, n * n, "BF16")  # 4 N^2 D FLOPs
     schedule_floor = issue_slots.floor_seconds(2.5 * flops, 1.5 * n * n, "BF16")  # 5 N^2 D
@@ -204,18 +209,11 @@ def predict_plain(results, n=HEADLINE["n"], d=HEADLINE["d"]):
     rows (bf16, d <= 256): the forward over every tile, the backward's rows and columns walks
     over every tile per 64-wide gradient chunk (each chunk recomputes the logits); plus the floor
     of the plain schedule, 8 N^2 D FLOPs and 2 N^2 exps (S once in each pass, two products)."""
-    assert d <= 2 * SM90_BLOCK
-    width = SM90_BLOCK if d <= SM90_BLOCK else 2 * SM90_BLOCK
-    chunks = -(-d // SM90_PLAIN_GRAD_CHUNK)
-    by_name = {r["kernel"]: r for r in results if r["arch"] == "sm_90a"}
     nb = -(-n // SM90_BLOCK)
-    steps = {}
-    for step, walk, tiles in (("forward", "kLsePlain", nb * nb),
-                              ("bwd rows", "kGradRowsPlain", nb * nb * chunks),
-                              ("bwd cols", "kGradColumns", nb * nb * chunks)):
-        r = by_name[f"sm90 walk_kernel<bf16, {walk}, {width}>"]
-        cost = issue_slots.cost(r["loop_classes"], r["trip_fmas"], "BF16", SM90_CONSUMER_WARPS)
-        steps[step] = (issue_slots.seconds(tiles, cost, 0, cost), cost, r)
+    chunks = -(-d // SM90_PLAIN_GRAD_CHUNK)
+    steps = _sm90_steps(results, d, {"forward": ("kLsePlain", nb * nb),
+                                     "bwd rows": ("kGradRowsPlain", nb * nb * chunks),
+                                     "bwd cols": ("kGradColumns", nb * nb * chunks)})
     return steps, issue_slots.floor_seconds(4 * n * n * d, 2 * n * n, "BF16")
 
 
