@@ -32,8 +32,7 @@ WIDE = dict(n=65536, d=256)
 # sm_90a: a program is a producer warpgroup and two consumer warpgroups; one trip of the
 # consumers' loop is one 128-row streamed tile for the program's 128 rows.
 SM90_BLOCK, SM90_CONSUMER_WARPS = 128, 8
-SM90_GRAD_CHUNK = 128  # gradient columns per symmetric backward program (grad_width)
-SM90_PLAIN_GRAD_CHUNK = 64  # and per plain one (rows and columns walks)
+SM90_GRAD_CHUNK = 128  # gradient columns per backward program (kGradWidth)
 
 _FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
 _RESOURCE = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
@@ -207,10 +206,10 @@ def predict(results, n=HEADLINE["n"], d=HEADLINE["d"]):
 def predict_plain(results, n=HEADLINE["n"], d=HEADLINE["d"]):
     """Predicted seconds of the sm_90a plain schedule on a cross set of n anchors and n contrast
     rows (bf16, d <= 256): the forward over every tile, the backward's rows and columns walks
-    over every tile per 64-wide gradient chunk (each chunk recomputes the logits); plus the floor
+    over every tile per 128-wide gradient chunk (each chunk recomputes the logits); plus the floor
     of the plain schedule, 8 N^2 D FLOPs and 2 N^2 exps (S once in each pass, two products)."""
     nb = -(-n // SM90_BLOCK)
-    chunks = -(-d // SM90_PLAIN_GRAD_CHUNK)
+    chunks = -(-d // SM90_GRAD_CHUNK)
     steps = _sm90_steps(results, d, {"forward": ("kLsePlain", nb * nb),
                                      "bwd rows": ("kGradRowsPlain", nb * nb * chunks),
                                      "bwd cols": ("kGradColumns", nb * nb * chunks)})

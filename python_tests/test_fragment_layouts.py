@@ -13,7 +13,7 @@ below asserts one family of lines, so a failure names the fact that broke:
   view row and one tile column per view column, covering each thread's registers once, the same
   for the accumulator and its coordinates, and the same tile row for the 4 lanes of a quad;
 - sm90-operands: for both resident widths (128, 256), the sm_90a streamed tile read as (d, row)
-  (BlockTransposed, whole and in every 64 / 128-wide chunk) is the same bytes as the tile TMA
+  (BlockTransposed, whole and in every 128-wide chunk) is the same bytes as the tile TMA
   wrote (Block), and Ring's stages are Blocks;
 - sm80-out-transposed: the sm_80 out chunk's transposed view (OutTransposed) is OutLayout;
 - smem-addressing: the offsets the kernels compute by calling a layout (cp.async destinations,
@@ -39,13 +39,13 @@ CUTLASS_PIN = "nvidia-cutlass==4.2.0.0"
 
 # Checks per family: the program's main() runs sm80 for bf16 / fp16 / fp32 and sm90 for bf16 / fp16.
 EXPECTED = {
-    "quads": 12,                # (3 sm80 types x 2 C tiles) + (2 sm90 types x 3 MMAs)
-    "views": 12,
-    "sm90-operands": 26,        # 2 types x (width 128: whole, 2 x 64, 1 x 128, ring;
-                                #            width 256: whole, 4 x 64, 2 x 128, ring)
+    "quads": 10,                # (3 sm80 types x 2 C tiles) + (2 sm90 types x 2 MMAs)
+    "views": 10,
+    "sm90-operands": 14,        # 2 types x (width 128: whole, 1 x 128, ring;
+                                #            width 256: whole, 2 x 128, ring)
     "sm80-out-transposed": 3,
     "smem-addressing": 14,      # sm80: 3 x (direct vs tensor, 3 runs) + 2 x pairs
-    "sm90-register-operand": 4,  # 2 types x (64- and 128-wide grads wgmma)
+    "sm90-register-operand": 2,  # 2 types x the 128-wide grads wgmma
 }
 
 

@@ -46,26 +46,22 @@ constexpr int kConsumers = 2;  // warpgroups of 64 rows
 constexpr int kRowsPerConsumer = kBlock / kConsumers;
 constexpr int kThreads = 128 * (1 + kConsumers);
 
-// Gradient columns per backward program (grid.y chunks them, each recomputing the logits): 128
-// for the symmetric walk, the whole row at the headline D <= 128 (a 64 x 256 fp32 accumulator
-// spills), 64 for the plain ones, whose extra per-element terms spill at 128.
-constexpr int grad_width(Walk walk) { return walk == Walk::kGradRowsSymmetric ? 128 : 64; }
+// Gradient columns per backward program (grid.y chunks them, each recomputing the logits): the
+// whole row at D <= 128, two programs at 256 (a 64 x 256 fp32 accumulator beside the logits'
+// spills). The plain walks spilled at 128 while their weights went through shared memory.
+constexpr int kGradWidth = 128;
 
 template <class T>
 struct Atoms;
 template <>
 struct Atoms<cutlass::bfloat16_t> {
   using Logits = SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>;
-  template <int N>
-  using Grads = std::conditional_t<N == 128, SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>,
-                                   SM90_64x64x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>>;
+  using Grads = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>;
 };
 template <>
 struct Atoms<cutlass::half_t> {
   using Logits = SM90_64x128x16_F32F16F16_SS<GMMA::Major::K, GMMA::Major::K>;
-  template <int N>
-  using Grads = std::conditional_t<N == 128, SM90_64x128x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::MN>,
-                                   SM90_64x64x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::MN>>;
+  using Grads = SM90_64x128x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::MN>;
 };
 
 template <class T, int kWidth>
@@ -142,7 +138,6 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   constexpr bool kLse = kWalk == Walk::kLsePlain;
   constexpr bool kSymmetricLse = kWalk == Walk::kLseSymmetric;
   constexpr bool kGrad = !kLse && !kSymmetricLse;
-  constexpr int kGradWidth = grad_width(kWalk);
   constexpr int kStages = L::kStages;
   const TileProblem& p = params.p;
   extern __shared__ __align__(1024) char shared_raw[];
@@ -208,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   const int thread = threadIdx.x % 128;
   const int rows0 = consumer * kRowsPerConsumer;  // this consumer's rows of the MMA's M side
   auto logits_mma = make_tiled_mma(typename Atoms<T>::Logits{});
-  auto grads_mma = make_tiled_mma(typename Atoms<T>::template Grads<kGradWidth>{});
+  auto grads_mma = make_tiled_mma(typename Atoms<T>::Grads{});
   auto thr = logits_mma.get_thread_slice(thread);
   auto grads_thr = grads_mma.get_thread_slice(thread);
 
@@ -217,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   Tensor own_half = local_tile(s_own, Shape<Int<kRowsPerConsumer>, Int<kWidth>>{}, make_coord(consumer, 0));
   Tensor acc = partition_fragment_C(logits_mma, Shape<Int<kRowsPerConsumer>, Int<kBlock>>{});
   Tensor grad = partition_fragment_C(grads_mma, Shape<Int<kRowsPerConsumer>, Int<kGradWidth>>{});
-  const int grad_chunk = kGrad ? int(blockIdx.y) : 0;  // columns [64 chunk, 64 chunk + 64)
+  const int grad_chunk = kGrad ? int(blockIdx.y) : 0;  // columns [128 chunk, 128 chunk + 128)
   Tensor sums_i = partition_fragment_C(logits_mma, Shape<Int<kRowsPerConsumer>, Int<kBlock>>{});
   clear(grad);
   clear(sums_i);

@@ -13,7 +13,6 @@ template <class T, Walk kWalk, int kWidth>
 void launch(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
   constexpr int bytes = int(sizeof(SharedStorage<T, kWidth>));
   static_assert(bytes <= 227 * 1024, "more shared memory than an H100 block may have");
-  constexpr int kGradWidth = grad_width(kWalk);
   const bool lse = kWalk == Walk::kLsePlain || kWalk == Walk::kLseSymmetric;
   // grid.y: the splits of the lse walks, the gradient's column chunks of the others.
   const unsigned y = lse ? unsigned(o.num_splits) : unsigned((o.grad_columns + kGradWidth - 1) / kGradWidth);

@@ -21,7 +21,7 @@
 //                        tile row per view row, one tile column per view column; the 4 lanes of a
 //                        quad see the same tile row at view row r, their columns partitioning it
 //   sm90-operands        for both resident widths (128, 256), the streamed tile read as (d, row)
-//                        (BlockTransposed, whole and in every 64 / 128-wide d chunk) is the same
+//                        (BlockTransposed, whole and in every 128-wide d chunk) is the same
 //                        bytes as Block; Ring's stages are Block at stage * cosize(Block)
 //   sm80-out-transposed  Config<T>::OutTransposed(d, j, s) == OutLayout(j, d, s)
 //   smem-addressing      what the kernels compute by evaluating a layout as a function (cp.async
@@ -397,7 +397,7 @@ void check_register_operand(const std::string& name, LogitsMma logits, GradsMma 
 // sm_90a (wgmma + TMA) kernels.
 // ---------------------------------------------------------------------------------------------
 // The streamed tile as the backward's B operand, (d, row) through BlockTransposed, for a resident
-// width: whole, and in every 64- and 128-wide chunk of d the gradient walks take; Ring's stages.
+// width: whole, and in every kGradWidth-wide chunk of d the gradient walks take; Ring's stages.
 template <class T, int kWidth>
 void check_sm90_operands(const std::string& p) {
   using namespace scl::cuda::sm90;
@@ -421,8 +421,7 @@ void check_sm90_operands(const std::string& p) {
                                                     tensor_offset<T>(typename L::Block{}, row, W * chunk + d));
                        });
   };
-  for (int chunk = 0; chunk < kWidth / 64; ++chunk) chunk_check(Int<64>{}, chunk);
-  for (int chunk = 0; chunk < kWidth / 128; ++chunk) chunk_check(Int<128>{}, chunk);
+  for (int chunk = 0; chunk < kWidth / kGradWidth; ++chunk) chunk_check(Int<kGradWidth>{}, chunk);
   // The producer's TMA writes Ring(_, _, stage); the consumers read Block at ring + stage * cosize.
   check_same_offsets("sm90-operands", p + w + "Ring(row, d, s) vs s * cosize(Block) + Block(row, d)", "(row, d, s)", kBlock, kWidth, L::kStages,
                      [](int row, int d, int s) {
@@ -431,26 +430,23 @@ void check_sm90_operands(const std::string& p) {
                      });
 }
 
-template <class T, class LogitsAtom, class Grads64Atom, class Grads128Atom>
+template <class T, class LogitsAtom, class GradsAtom>
 void check_sm90(const std::string& type) {
   using namespace scl::cuda::sm90;
   static_assert(std::is_same_v<typename Atoms<T>::Logits, LogitsAtom>);
-  static_assert(std::is_same_v<typename Atoms<T>::template Grads<64>, Grads64Atom>);
-  static_assert(std::is_same_v<typename Atoms<T>::template Grads<128>, Grads128Atom>);
+  static_assert(std::is_same_v<typename Atoms<T>::Grads, GradsAtom>);
+  static_assert(kGradWidth == 128);
   auto view = [](auto l) { return scl::cuda::sm90_rows_columns(l); };
   const std::string p = "sm90 " + type + " ";
   check_accumulator<kRowsPerConsumer, kBlock>(p + "logits accumulator (64x128x16 K,K)", make_tiled_mma(LogitsAtom{}), view);
-  check_accumulator<kRowsPerConsumer, 64>(p + "gradient accumulator (64x64x16 K,MN)", make_tiled_mma(Grads64Atom{}), view);
-  check_accumulator<kRowsPerConsumer, 128>(p + "gradient accumulator (64x128x16 K,MN)", make_tiled_mma(Grads128Atom{}), view);
+  check_accumulator<kRowsPerConsumer, kGradWidth>(p + "gradient accumulator (64x128x16 K,MN)", make_tiled_mma(GradsAtom{}), view);
   check_sm90_operands<T, 128>(p);
   check_sm90_operands<T, kMaxWidth>(p);
 
   // The backward copies the logits accumulator, element i to element i, into the A fragment of the
   // register-sourced grads wgmma: both must hold the same (row, column) at every i.
-  check_register_operand(p + "grads wgmma's A fragment (64x64x16 RS) vs the logits accumulator",
-                         make_tiled_mma(LogitsAtom{}), make_tiled_mma(Grads64Atom{}));
   check_register_operand(p + "grads wgmma's A fragment (64x128x16 RS) vs the logits accumulator",
-                         make_tiled_mma(LogitsAtom{}), make_tiled_mma(Grads128Atom{}));
+                         make_tiled_mma(LogitsAtom{}), make_tiled_mma(GradsAtom{}));
 }
 
 }  // namespace
@@ -462,9 +458,9 @@ int main() {
   check_sm80<bfloat16_t, SM80_16x8x16_F32BF16BF16F32_TN, 16>("bf16");
   check_sm80<half_t, SM80_16x8x16_F32F16F16F32_TN, 16>("fp16");
   check_sm80<float, SM80_16x8x8_F32TF32TF32F32_TN, 8>("fp32");
-  check_sm90<bfloat16_t, SM90_64x128x16_F32BF16BF16_SS<Major::K, Major::K>, SM90_64x64x16_F32BF16BF16_RS<Major::K, Major::MN>,
+  check_sm90<bfloat16_t, SM90_64x128x16_F32BF16BF16_SS<Major::K, Major::K>,
              SM90_64x128x16_F32BF16BF16_RS<Major::K, Major::MN>>("bf16");
-  check_sm90<half_t, SM90_64x128x16_F32F16F16_SS<Major::K, Major::K>, SM90_64x64x16_F32F16F16_RS<Major::K, Major::MN>,
+  check_sm90<half_t, SM90_64x128x16_F32F16F16_SS<Major::K, Major::K>,
              SM90_64x128x16_F32F16F16_RS<Major::K, Major::MN>>("fp16");
   std::printf("SUMMARY %d checks, %d failed\n", checks, failures);
   return failures == 0 ? 0 : 1;
