@@ -175,7 +175,8 @@ def test_cuda_listings_are_read_per_kernel():
 def test_l2_reduce_probe_compiles_to_vector_and_bulk_reductions(tmp_path):
     """bench/l2_reduce_probe.cu, the GPU session's measurement that decides on a triangle backward,
     measures what it says: 16-byte reductions (REDG F32x4) and the TMA unit's bulk reduction
-    (UBLKRED) against plain 16-byte stores."""
+    (UBLKRED) against plain 16-byte stores, and the cluster pair (cluster barriers, 16-byte loads
+    from the partner's shared memory)."""
     from bench import cuda_static, sass
     tools, why = cuda_static.toolchain()
     if tools is None:
@@ -188,3 +189,4 @@ def test_l2_reduce_probe_compiles_to_vector_and_bulk_reductions(tmp_path):
     assert any(o.startswith("REDG.E.ADD.F32x4") for o in opcodes), sorted(opcodes)
     assert any(o.startswith("UBLKRED.G.S.ADD.F32") for o in opcodes), sorted(opcodes)
     assert any(o.startswith("STG.E.128") for o in opcodes), sorted(opcodes)
+    assert {"UCGABAR_ARV", "UCGABAR_WAIT", "LD.E.128"} <= opcodes, sorted(opcodes)
