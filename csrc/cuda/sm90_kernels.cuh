@@ -110,10 +110,11 @@ struct Params {
 // The consumers' turns at issuing a tile's logits wgmma: 0, 1, 0, 1, ... Left alone, both wait
 // for the same stage, and when they issue together a tile's tensor and exp phases add up
 // instead of overlapping; the first GPU session measured the kernels at 1.7x the issue-slot
-// model, which assumes the overlap, close to what lockstep would cost (bench/NOTES.md). Two named barriers of both consumers' 256 threads: a
-// consumer waits on its own, then arrives on the other's once its wgmma is issued. Consumer 1
-// opens (an arrive for consumer 0's first turn) and consumer 0 closes (a wait for consumer 1's
-// last arrive), so every barrier generation completes: both walk the same tiles.
+// model, which assumes the overlap, close to what lockstep would cost (bench/NOTES.md).
+// Two named barriers of both consumers' 256 threads: a consumer waits on its own, then arrives
+// on the other's once its wgmma is issued. Consumer 1 opens (an arrive for consumer 0's first
+// turn) and consumer 0 closes (a wait for consumer 1's last arrive), so every barrier
+// generation completes: both walk the same tiles.
 struct ConsumerTurns {
   int consumer;
   static constexpr uint32_t kThreads = 2 * 128;
