@@ -150,13 +150,15 @@ std::pair<at::Tensor, at::Tensor> rows_and_inv_norms(const at::Tensor& x, const 
 }
 
 // Compact class ids without learning the number of classes on the host: a new class starts
-// wherever the sorted labels change, and its id counts the changes before it.
+// wherever the sorted labels change, and its id counts the changes before it. The ids go back
+// to label order by a gather through the inverse permutation (a second sort): CUDA's scatter
+// has no deterministic mode and would refuse torch.use_deterministic_algorithms(True).
 at::Tensor class_ids_by_sorting(const at::Tensor& labels) {
   const int64_t n = labels.size(0);
   auto [sorted, order] = labels.sort();
   at::Tensor starts = at::zeros({n}, labels.options());
   if (n > 1) starts.narrow(0, 1, n - 1).copy_(sorted.narrow(0, 1, n - 1) != sorted.narrow(0, 0, n - 1));
-  return at::empty_like(starts).scatter_(0, order, starts.cumsum(0));
+  return starts.cumsum(0).index_select(0, order.argsort());
 }
 
 }  // namespace
