@@ -81,7 +81,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
                                                               const SupConArgs& args) {
   const c10::ParallelGuard serial(run_serially(args));
   DeferredValueChecks value_checks;
-  const SupConProblem p = prepare_problem(args, &value_checks);
+  const bool check_values = !kernels.host_may_wait || kernels.host_may_wait(args.features);
+  const SupConProblem p = prepare_problem(args, check_values ? &value_checks : nullptr);
   const at::Tensor lse = kernels.lse(tile_inputs(p, choose_schedule(p, kernels, true)));
   TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
   at::Tensor losses = anchor_losses(p, lse);

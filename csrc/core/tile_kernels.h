@@ -60,6 +60,10 @@ struct TileKernels {
   // Log-sum-exp per anchor over its columns, float64 [m] (-inf for an anchor without columns).
   std::function<at::Tensor(const TileInputs&)> lse;
   std::function<TileGrads(const TileInputs&, const GradCoefficients&)> grad;
+  // Whether the host may wait for values on `like`'s device now (empty: always). A CUDA backend
+  // says no while the current stream captures a CUDA graph: the forward then leaves out its
+  // NaN / inf check, which a replay on new values would not repeat anyway.
+  std::function<bool(const at::Tensor& like)> host_may_wait;
 };
 
 }  // namespace scl

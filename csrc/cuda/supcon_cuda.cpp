@@ -2,7 +2,7 @@
 // (launch.h). This file is the only one that sees tensors: it brings rows to the kernels' form,
 // builds the per-row terms (tile_args.h), launches on the current stream under a device guard,
 // and merges the kernels' fp32 partial sums into the core's float64 log-sum-exp. No host
-// synchronisation and nothing of size N x N.
+// synchronisation and nothing of size N x N; under CUDA graph capture the core reads nothing.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -181,10 +181,18 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   return out;
 }
 
+// False while the current stream captures a CUDA graph: nothing may wait for the device then.
+bool host_may_wait(const at::Tensor& like) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(
+      at::cuda::getCurrentCUDAStream(like.device().index()).stream(), &status));
+  return status == cudaStreamCaptureStatusNone;
+}
+
 const TileKernels& cuda_kernels() {
   // The symmetric forward adds a row's tiles by atomics: not reproducible; every backward is.
   static const TileKernels kernels{compute_type, /*symmetric_forward_is_deterministic=*/false,
-                                   lse_tiles, grad_tiles};
+                                   lse_tiles, grad_tiles, host_may_wait};
   return kernels;
 }
 
