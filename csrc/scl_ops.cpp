@@ -50,4 +50,8 @@ TORCH_LIBRARY(scl, m) {
   m.def("supcon_triton_grad_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
         "float inv_t, int self_offset, bool symmetric, Tensor coef, Tensor lse_hi, "
         "Tensor lse_lo) -> (Tensor dq, Tensor dz)");
+  // Whether the host may wait for values on `like`'s device now (false while a CUDA graph is
+  // being captured): TileKernels::host_may_wait, answered in Python because csrc/triton is
+  // compiled without CUDA.
+  m.def("supcon_triton_host_may_wait(Tensor like) -> bool");
 }

@@ -8,7 +8,8 @@ computes the temperature's gradient only when autograd asks for it.
 
 Without a GPU: the CPU backend takes that path under SCL_DEVICE_PREPARATION=1, and the profiler,
 which records every ATen call the C++ op makes, must see none of the ops that read a value on
-the host. With a GPU: the fused backends run under torch.cuda.set_sync_debug_mode("error").
+the host. With a GPU: the fused backends run under torch.cuda.set_sync_debug_mode("error"), and
+a forward + backward is captured in a CUDA graph and replayed on new inputs.
 """
 import pytest
 import torch
@@ -93,3 +94,39 @@ def test_gpu_step_does_not_synchronise(backend_name, layout, randn, randint):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.skipif(not GPU_FUSED, reason="needs a CUDA GPU and a fused GPU backend")
+@pytest.mark.parametrize("backend_name", GPU_FUSED)
+def test_cuda_graph_replays_forward_and_backward(backend_name, randn, randint):
+    """While a CUDA graph is captured the op reads nothing on the host (its NaN / inf check is
+    left out), so a whole forward + backward can be captured and replayed on new inputs."""
+    x = randn(300, 128, dtype=torch.bfloat16).cuda().requires_grad_()
+    labels = randint(0, 5, (300,)).cuda()
+
+    def step():
+        x.grad = None
+        loss = scl_kernels.supcon_loss(x, labels, 0.1, backend=backend_name)
+        loss.backward()
+        return loss
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up (and Triton's autotuning) off the capture
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    x.grad = None
+    with torch.cuda.graph(graph):
+        captured = step()
+    fresh = randn(300, 128, dtype=torch.bfloat16, scale=2.0).cuda()
+    with torch.no_grad():
+        x.copy_(fresh)
+    graph.replay()
+    eager_x = fresh.clone().requires_grad_()
+    eager = scl_kernels.supcon_loss(eager_x, labels, 0.1, backend=backend_name)
+    eager.backward()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, eager, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(x.grad.float(), eager_x.grad.float(), rtol=2e-2, atol=1e-3)

@@ -52,11 +52,20 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   return {symmetric ? at::Tensor() : dq, dz};
 }
 
+bool host_may_wait(const at::Tensor& like) {
+  if (!like.is_cuda()) return true;  // Triton's interpreter: nothing to capture
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("scl::supcon_triton_host_may_wait", "")
+                             .typed<bool(const at::Tensor&)>();
+  require_tile_kernel("scl::supcon_triton_host_may_wait", like);
+  return op.call(like);
+}
+
 const TileKernels& triton_kernels() {
   // The symmetric forward sums a row's tiles by atomics: not reproducible.
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false, lse_tiles,
-                                   grad_tiles};
+                                   grad_tiles, host_may_wait};
   return kernels;
 }
 

@@ -21,3 +21,13 @@ def _on_cpu(fn):
 for _name, _fn in (("supcon_triton_lse_tiles", lse_tiles), ("supcon_triton_grad_tiles", grad_tiles)):
     _library.impl(_name, _fn, "CUDA")
     _library.impl(_name, _on_cpu(_fn), "CPU")
+
+
+def _host_may_wait(like):
+    """False while the stream of ``like``'s device captures a CUDA graph: the shared core then
+    leaves out the forward's NaN / inf check, the op's only host wait (csrc/core/tile_kernels.h)."""
+    with torch.cuda.device(like.device):
+        return not torch.cuda.is_current_stream_capturing()
+
+
+_library.impl("supcon_triton_host_may_wait", _host_may_wait, "CUDA")
