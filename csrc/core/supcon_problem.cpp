@@ -151,8 +151,8 @@ std::pair<at::Tensor, at::Tensor> rows_and_inv_norms(const at::Tensor& x, const 
 
 // Compact class ids without learning the number of classes on the host: a new class starts
 // wherever the sorted labels change, and its id counts the changes before it. The ids go back
-// to label order by a gather through the inverse permutation (a second sort): CUDA's scatter
-// has no deterministic mode and would refuse torch.use_deterministic_algorithms(True).
+// to label order by a gather through the inverse permutation (a second sort), not a scatter:
+// some torch versions refuse CUDA's scatter under torch.use_deterministic_algorithms(True).
 at::Tensor class_ids_by_sorting(const at::Tensor& labels) {
   const int64_t n = labels.size(0);
   auto [sorted, order] = labels.sort();
