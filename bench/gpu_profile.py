@@ -3,7 +3,8 @@ host's time to issue the step, kernel time and how much of the wall the GPU is b
 host synchronisations and the largest kernels. It answers the first GPU session's open question:
 about 3 ms per call that does not grow with N^2 (bench/NOTES.md, "First GPU session").
 
-    python -m bench.gpu_profile                         # CUDA: triton and cuda, N = 16,384 / 65,536
+    python -m bench.gpu_profile                 # CUDA: triton and cuda, single and cross set,
+                                                # N = 16,384 / 65,536, D = 128
     python -m bench.gpu_profile --device cpu --backends cpu --sizes 512 --dims 64
 
 Writes gpu_profile_<device>_<date>.md to --out (bench/results/ by default). On the CPU there are
@@ -11,6 +12,7 @@ no kernel rows: that run exists so that the script is tested without a GPU.
 """
 import argparse
 import datetime
+import itertools
 import os
 import platform
 import statistics
@@ -88,15 +90,25 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def profile_backend(backend, n, d, dtype, device, steps):
+def profile_backend(backend, layout, n, d, dtype, device, steps):
+    """One row: ``layout`` "single" (one set: the symmetric schedule) or "cross" (n anchors
+    against n other rows, gradients for both: the plain schedule, both backward walks)."""
     import scl_kernels
     g = torch.Generator().manual_seed(0)
-    features = torch.randn(n, d, generator=g).to(device=device, dtype=dtype).requires_grad_()
-    labels = torch.randint(0, max(2, n // 64), (n,), generator=g).to(device)
+
+    def rows():
+        return torch.randn(n, d, generator=g).to(device=device, dtype=dtype).requires_grad_()
+
+    def classes():
+        return torch.randint(0, max(2, n // 64), (n,), generator=g).to(device)
+
+    features, labels = rows(), classes()
+    cross = {"contrast": rows(), "contrast_labels": classes()} if layout == "cross" else {}
+    inputs = [features] + ([cross["contrast"]] if cross else [])
 
     def step():
-        loss = scl_kernels.supcon_loss(features, labels, TEMPERATURE, backend=backend)
-        return torch.autograd.grad(loss, features)[0]
+        loss = scl_kernels.supcon_loss(features, labels, TEMPERATURE, backend=backend, **cross)
+        return torch.autograd.grad(loss, inputs)
 
     for _ in range(3):  # compiles, autotunes, fills the caching allocator
         step()
@@ -116,7 +128,7 @@ def profile_backend(backend, n, d, dtype, device, steps):
         step()
         synchronize(device)
     summary = summarise(events_of(prof))
-    summary.update(backend=backend, n=n, d=d, wall_ms=1e3 * statistics.median(walls),
+    summary.update(backend=backend, layout=layout, n=n, d=d, wall_ms=1e3 * statistics.median(walls),
                    issue_ms=1e3 * statistics.median(issues))
     return summary
 
@@ -140,19 +152,21 @@ def write_markdown(path, rows, *, device, dtype, steps, command):
     lines = [f"# Where a forward + backward's time goes: {device.type}, "
              f"{datetime.date.today().isoformat()}", "",
              f"- machine: {environment(device)}",
-             f"- torch {torch.__version__}, scl_kernels git {report.git_revision()}; {dtype} features, {TEMPERATURE} temperature, single set",
+             f"- torch {torch.__version__}, scl_kernels git {report.git_revision()}; {dtype} features, "
+             f"{TEMPERATURE} temperature; single: one set (symmetric schedule), cross: N anchors "
+             "against N other rows (plain schedule, gradients for both)",
              f"- command: `{command}`",
              f"- wall: median of {steps} synchronised steps; host issue: the same steps until the "
              "host returns from the backward (all work queued); the rest from one profiled step",
-             "", "| backend | N | D | wall ms | host issue ms | GPU busy ms | kernel ms | kernels "
-             "| copies | host waits | top-level ATen calls |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "", "| backend | layout | N | D | wall ms | host issue ms | GPU busy ms | kernel ms "
+             "| kernels | copies | host waits | top-level ATen calls |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['backend']} | {r['n']} | {r['d']} | {r['wall_ms']:.3f} | "
+        lines.append(f"| {r['backend']} | {r['layout']} | {r['n']} | {r['d']} | {r['wall_ms']:.3f} | "
                      f"{r['issue_ms']:.3f} | {r['busy_ms']:.3f} | {r['kernel_ms']:.3f} | "
                      f"{r['kernels']} | {r['copies']} | {r['host_waits']} | {r['aten_calls']} |")
     for r in rows:
-        lines += ["", f"## {r['backend']}, N = {r['n']}, D = {r['d']}", "",
+        lines += ["", f"## {r['backend']}, {r['layout']}, N = {r['n']}, D = {r['d']}", "",
                   "Runtime calls: " + (", ".join(f"{name} {count}" for name, count in
                                                  r["runtime"].items()) or "none (CPU)")]
         if r["top"]:
@@ -168,6 +182,7 @@ def main(argv=None):
     parser.add_argument("--backends", default="triton,cuda")
     parser.add_argument("--sizes", default="16384,65536", help="N values, comma-separated")
     parser.add_argument("--dims", default="128", help="D values, comma-separated")
+    parser.add_argument("--layouts", default="single,cross", help="single and / or cross")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", default=os.path.join(report.REPO_ROOT, "bench", "results"))
@@ -181,14 +196,14 @@ def main(argv=None):
         if backend not in available:
             print(f"{backend}: not available on {device.type} here, skipped", flush=True)
             continue
-        for d in map(int, args.dims.split(",")):
-            for n in map(int, args.sizes.split(",")):
-                row = profile_backend(backend, n, d, dtype, device, args.steps)
-                print(f"{backend} N={n} D={d}: wall {row['wall_ms']:.3f} ms, host issue "
-                      f"{row['issue_ms']:.3f} ms, GPU busy {row['busy_ms']:.3f} ms, "
-                      f"{row['kernels']} kernels, {row['host_waits']} host waits, "
-                      f"{row['aten_calls']} ATen calls", flush=True)
-                rows.append(row)
+        for layout, d, n in itertools.product(args.layouts.split(","), map(int, args.dims.split(",")),
+                                              map(int, args.sizes.split(","))):
+            row = profile_backend(backend, layout, n, d, dtype, device, args.steps)
+            print(f"{backend} {layout} N={n} D={d}: wall {row['wall_ms']:.3f} ms, host issue "
+                  f"{row['issue_ms']:.3f} ms, GPU busy {row['busy_ms']:.3f} ms, "
+                  f"{row['kernels']} kernels, {row['host_waits']} host waits, "
+                  f"{row['aten_calls']} ATen calls", flush=True)
+            rows.append(row)
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"gpu_profile_{device.type}_{datetime.date.today().isoformat()}.md")
     write_markdown(path, rows, device=device, dtype=args.dtype, steps=args.steps,

@@ -40,9 +40,11 @@ def test_cpu_run_writes_its_report(tmp_path):
     rows = gpu_profile.main(["--device", "cpu", "--backends", "cpu,reference", "--sizes", "200",
                              "--dims", "24", "--dtype", "fp32", "--steps", "2",
                              "--out", str(tmp_path)])
-    assert [(r["backend"], r["n"], r["d"]) for r in rows] == [("cpu", 200, 24),
-                                                             ("reference", 200, 24)]
+    assert [(r["backend"], r["layout"], r["n"], r["d"]) for r in rows] == [
+        ("cpu", "single", 200, 24), ("cpu", "cross", 200, 24),
+        ("reference", "single", 200, 24), ("reference", "cross", 200, 24)]
     assert all(r["wall_ms"] > 0 and r["aten_calls"] > 0 and r["kernels"] == 0 for r in rows)
     [report] = tmp_path.iterdir()
     text = report.read_text()
-    assert report.name.startswith("gpu_profile_cpu_") and "| cpu | 200 | 24 |" in text
+    assert report.name.startswith("gpu_profile_cpu_")
+    assert "| cpu | single | 200 | 24 |" in text and "| cpu | cross | 200 | 24 |" in text
