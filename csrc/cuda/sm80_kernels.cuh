@@ -294,8 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const TileProblem p, 
     if (kc == chunks - 1) {
       // The tile is complete: logits, weights or sums.
       const int64_t c0 = tile * kBlockN;
-      const bool masked = kColumns ? tm::tile_holds_self_column(c0, kBlockN, row0, kBlockM, p.self_offset)
-                                   : tm::tile_holds_self_column(row0, kBlockM, c0, kBlockN, p.self_offset);
+      const bool masked = walk_tile_holds_self_column<kWalk>(row0, kBlockM, c0, kBlockN, p.self_offset);
       const int parity = int(tile & 1);
       tile_epilogue<kWalk, kRows, kCols>(
           acc_rc, coords_rc, [&](int r) { return own[r]; },

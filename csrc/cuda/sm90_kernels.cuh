@@ -295,17 +295,13 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
     for (int64_t t = 0; t < tiles; ++t) {
       const int stage = tile_logits(t);
       const int64_t c0 = (first_tile + range.begin + t) * kBlock;
-      // In the columns walk the own rows are columns and the streamed ones anchors: anchor i's
-      // self column is own row i + self_offset.
-      constexpr bool kColumns = kWalk == Walk::kGradColumns;
-      const bool masked = kColumns ? tm::tile_holds_self_column(c0, kBlock, row0, kBlock, p.self_offset)
-                                   : tm::tile_holds_self_column(row0, kBlock, c0, kBlock, p.self_offset);
+      const bool masked = walk_tile_holds_self_column<kWalk>(row0, kBlock, c0, kBlock, p.self_offset);
       // In a masked tile the self column lies within a tile's width of the diagonal, so one
       // 32-bit offset per tile replaces two 64-bit compares per logit: local column = local row
-      // + self_delta.
+      // + self_delta (in the columns walk, own row i + self_offset is anchor i's self column).
       const int self_delta = !masked ? 0
-                             : kColumns ? int(row0 + rows0 - c0 - p.self_offset)
-                                        : int(row0 + rows0 + p.self_offset - c0);
+                             : kWalk == Walk::kGradColumns ? int(row0 + rows0 - c0 - p.self_offset)
+                                                           : int(row0 + rows0 + p.self_offset - c0);
       tile_epilogue<kWalk, kRows, kCols>(
           acc_rc, coords_rc, own, [&](int c) { return shared_terms(&shared.ring_terms[stage][c]); },
           [&](int r, int c) {

@@ -12,6 +12,18 @@ namespace scl::cuda {
 // The walks of an own row block over streamed tiles (tile_args.h says what their terms hold).
 enum class Walk { kLsePlain, kLseSymmetric, kGradRowsPlain, kGradRowsSymmetric, kGradColumns };
 
+// Whether a tile of own rows [own0, own0 + own_rows) against streamed rows [streamed0,
+// streamed0 + streamed_rows) holds an anchor's self column. Own rows are the anchors, except in
+// the columns walk, whose own rows are columns and whose streamed rows are the anchors.
+template <Walk kWalk>
+__device__ __forceinline__ bool walk_tile_holds_self_column(int64_t own0, int64_t own_rows,
+                                                            int64_t streamed0, int64_t streamed_rows,
+                                                            int64_t self_offset) {
+  return kWalk == Walk::kGradColumns
+             ? tile_math::tile_holds_self_column(streamed0, streamed_rows, own0, own_rows, self_offset)
+             : tile_math::tile_holds_self_column(own0, own_rows, streamed0, streamed_rows, self_offset);
+}
+
 // Rewrites a tile's dot products in place: `acc_rc` and `coords_rc` are the accumulator and its
 // coordinates seen as (rows, columns) (fragments.cuh), own(r) the terms of view row r,
 // streamed(c) those of local column c, is_self(r, c) whether the element is an anchor's own
