@@ -15,9 +15,9 @@ void DeferredValueChecks::expect(const at::Tensor& ok, std::string failure) {
   at::Tensor host_ok = at::empty({}, ok.options().device(at::kCPU).pinned_memory(true));
   host_ok.copy_(ok.reshape({}), /*non_blocking=*/true);
   const c10::Device device = ok.device();
-  // One event for all copies: streams run in order, so the last copy's completion covers the
-  // earlier ones queued on the same stream.
-  copies_done_.emplace(device.type());
+  // One event for all copies, recorded again after each: streams run in order, so the last
+  // copy's completion covers the earlier ones queued on the same stream.
+  if (!copies_done_.has_value()) copies_done_.emplace(device.type());
   copies_done_->record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
   pending_.push_back({std::move(host_ok), std::move(failure)});
 }

@@ -29,7 +29,7 @@ class DeferredValueChecks {
     std::string failure;
   };
   std::vector<Pending> pending_;
-  std::optional<c10::Event> copies_done_;  // recorded after the latest device-to-host copy
+  std::optional<c10::Event> copies_done_;  // recorded again after each device-to-host copy
 };
 
 }  // namespace scl

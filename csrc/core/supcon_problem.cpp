@@ -127,13 +127,14 @@ double check_args(const SupConArgs& a) {
 }
 
 // The caller's rows made contiguous, and 1 / max(||x||, eps) per row in the compute dtype.
-// With value_checks, NaN / inf in x is an error naming it: raised here on the CPU path, queued
-// in value_checks on the device path.
+// With value_checks, NaN / inf in x is an error naming it: raised here, or queued in
+// value_checks when preparing without host reads.
 std::pair<at::Tensor, at::Tensor> rows_and_inv_norms(const at::Tensor& x, const char* name,
                                                      at::ScalarType ct, bool normalize,
-                                                     DeferredValueChecks* value_checks) {
+                                                     DeferredValueChecks* value_checks,
+                                                     bool without_host_reads) {
   at::Tensor rows = x.contiguous();
-  const bool deferred = value_checks != nullptr && prepare_without_host_reads(rows);
+  const bool deferred = value_checks != nullptr && without_host_reads;
   if (deferred) value_checks->expect(at::isfinite(rows).all(), std::string(name) + kNotFinite);
   if (!normalize) {
     if (value_checks != nullptr && !deferred) check_finite(rows, name);
@@ -172,6 +173,8 @@ at::Tensor SupConProblem::unit(Rows which, int64_t start, int64_t length) const 
 
 SupConProblem prepare_problem(const SupConArgs& a, DeferredValueChecks* value_checks) {
   const double temperature = check_args(a);
+  // Every tensor is on the features' device (check_args): one choice for the whole call.
+  const bool without_host_reads = prepare_without_host_reads(a.features);
 
   SupConProblem p;
   p.single_set = !a.contrast.has_value();
@@ -182,12 +185,13 @@ SupConProblem prepare_problem(const SupConArgs& a, DeferredValueChecks* value_ch
   p.compute_type = a.features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   if (!p.single_set) {  // the features' errors first
     std::tie(p.q, p.q_inv_norm) =
-        rows_and_inv_norms(a.features, "features", p.compute_type, a.normalize, value_checks);
+        rows_and_inv_norms(a.features, "features", p.compute_type, a.normalize, value_checks,
+                           without_host_reads);
   }
   std::tie(p.z, p.z_inv_norm) =
       rows_and_inv_norms(p.single_set ? a.features : *a.contrast,
                          p.single_set ? "features" : "contrast", p.compute_type, a.normalize,
-                         value_checks);
+                         value_checks, without_host_reads);
   p.n = p.z.size(0);
   if (p.single_set) {
     p.m = a.num_anchors;
@@ -207,7 +211,6 @@ SupConProblem prepare_problem(const SupConArgs& a, DeferredValueChecks* value_ch
           .clamp_min(-1);
   // Off the CPU the number of classes is never read: per-class tensors get one row per label,
   // O(N) more rows (never N x N) against a stop of the device's queue.
-  const bool without_host_reads = prepare_without_host_reads(all_labels);
   at::Tensor ids, counts;
   int64_t num_classes;
   if (without_host_reads) {
