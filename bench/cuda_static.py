@@ -33,6 +33,11 @@ WIDE = dict(n=65536, d=256)
 # consumers' loop is one 128-row streamed tile for the program's 128 rows.
 SM90_BLOCK, SM90_CONSUMER_WARPS = 128, 8
 SM90_GRAD_CHUNK = 128  # gradient columns per backward program (kGradWidth)
+# L2's rate of fp32 vector reductions measured on an H100 by bench/l2_reduce_probe.cu
+# (bench/results/gpu_h100_2026-11-23: 16-byte reductions 3.34 TB/s, TMA bulk ones 3.31 TB/s): the
+# triangle backward's cluster pairs send every column block's partial gradient through it once
+# per pair of programs.
+L2_REDUCTION_BYTES_PER_S = 3.3e12
 
 _FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
 _RESOURCE = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
@@ -103,7 +108,8 @@ def kernel_name(mangled):
     kernel = "lse_symmetric_kernel" if "lse_symmetric_kernel" in mangled else "walk_kernel"
     dtype = ("bf16" if "bfloat16" in mangled else "fp16" if "half_t" in mangled else "fp32")
     walk = re.search(r"WalkE(\d)", mangled)
-    walks = ["kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric", "kGradColumns"]
+    walks = ["kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric", "kGradColumns",
+             "kGradTriangle"]
     width = re.search(r"ELi(\d+)E", mangled)
     args = dtype + (f", {walks[int(walk.group(1))]}" if walk else "") + (f", {width.group(1)}" if width else "")
     return f"{family} {kernel}<{args}>"
@@ -188,15 +194,42 @@ def _sm90_steps(results, d, walks):
     return steps
 
 
+def triangle_tiles(nb):
+    """(tiles with a column side, tiles without) of the triangle backward's cluster pairs
+    (tile_math::pair_triangle_tiles): a pair (2p, 2p + 1) walks nb - 2p tiles each, the first
+    two its own rows' side only; an odd last block walks its diagonal alone, beside a block of
+    padding that does the same."""
+    column, rows_only = 0, 0
+    for first in range(0, nb, 2):
+        tiles = nb - first if first + 1 < nb else 1
+        column += 2 * max(tiles - 2, 0)
+        rows_only += 2 * min(tiles, 2)
+    return column, rows_only
+
+
 def predict(results, n=HEADLINE["n"], d=HEADLINE["d"]):
     """Predicted seconds of the sm_90a symmetric schedule (bf16, d <= 256): the forward over the
-    upper triangle, nb (nb + 1) / 2 tiles; the backward over full rows, nb^2 tiles per 128-wide
-    chunk of the gradient (each chunk recomputes the logits); plus the floors of 4 N^2 D
-    (MATH.md's symmetric) and 5 N^2 D FLOPs (the schedule with one chunk)."""
+    upper triangle, nb (nb + 1) / 2 tiles; the backward over the triangle by cluster pairs at
+    d <= 128 (kGradTriangle; its tiles without a column side cost a full-row tile), else over
+    full rows, nb^2 tiles per 128-wide chunk of the gradient (each chunk recomputes the logits);
+    plus the floors of 4 N^2 D (MATH.md's symmetric) and 5 N^2 D FLOPs (full rows, one chunk).
+    The triangle also sends each pair's partial columns through L2 by reductions, 4 bytes per
+    element of a 128 x d tile per pair step: "l2 reduce" is (what the products do not hide, their
+    time at the measured rate, None); the atomics are issued and not waited for, so they
+    overlap the products."""
     nb = -(-n // SM90_BLOCK)
-    steps = _sm90_steps(results, d, {
-        "forward": ("kLseSymmetric", nb * (nb + 1) // 2),
-        "backward": ("kGradRowsSymmetric", nb * nb * -(-d // SM90_GRAD_CHUNK))})
+    if d <= SM90_BLOCK:
+        column, rows_only = triangle_tiles(nb)
+        steps = _sm90_steps(results, d, {"forward": ("kLseSymmetric", nb * (nb + 1) // 2),
+                                         "backward": ("kGradTriangle", column),
+                                         "bwd rows": ("kGradRowsSymmetric", rows_only)})
+        reduce_seconds = (column // 2) * SM90_BLOCK * d * 4 / L2_REDUCTION_BYTES_PER_S
+        products = steps["backward"][0] + steps["bwd rows"][0]
+        steps["l2 reduce"] = (max(reduce_seconds - products, 0.0), reduce_seconds, None)
+    else:
+        steps = _sm90_steps(results, d, {
+            "forward": ("kLseSymmetric", nb * (nb + 1) // 2),
+            "backward": ("kGradRowsSymmetric", nb * nb * -(-d // SM90_GRAD_CHUNK))})
     flops = n * n * d  # multiply-adds of N^2 D / 2 ... as FMAs: FLOPs / 2
     symmetric_floor = issue_slots.floor_seconds(2 * flops, n * n, "BF16")  # 4 N^2 D FLOPs
     schedule_floor = issue_slots.floor_seconds(2.5 * flops, 1.5 * n * n, "BF16")  # 5 N^2 D
@@ -217,9 +250,14 @@ def predict_plain(results, n=HEADLINE["n"], d=HEADLINE["d"]):
 
 
 def _emit_steps(emit, steps):
+    """Prints the steps; returns the total of their seconds."""
     total = 0.0
     for step, (seconds, cost, r) in steps.items():
         total += seconds
+        if step == "l2 reduce":
+            emit(f"  {step:<9} {seconds * 1e3:7.3f} ms beyond the products: the pairs' column partials, "
+                 f"{cost * 1e3:.3f} ms through L2 at the {L2_REDUCTION_BYTES_PER_S / 1e12:.1f} TB/s measured")
+            continue
         emit(f"  {step:<9} {seconds * 1e3:7.3f} ms, {cost.bound}-bound per tile (tensor "
              f"{cost.tensor:.0f}, MUFU {cost.mufu:.0f}, issue {cost.issue:.0f} cycles), "
              f"{r['per_1000_fmas']:.2f} loop instructions per 1,000 FMAs")

@@ -142,6 +142,35 @@ def test_deterministic_mode_is_bitwise_reproducible(dtype, cuda_randn, cuda_rand
 
 
 @gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [1, 127, 129, 300, 385, 640, 1000, 2100])
+@pytest.mark.parametrize("d,classes", [(5, 3), (64, 1), (100, 7), (128, None)])
+def test_symmetric_backward_triangle_against_full_rows(n, d, classes, dtype, cuda_randn, cuda_randint, gen,
+                                                       monkeypatch):
+    """The single set's backward over the upper triangle by cluster pairs (sm_90a, D <= 128; on
+    other GPUs the same walk as full rows): against the float64 reference and against the
+    full-row walk (SCL_CUDA_SYMMETRIC_BACKWARD=rows) on the same inputs. Row-block counts 1 to 17,
+    odd ones with a padding partner, D odd (scalar atomics), one class, and classes=None: every
+    label distinct, no positives."""
+    x = cuda_randn(n, d, dtype=dtype)
+    labels = cuda_randint(0, classes, (n,)) if classes else torch.randperm(n, device=x.device)
+    check_against_reference("cuda", x, labels, 0.1, generator=gen, compute_dtype=torch.float32)
+    triangle = _loss_and_grads("cuda", x, labels)
+    monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", "rows")
+    rows = _loss_and_grads("cuda", x, labels)
+    assert torch.equal(triangle[0], rows[0])  # the same forward
+    scale = rows[1].float().abs().max().clamp_min(1e-30)
+    assert ((triangle[1].float() - rows[1].float()).abs().max() / scale).item() <= 5e-2
+
+
+@gpu
+def test_symmetric_backward_knob_is_checked(cuda_randn, cuda_randint, monkeypatch):
+    monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", "diagonal")
+    with pytest.raises(ValueError, match="SCL_CUDA_SYMMETRIC_BACKWARD"):
+        _loss_and_grads("cuda", cuda_randn(200, 64, dtype=torch.bfloat16), cuda_randint(0, 5, (200,)))
+
+
+@gpu
 def test_memory_stays_linear_in_n(cuda_randn, cuda_randint):
     n = 32768
     x, labels = cuda_randn(n, 128, dtype=torch.bfloat16), cuda_randint(0, 100, (n,))

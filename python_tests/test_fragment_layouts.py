@@ -46,6 +46,7 @@ EXPECTED = {
     "sm80-out-transposed": 3,
     "smem-addressing": 14,      # sm80: 3 x (direct vs tensor, 3 runs) + 2 x pairs
     "sm90-register-operand": 2,  # 2 types x the 128-wide grads wgmma
+    "sm90-triangle": 12,        # 2 types x (3 accumulators, weights tile offsets and pairs, logits view)
 }
 
 
@@ -154,6 +155,10 @@ def test_shared_memory_addressing(layout_checks):
 
 def test_sm90_weights_feed_the_register_sourced_wgmma_in_place(layout_checks):
     _assert_family(layout_checks, "sm90-register-operand")
+
+
+def test_sm90_triangle_backward_fragment_assumptions(layout_checks):
+    _assert_family(layout_checks, "sm90-triangle")
 
 
 def test_no_unknown_families(layout_checks):

@@ -127,11 +127,13 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
     if cuda_static.toolchain()[0] is None:
         assert not report["cuda"] and "CUDA C++ kernels not checked" in run.stdout
         return
-    # The CUDA C++ kernels: 15 mma.sync kernels for each of sm_80 and sm_90a, 20 wgmma ones
-    # (every walk x 2 types x 2 resident widths).
+    # The CUDA C++ kernels: 15 mma.sync kernels for each of sm_80 and sm_90a, 22 wgmma ones
+    # (5 walks x 2 types x 2 resident widths, and the triangle backward x 2 types at width 128).
     kernels = report["cuda"]
     assert sum(r["kernel"].startswith("sm80") for r in kernels) == 30
-    assert sum(r["kernel"].startswith("sm90") for r in kernels) == 20
+    assert sum(r["kernel"].startswith("sm90") for r in kernels) == 22
+    assert {r["kernel"] for r in kernels if "kGradTriangle" in r["kernel"]} == {
+        "sm90 walk_kernel<bf16, kGradTriangle, 128>", "sm90 walk_kernel<fp16, kGradTriangle, 128>"}
     for r in kernels:
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
         if r["kernel"].startswith("sm90"):

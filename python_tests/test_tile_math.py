@@ -408,3 +408,34 @@ def test_paired_triangle_covers_the_upper_triangle_once(tile_math, nbs):
                     seen.append((int(i), int(j)))
         want = [(i, j) for i in range(nb) for j in range(i, nb)]
         assert sorted(seen) == want, nb
+
+
+@pytest.mark.parametrize("nbs", [pytest.param(range(1, 9), marks=pytest.mark.quick), range(9, 41)],
+                         ids=["nb1-8", "nb9-40"])
+def test_pair_triangle_adds_every_block_pair_once(tile_math, nbs):
+    """The symmetric backward's cluster pairs (sm_90a): over row blocks I < nb rounded up to
+    pairs (an odd nb's last block pairs with a block of padding), a tile (I, J) adds J's rows into
+    I's gradient and, with a column side, I's rows into J's. Every ordered pair of real blocks
+    must be added exactly once; both programs of a pair walk as many tiles and take the column
+    side on the same tiles (their exchange pairs up), column sides only off the diagonal and
+    only for column blocks after the pair."""
+    lines, keys = [], []
+    for nb in nbs:
+        for i in range(nb + nb % 2):
+            for t in range(nb + 2):
+                lines.append(_line("pair_triangle", nb, i, t))
+                keys.append((nb, i, t))
+    got = {key: [int(v) for v in row] for key, row in zip(keys, tile_math(lines))}
+    for nb in nbs:
+        added = {}
+        for i in range(nb + nb % 2):
+            tiles = got[(nb, i, 0)][0]
+            assert tiles == got[(nb, i ^ 1, 0)][0], (nb, i)
+            for t in range(tiles):
+                _, j, column_side = got[(nb, i, t)]
+                if column_side:
+                    assert j >= (i | 1) + 1 and j != i, (nb, i, t)
+                for to, frm in [(i, j)] + ([(j, i)] if column_side else []):
+                    if to < nb and frm < nb:
+                        added[(to, frm)] = added.get((to, frm), 0) + 1
+        assert added == {(a, b): 1 for a in range(nb) for b in range(nb)}, nb

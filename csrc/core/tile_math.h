@@ -163,4 +163,21 @@ SCL_HOST_DEVICE TriangleTile paired_triangle_tile(int64_t nb, int64_t p, int64_t
 }
 SCL_HOST_DEVICE int64_t triangle_pairs(int64_t nb) { return (nb + 1) / 2; }
 
+// The symmetric backward's triangle (sm_90a), walked by cluster pairs of row blocks (2p, 2p + 1)
+// that meet every column block J > 2p + 1 together, so that the two programs' partial gradients
+// of J are added over distributed shared memory before one reduction into global memory. Row
+// block I's tiles: t = 0 its diagonal block, t = 1 its partner's block (both its own rows' side
+// only: the partner covers the mirror tile), then t >= 2 the column block 2p + t, both sides. A
+// last odd block pairs with a block of padding and walks its diagonal only. Both programs of a
+// pair walk the same number of tiles.
+SCL_HOST_DEVICE int64_t pair_triangle_tiles(int64_t nb, int64_t row_block) {
+  const int64_t first = row_block - row_block % 2;
+  return first + 1 < nb ? nb - first : 1;
+}
+SCL_HOST_DEVICE int64_t pair_triangle_column_block(int64_t row_block, int64_t t) {
+  return t == 0 ? row_block : t == 1 ? row_block ^ 1 : row_block - row_block % 2 + t;
+}
+// Whether tile t also adds the column block's side (the partner adds the other half of it).
+SCL_HOST_DEVICE bool pair_triangle_has_column_side(int64_t t) { return t >= 2; }
+
 }  // namespace scl::tile_math

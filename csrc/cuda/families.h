@@ -29,6 +29,11 @@ void lse_plain(const TileProblem& p, float* part_max, float* part_sum, int num_s
 void lse_symmetric(const TileProblem& p, float* row_sum, int num_splits, cudaStream_t stream);
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns,
           cudaStream_t stream);
+// Whether the triangle backward takes a problem supports() takes (D within 128).
+bool supports_triangle(const TileProblem& p);
+// The symmetric backward over the upper triangle by cluster pairs, added into a zeroed `grad`.
+void grad_triangle(const TileProblem& p, float* grad, int64_t grad_columns, int num_splits,
+                   cudaStream_t stream);
 }  // namespace sm90
 
 }  // namespace scl::cuda

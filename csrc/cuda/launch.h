@@ -33,5 +33,10 @@ enum class GradWalk { kRowsPlain, kRowsSymmetric, kColumns };
 // written (no atomics: deterministic).
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns,
           const Device& device);
+// The symmetric backward (what grad(kRowsSymmetric, ...) computes) over the upper triangle where
+// the sm_90a kernels take it (16-bit rows, D <= 128): added into `grad`, which the caller
+// zeroes, by atomics, so not bitwise reproducible; elsewhere grad(kRowsSymmetric, ...).
+void grad_symmetric_triangle(const TileProblem& p, float* grad, int64_t grad_columns,
+                             const Device& device);
 
 }  // namespace scl::cuda

@@ -15,6 +15,14 @@
 // place the same (row, column) in the same register, checked on the host), whose B operand is
 // the streamed tile itself, read as (D, rows): the TMA's K-major 128-byte swizzled rows are
 // exactly wgmma's MN-major swizzled layout.
+//
+// The symmetric backward at width 128 walks the upper triangle (Walk::kGradTriangle): programs
+// run in clusters of two, row blocks 2p and 2p + 1, that meet the same column blocks in the same
+// order. A tile adds its weights times the streamed rows into the program's own rows (registers,
+// as above) and, through the weights stored transposed in shared memory, its own rows into the
+// column block's; the partners swap halves of that partial over distributed shared memory
+// (cluster_pair.cuh) and each adds one half into global memory by vector atomics, so each
+// column block's gradient crosses L2 once per pair of programs (docs/CUDA_KERNELS.md).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -23,6 +31,7 @@
 #include <cutlass/numeric_types.h>
 
 #include "../core/tile_math.h"
+#include "cluster_pair.cuh"
 #include "fragments.cuh"
 #include "tile_args.h"
 #include "tile_epilogue.cuh"
@@ -40,8 +49,9 @@ constexpr int kMaxWidth = 256;
 constexpr int resident_width(int64_t d) { return d <= 128 ? 128 : kMaxWidth; }
 // Ring depth. A forward tile's products take about 1,000 cycles (0.6 us), less than a TMA load's
 // latency from HBM under load: the producer needs several tiles of lead. Four stages (128 KiB) at
-// width 128; at 256 two (128 KiB) are all that fit beside the own block.
-constexpr int ring_stages(int width) { return width == 128 ? 4 : 2; }
+// width 128; at 256 two (128 KiB) are all that fit beside the own block. The triangle's tiles
+// take three products (about 3,000 cycles) and its weights and exchange need 96 KiB: two.
+constexpr int ring_stages(int width, bool triangle = false) { return width == 128 && !triangle ? 4 : 2; }
 constexpr int kConsumers = 2;  // warpgroups of 64 rows
 constexpr int kRowsPerConsumer = kBlock / kConsumers;
 constexpr int kThreads = 128 * (1 + kConsumers);
@@ -57,16 +67,18 @@ template <>
 struct Atoms<cutlass::bfloat16_t> {
   using Logits = SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::K, GMMA::Major::K>;
   using Grads = SM90_64x128x16_F32BF16BF16_RS<GMMA::Major::K, GMMA::Major::MN>;
+  using Columns = SM90_64x128x16_F32BF16BF16_SS<GMMA::Major::MN, GMMA::Major::MN>;
 };
 template <>
 struct Atoms<cutlass::half_t> {
   using Logits = SM90_64x128x16_F32F16F16_SS<GMMA::Major::K, GMMA::Major::K>;
   using Grads = SM90_64x128x16_F32F16F16_RS<GMMA::Major::K, GMMA::Major::MN>;
+  using Columns = SM90_64x128x16_F32F16F16_SS<GMMA::Major::MN, GMMA::Major::MN>;
 };
 
-template <class T, int kWidth>
+template <class T, int kWidth, int kRingStages = ring_stages(kWidth)>
 struct Layouts {
-  static constexpr int kStages = ring_stages(kWidth);
+  static constexpr int kStages = kRingStages;
   // (row, k): 8-row groups of 128-byte swizzled rows, what TMA writes and wgmma reads K-major.
   using Block = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlock>, Int<kWidth>>{}));
   using Ring = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
@@ -74,11 +86,45 @@ struct Layouts {
   // A stage of the ring as (d, row), the second product's MN-major B operand: the same bytes.
   using BlockTransposed = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{},
                                                  Shape<Int<kWidth>, Int<kBlock>>{}, Step<_2, _1>{}));
+  // The triangle's column product's A operand: a tile's weights as (streamed row j, own row i),
+  // MN-major (j contiguous), so that a thread's two adjacent columns of the accumulator are
+  // adjacent bytes.
+  using WeightsTransposed = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{},
+                                                   Shape<Int<kBlock>, Int<kBlock>>{}, Step<_2, _1>{}));
+  // The byte offset of (j, i) in that tile, as the few 32-bit operations it takes: 128-byte runs
+  // of 64 rows j per own row i, 8 runs of i to a 1 KiB swizzle atom whose 16-byte chunks are
+  // XORed with i % 8 (GMMA's 128-byte swizzle acts on the byte address), atoms along i, then the
+  // second 64 rows j. The host check compares it with a tensor over shared memory at every (j,
+  // i); the kernel computes it per element because CuTe's generic addresses spill there.
+  static __host__ __device__ uint32_t weights_byte_offset(int j, int i) {
+    static_assert(sizeof(T) == 2 && kBlock == 128);
+    const uint32_t row = uint32_t(i), col = uint32_t(j);
+    return (col / 64) * 16384 + (row / 8) * 1024 + (row % 8) * 128 + (((col % 64) / 8) ^ (row % 8)) * 16 +
+           (col % 8) * 2;
+  }
 };
 
-template <class T, int kWidth>
+// A consumer's share of the triangle's column product, 64 rows j x 128 columns d in fp32: the
+// partners exchange halves of d, 32 floats per thread.
+constexpr int kExchangeFloats = 32;
+
+// What only the triangle needs in shared memory.
+template <class T>
+struct TriangleStorage {
+  // A column tile's weights (WeightsTransposed), double-buffered: a consumer stores tile k's
+  // while the other may still read tile k - 1's.
+  alignas(1024) T weights[2][kBlock * kBlock];
+  // The partner's half for this program: per consumer, 8 x 16 bytes per thread, consecutive
+  // threads at consecutive 16 bytes.
+  alignas(16) float4 received[kConsumers][kExchangeFloats / 4][128];
+  alignas(8) uint64_t received_full[kConsumers];  // the partner's consumer stored its half
+  alignas(8) uint64_t partner_read[kConsumers];   // the partner's consumer read this one's
+};
+struct NoTriangleStorage {};
+
+template <class T, int kWidth, bool kTriangle = false>
 struct SharedStorage {
-  using L = Layouts<T, kWidth>;
+  using L = Layouts<T, kWidth, ring_stages(kWidth, kTriangle)>;
   static constexpr int kStages = L::kStages;
   alignas(1024) T own[cosize_v<typename L::Block>];
   alignas(1024) T ring[cosize_v<typename L::Ring>];
@@ -87,6 +133,7 @@ struct SharedStorage {
   alignas(8) uint64_t own_full;
   alignas(8) uint64_t full[kStages];
   alignas(8) uint64_t empty[kStages];
+  std::conditional_t<kTriangle, TriangleStorage<T>, NoTriangleStorage> triangle;
 };
 
 // The TMA of a [rows, d] row matrix into Block-shaped boxes (built on the host).
@@ -130,29 +177,66 @@ struct ConsumerTurns {
 #error "the sm_90 kernels need the arch-specific target: put 9.0a, not 9.0, in SCL_CUDA_ARCH_LIST"
 #endif
 
+// Adds accumulator elements into out.grad by vector atomics: element e goes to (row0 + row,
+// col0 + column) with (row, column) = coord(e), and elements e, e + 1 (e even) are adjacent
+// columns of one row (the wgmma accumulator's layout; csrc/tests/fragment_layout_check.cpp).
+// Rows from `rows` on and columns from grad_columns on are left out.
+template <int kCount, class Value, class Coord>
+__device__ __forceinline__ void add_column_pairs(const WalkOutputs& out, int64_t rows, int64_t row0,
+                                                 int64_t col0, Value&& value, Coord&& coord) {
+  const bool paired = out.grad_columns % 2 == 0;  // float2 atomics need 8-byte aligned pairs
+  CUTE_UNROLL
+  for (int e = 0; e < kCount; e += 2) {
+    const int64_t row = row0 + get<0>(coord(e)), col = col0 + get<1>(coord(e));
+    if (row >= rows || col >= out.grad_columns) continue;
+    float* at = out.grad + row * out.grad_columns + col;
+    if (paired) {
+      atomicAdd(reinterpret_cast<float2*>(at), make_float2(value(e), value(e + 1)));
+    } else {
+      atomicAdd(at, value(e));
+      if (col + 1 < out.grad_columns) atomicAdd(at + 1, value(e + 1));
+    }
+  }
+}
+
+// The named barrier (after ConsumerTurns' 0 and 1) at which both consumers have stored a
+// triangle tile's weights.
+constexpr uint32_t kWeightsStoredBarrier = 2;
+
 template <class T, Walk kWalk, int kWidth>
 __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant__ Params<T, kWidth> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using L = Layouts<T, kWidth>;
-  using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
-  using EmptyBarrier = cutlass::arch::ClusterBarrier;
   constexpr bool kLse = kWalk == Walk::kLsePlain;
   constexpr bool kSymmetricLse = kWalk == Walk::kLseSymmetric;
+  constexpr bool kTriangle = kWalk == Walk::kGradTriangle;
   constexpr bool kGrad = !kLse && !kSymmetricLse;
+  static_assert(!kTriangle || kWidth == kBlock, "the triangle keeps 128-wide rows only");
+  using Storage = SharedStorage<T, kWidth, kTriangle>;
+  using L = typename Storage::L;
+  using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+  using EmptyBarrier = cutlass::arch::ClusterBarrier;
   constexpr int kStages = L::kStages;
   const TileProblem& p = params.p;
   extern __shared__ __align__(1024) char shared_raw[];
-  SharedStorage<T, kWidth>& shared = *reinterpret_cast<SharedStorage<T, kWidth>*>(shared_raw);
+  Storage& shared = *reinterpret_cast<Storage*>(shared_raw);
 
   const int64_t own_block = blockIdx.x;
   const int64_t row0 = own_block * kBlock;
   const int64_t streamed_blocks = (p.streamed.rows + kBlock - 1) / kBlock;
   // The symmetric forward's program I walks J = I .. nb - 1 (the upper triangle, diagonal first).
   const int64_t first_tile = kSymmetricLse ? own_block : 0;
-  const tm::TileRange range = (kLse || kSymmetricLse)
-      ? tm::split_range(streamed_blocks - first_tile, params.out.num_splits, blockIdx.y)
-      : tm::TileRange{0, streamed_blocks};
+  // The triangle's cluster pairs walk the same tiles, split alike (tile_math.h).
+  const tm::TileRange range =
+      (kLse || kSymmetricLse)
+          ? tm::split_range(streamed_blocks - first_tile, params.out.num_splits, blockIdx.y)
+      : kTriangle ? tm::split_range(tm::pair_triangle_tiles(streamed_blocks, own_block),
+                                    params.out.num_splits, blockIdx.y)
+                  : tm::TileRange{0, streamed_blocks};
   const int64_t tiles = range.end - range.begin;
+  auto streamed_block = [&](int64_t t) {  // of the walk's tile t
+    return kTriangle ? tm::pair_triangle_column_block(own_block, range.begin + t)
+                     : first_tile + range.begin + t;
+  };
   constexpr int kTileBytes = kBlock * kWidth * int(sizeof(T)) + kBlock * int(sizeof(RowTerms));
 
   const int warpgroup = threadIdx.x / 128;
@@ -162,9 +246,20 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
       FullBarrier::init(&shared.full[s], 1);
       EmptyBarrier::init(&shared.empty[s], kConsumers * 128);
     }
+    if constexpr (kTriangle) {
+      for (int c = 0; c < kConsumers; ++c) {
+        EmptyBarrier::init(&shared.triangle.received_full[c], 128);
+        EmptyBarrier::init(&shared.triangle.partner_read[c], 128);
+      }
+    }
     cutlass::arch::fence_barrier_init();
   }
-  __syncthreads();
+  if constexpr (kTriangle) {  // the partner arrives on this program's barriers
+    cute::cluster_arrive_relaxed();
+    cute::cluster_wait();
+  } else {
+    __syncthreads();
+  }
 
   if (warpgroup == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<40>();
@@ -185,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
                                kBlock * int(sizeof(RowTerms)));
       for (int64_t t = 0; t < tiles; ++t) {
         const int stage = int(t % kStages);
-        const int64_t block = first_tile + range.begin + t;
+        const int64_t block = streamed_block(t);
         // The stage's previous tile must be consumed (the first round finds it free).
         if (t >= kStages) EmptyBarrier::wait(&shared.empty[stage], int((t / kStages - 1) & 1));
         FullBarrier::arrive_and_expect_tx(&shared.full[stage], kTileBytes);
@@ -213,7 +308,8 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   Tensor own_half = local_tile(s_own, Shape<Int<kRowsPerConsumer>, Int<kWidth>>{}, make_coord(consumer, 0));
   Tensor acc = partition_fragment_C(logits_mma, Shape<Int<kRowsPerConsumer>, Int<kBlock>>{});
   Tensor grad = partition_fragment_C(grads_mma, Shape<Int<kRowsPerConsumer>, Int<kGradWidth>>{});
-  const int grad_chunk = kGrad ? int(blockIdx.y) : 0;  // columns [128 chunk, 128 chunk + 128)
+  // Columns [128 chunk, 128 chunk + 128); the triangle's grid.y splits its tiles instead.
+  const int grad_chunk = kGrad && !kTriangle ? int(blockIdx.y) : 0;
   Tensor sums_i = partition_fragment_C(logits_mma, Shape<Int<kRowsPerConsumer>, Int<kBlock>>{});
   clear(grad);
   clear(sums_i);
@@ -292,9 +388,11 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
     if (tiles > 0 && range.begin == 0) symmetric_tile(t++, std::true_type{});
     for (; t < tiles; ++t) symmetric_tile(t, std::false_type{});
   } else {
-    for (int64_t t = 0; t < tiles; ++t) {
+    // A tile's logits, self-column mask and epilogue: acc then holds the weights, or running the
+    // rows' LSE. Returns the stage.
+    auto epilogue_tile = [&](int64_t t) {
       const int stage = tile_logits(t);
-      const int64_t c0 = (first_tile + range.begin + t) * kBlock;
+      const int64_t c0 = streamed_block(t) * kBlock;
       const bool masked = walk_tile_holds_self_column<kWalk>(row0, kBlock, c0, kBlock, p.self_offset);
       // In a masked tile the self column lies within a tile's width of the diagonal, so one
       // 32-bit offset per tile replaces two 64-bit compares per logit: local column = local row
@@ -308,7 +406,97 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
             return masked && get<1>(coords_rc(r, c)) == get<0>(coords_rc(r, c)) + self_delta;
           },
           running);
+      return stage;
+    };
+    // The triangle's column side: dZ_J += H^T Z_I, with H_ij r_i = W_ij r_i / r_j the weight of
+    // own row i in streamed row j's gradient. Both consumers store their rows of the tile's
+    // weights so scaled, transposed, into shared memory; each then multiplies 64 of the tile's
+    // rows j by all 128 own rows i. The lambdas take `auto` buffers so that only the triangle
+    // instantiates their bodies.
+    auto column_mma = make_tiled_mma(typename Atoms<T>::Columns{});
+    auto column_thr = column_mma.get_thread_slice(thread);
+    Tensor column = partition_fragment_C(column_mma, Shape<Int<kRowsPerConsumer>, Int<kBlock>>{});
+    Tensor column_coords = column_thr.partition_C(make_identity_tensor(Shape<Int<kRowsPerConsumer>, Int<kBlock>>{}));
+    auto store_column_weights = [&](int stage, auto& weights_tile) {
+      const uint32_t base = cast_smem_ptr_to_uint(weights_tile);
+      float own_scale[kRows];
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) own_scale[r] = own(r).x;
+      CUTE_UNROLL
+      for (int c = 0; c < kCols; c += 2) {  // columns c, c + 1 are tile rows j, j + 1
+        const int j = get<1>(coords_rc(0, c));
+        const float inverse0 = shared_terms(&shared.ring_terms[stage][j]).z;
+        const float inverse1 = shared_terms(&shared.ring_terms[stage][j + 1]).z;
+        CUTE_UNROLL
+        for (int r = 0; r < kRows; ++r) {
+          const uint32_t bits = uint32_t(T(acc_rc(r, c) * own_scale[r] * inverse0).raw()) |
+                                (uint32_t(T(acc_rc(r, c + 1) * own_scale[r] * inverse1).raw()) << 16);
+          const int i = rows0 + get<0>(coords_rc(r, c));
+          const uint32_t address = base + L::weights_byte_offset(j, i);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(bits));
+        }
+      }
+      // The wgmma reads shared memory through the async proxy: the stores must be visible to it.
+      cutlass::arch::fence_view_async_shared();
+    };
+    auto issue_column_product = [&](auto& weights_tile) {
+      Tensor weights_ji = make_tensor(make_smem_ptr(weights_tile), typename L::WeightsTransposed{});
+      clear(column);
+      warpgroup_fence_operand(column);
+      warpgroup_arrive();
+      gemm(column_mma,
+           column_thr.make_fragment_A(column_thr.partition_A(
+               local_tile(weights_ji, Shape<Int<kRowsPerConsumer>, Int<kBlock>>{}, make_coord(consumer, 0)))),
+           column_thr.make_fragment_B(column_thr.partition_B(
+               make_tensor(make_smem_ptr(shared.own), typename L::BlockTransposed{}))),
+           column);
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(column);
+    };
+    // The partners swap halves of the column product: this program keeps columns [64 rank,
+    // 64 rank + 64), its elements e + 32 rank for e < 32 (element e + 32 is element e 64 columns
+    // on; fragment check), adds the partner's and sends the sum to global memory. k counts the
+    // column tiles, so the barriers' phases.
+    auto exchange_and_add = [&](int64_t t, int k, auto& mine) {
+      const uint32_t rank = cute::block_rank_in_cluster(), partner = 1 - rank;
+      float kept[kExchangeFloats];
+      // The partner must have read this program's previous half before it is overwritten.
+      if (k > 0) wait_for_cluster(&mine.partner_read[consumer], (k - 1) & 1);
+      const uint32_t partner_received = cluster_shared_address(&mine.received[consumer][0][thread], partner);
+      CUTE_UNROLL
+      for (int v = 0; v < kExchangeFloats / 4; ++v) {
+        float sent[4];
+        CUTE_UNROLL
+        for (int u = 0; u < 4; ++u) {
+          const int e = 4 * v + u;
+          kept[e] = rank == 0 ? column(e) : column(e + kExchangeFloats);
+          sent[u] = rank == 0 ? column(e + kExchangeFloats) : column(e);
+        }
+        store_to_cluster(partner_received + v * uint32_t(sizeof(float4) * 128), sent[0], sent[1], sent[2], sent[3]);
+      }
+      arrive_in_cluster(cluster_shared_address(&mine.received_full[consumer], partner));
+      wait_for_cluster(&mine.received_full[consumer], k & 1);
+      CUTE_UNROLL
+      for (int v = 0; v < kExchangeFloats / 4; ++v) {
+        const float4 got = mine.received[consumer][v][thread];
+        kept[4 * v] += got.x, kept[4 * v + 1] += got.y, kept[4 * v + 2] += got.z, kept[4 * v + 3] += got.w;
+      }
+      arrive_in_cluster(cluster_shared_address(&mine.partner_read[consumer], partner));
+      add_column_pairs<kExchangeFloats>(params.out, p.own.rows, streamed_block(t) * kBlock + rows0,
+                                        int64_t(rank) * 2 * kExchangeFloats, [&](int e) { return kept[e]; },
+                                        [&](int e) { return column_coords(e); });
+    };
+
+    int column_tiles = 0;  // the triangle's tiles with a column side so far
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int stage = epilogue_tile(t);
       if constexpr (kGrad) {
+        const bool column_side = kTriangle && tm::pair_triangle_has_column_side(range.begin + t);
+        // Stored before the weights are rounded, while the registers of acc are still needed.
+        if constexpr (kTriangle) {
+          if (column_side) store_column_weights(stage, shared.triangle.weights[column_tiles & 1]);
+        }
         // The weights as the grads wgmma's A operand: element i of its fragment is element i of
         // the accumulator (the same (row, column); csrc/tests/fragment_layout_check.cpp).
         Tensor weights = make_tensor<T>(shape(weight_coords));
@@ -327,11 +515,24 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
                             make_coord(grad_chunk, 0)))),
              grad);
         warpgroup_commit_batch();
+        // Both consumers' rows of the column weights, while this one's product runs.
+        if (column_side) cutlass::arch::NamedBarrier::arrive_and_wait(ConsumerTurns::kThreads, kWeightsStoredBarrier);
         warpgroup_wait<0>();
         warpgroup_fence_operand(grad);
         warpgroup_fence_operand(weights);
       }
       EmptyBarrier::arrive(&shared.empty[stage]);
+      if constexpr (kTriangle) {
+        if (tm::pair_triangle_has_column_side(range.begin + t)) {
+          issue_column_product(shared.triangle.weights[column_tiles & 1]);
+          exchange_and_add(t, column_tiles++, shared.triangle);
+        }
+      }
+    }
+    if constexpr (kTriangle) {
+      // The partner arrives on this program's barrier after reading its last half: the program's
+      // shared memory must outlive that.
+      if (column_tiles > 0) wait_for_cluster(&shared.triangle.partner_read[consumer], (column_tiles - 1) & 1);
     }
   }
   turns.close();
@@ -352,6 +553,13 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) s += sums_rc(r, c);
       atomicAdd(params.out.row_sum + row0 + get<1>(coords_rc(0, c)), s);
+    }
+  } else if constexpr (kTriangle) {
+    // Other programs' column sides add into these rows too.
+    Tensor out_coords = grads_thr.partition_C(make_identity_tensor(Shape<Int<kRowsPerConsumer>, Int<kGradWidth>>{}));
+    if (tiles > 0) {
+      add_column_pairs<size(grad)>(params.out, p.own.rows, row0 + rows0, 0, [&](int e) { return grad(e); },
+                                   [&](int e) { return out_coords(e); });
     }
   } else {
     Tensor out_coords = grads_thr.partition_C(make_identity_tensor(Shape<Int<kRowsPerConsumer>, Int<kGradWidth>>{}));

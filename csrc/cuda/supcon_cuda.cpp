@@ -4,6 +4,7 @@
 // and merges the kernels' fp32 partial sums into the core's float64 log-sum-exp. No host
 // synchronisation and nothing of size N x N; under CUDA graph capture the core reads nothing.
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -12,7 +13,9 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "../core/supcon_orchestration.h"
 #include "../core/tile_math.h"
@@ -135,6 +138,18 @@ at::Tensor lse_tiles(const TileInputs& in) {
   return ((finite_top + at::log2(total)) * tm::kLn2);
 }
 
+// The symmetric backward walks the upper triangle (sm_90a, D <= 128; atomics) unless
+// reproducibility is asked for or SCL_CUDA_SYMMETRIC_BACKWARD=rows asks for the full-row walk
+// (one program per row block over every column block; docs/CUDA_KERNELS.md), e.g. to compare.
+bool symmetric_backward_by_triangle() {
+  if (at::globalContext().deterministicAlgorithms()) return false;
+  const char* walk = std::getenv("SCL_CUDA_SYMMETRIC_BACKWARD");
+  const std::string chosen = walk == nullptr ? "triangle" : walk;
+  TORCH_CHECK_VALUE(chosen == "triangle" || chosen == "rows",
+                    "SCL_CUDA_SYMMETRIC_BACKWARD must be \"triangle\" or \"rows\", got \"", chosen, "\"");
+  return chosen == "triangle";
+}
+
 TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   const c10::cuda::CUDAGuard guard(in.z.device());
   const int64_t m = in.q.size(0), n = in.z.size(0), d = in.z.size(1);
@@ -145,14 +160,19 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   const auto fp32 = o.rz.options();
   TileGrads out;
   if (in.schedule == Schedule::kSymmetric) {
-    // Own and streamed rows are the same set: coef_i t / log2(e) meets r_j log2(e) / t.
+    // Own and streamed rows are the same set: coef_i t / log2(e) meets r_j log2(e) / t; the
+    // triangle's column side scales by r_i / r_j.
     const at::Tensor own =
         row_terms({o.rz, at::zeros({n}, fp32), at::zeros({n}, fp32), coef / scale2}, {0.f, kInf, 0.f, 0.f});
     const at::Tensor streamed = row_terms(
-        {o.rz * scale2, at::full({n}, -scale2, fp32), o.rz, coef * o.rz}, {0.f, -kInf, 0.f, 0.f});
-    out.dz = at::empty({n, d}, fp32);
-    grad(GradWalk::kRowsSymmetric, o.problem(o.z, o.z, own, streamed, 0), out.dz.data_ptr<float>(), d,
-         device);
+        {o.rz * scale2, at::full({n}, -scale2, fp32), o.rz.reciprocal(), coef * o.rz}, {0.f, -kInf, 0.f, 0.f});
+    out.dz = at::zeros({n, d}, fp32);
+    const TileProblem problem = o.problem(o.z, o.z, own, streamed, 0);
+    if (symmetric_backward_by_triangle()) {
+      grad_symmetric_triangle(problem, out.dz.data_ptr<float>(), d, device);
+    } else {
+      grad(GradWalk::kRowsSymmetric, problem, out.dz.data_ptr<float>(), d, device);
+    }
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return out;
   }

@@ -11,24 +11,33 @@ unsigned blocks(int64_t rows) { return unsigned((rows + kBlock - 1) / kBlock); }
 
 template <class T, Walk kWalk, int kWidth>
 void launch(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
-  constexpr int bytes = int(sizeof(SharedStorage<T, kWidth>));
+  constexpr bool triangle = kWalk == Walk::kGradTriangle;
+  constexpr int bytes = int(sizeof(SharedStorage<T, kWidth, triangle>));
   static_assert(bytes <= 227 * 1024, "more shared memory than an H100 block may have");
   const bool lse = kWalk == Walk::kLsePlain || kWalk == Walk::kLseSymmetric;
-  // grid.y: the splits of the lse walks, the gradient's column chunks of the others.
-  const unsigned y = lse ? unsigned(o.num_splits) : unsigned((o.grad_columns + kGradWidth - 1) / kGradWidth);
+  // grid.y: the splits of the lse walks and the triangle, the gradient's column chunks of the
+  // others. The triangle's grid.x is whole cluster pairs (an odd last block with padding).
+  const unsigned y = lse || triangle ? unsigned(o.num_splits)
+                                     : unsigned((o.grad_columns + kGradWidth - 1) / kGradWidth);
+  const unsigned x = triangle ? 2 * ((blocks(p.own.rows) + 1) / 2) : blocks(p.own.rows);
   const Params<T, kWidth> params{p, make_block_tma<T, kWidth>(p.own, p.d), make_block_tma<T, kWidth>(p.streamed, p.d), o};
   cudaFuncSetAttribute(walk_kernel<T, kWalk, kWidth>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  walk_kernel<T, kWalk, kWidth><<<dim3(blocks(p.own.rows), y), kThreads, bytes, stream>>>(params);
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = triangle ? 2 : 1;
+  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{dim3(x, y), dim3(kThreads), size_t(bytes), stream, &cluster, 1};
+  cudaLaunchKernelEx(&config, walk_kernel<T, kWalk, kWidth>, params);
 }
 
 template <Walk kWalk>
 void run(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
   auto with_width = [&](auto t) {
     using T = decltype(t);
-    if (resident_width(p.d) == 128) {
+    if (kWalk == Walk::kGradTriangle || resident_width(p.d) == 128) {
       launch<T, kWalk, 128>(p, o, stream);
     } else {
-      launch<T, kWalk, kMaxWidth>(p, o, stream);
+      if constexpr (kWalk != Walk::kGradTriangle) launch<T, kWalk, kMaxWidth>(p, o, stream);
     }
   };
   if (p.type == ElementType::kBFloat16) {
@@ -39,6 +48,8 @@ void run(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool supports_triangle(const TileProblem& p) { return resident_width(p.d) == kBlock; }
 
 bool supports(const TileProblem& p, const Device& device) {
   return device.compute_capability == 90 && p.type != ElementType::kFloat32 && p.d <= kMaxWidth &&
@@ -52,6 +63,11 @@ void lse_plain(const TileProblem& p, float* part_max, float* part_sum, int num_s
 
 void lse_symmetric(const TileProblem& p, float* row_sum, int num_splits, cudaStream_t stream) {
   run<Walk::kLseSymmetric>(p, {nullptr, nullptr, row_sum, nullptr, 0, num_splits}, stream);
+}
+
+void grad_triangle(const TileProblem& p, float* grad, int64_t grad_columns, int num_splits,
+                   cudaStream_t stream) {
+  run<Walk::kGradTriangle>(p, {nullptr, nullptr, nullptr, grad, grad_columns, num_splits}, stream);
 }
 
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns,

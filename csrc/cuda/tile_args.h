@@ -21,7 +21,9 @@ enum class ElementType { kBFloat16, kFloat16, kFloat32 };
 //   grad_rows      own (anchor i):   x = r_i, y = lse2_hi (+inf without gradient), z = lse2_lo,
 //                                    w = coef_i (plain) or coef_i t / log2(e) (symmetric)
 //                  streamed (col j): x = r_j log2(e)/t, y = 0 or -log2(e)/t (symmetric) or -inf
-//                                    past the last column, z = r_j, w = coef_j r_j (symmetric)
+//                                    past the last column, z = r_j (plain) or 1 / r_j
+//                                    (symmetric, 0 past the last column), w = coef_j r_j
+//                                    (symmetric)
 //   grad_cols      own (col j):      x = r_j log2(e)/t
 //                  streamed (anchor i): x = r_i, y = lse2_hi (+inf without gradient or past the
 //                                    last anchor), z = lse2_lo, w = coef_i r_i
@@ -49,16 +51,18 @@ struct TileProblem {
   int64_t self_offset;
 };
 
-constexpr int64_t kTermsPadding = 128;
+// Two 128-row blocks: the symmetric backward's cluster pairs an odd last block with a block of
+// padding rows (tile_math::pair_triangle_tiles), whose terms it loads like any other.
+constexpr int64_t kTermsPadding = 256;
 
 // What a walk writes; each walk uses some of these and the rest are null.
 struct WalkOutputs {
   float* part_max;  // lse_plain: [num_splits, own rows] base-2 running max and sum
   float* part_sum;
   float* row_sum;   // lse_symmetric (the sm_90a walk): row sums, added by atomics
-  float* grad;      // grad walks: [own rows, grad_columns] fp32
+  float* grad;      // grad walks: [own rows, grad_columns] fp32 (the triangle adds into it)
   int64_t grad_columns;
-  int num_splits;   // the lse walks' splits of the streamed tiles (grid.y)
+  int num_splits;   // the lse walks' and the triangle's splits of the streamed tiles (grid.y)
 };
 
 }  // namespace scl::cuda

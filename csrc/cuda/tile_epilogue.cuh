@@ -10,7 +10,9 @@
 namespace scl::cuda {
 
 // The walks of an own row block over streamed tiles (tile_args.h says what their terms hold).
-enum class Walk { kLsePlain, kLseSymmetric, kGradRowsPlain, kGradRowsSymmetric, kGradColumns };
+// kGradTriangle (sm_90a) is the symmetric backward over the upper triangle by cluster pairs: its
+// tiles' weights are those of kGradRowsSymmetric, both sides of a tile are added.
+enum class Walk { kLsePlain, kLseSymmetric, kGradRowsPlain, kGradRowsSymmetric, kGradColumns, kGradTriangle };
 
 // Whether a tile of own rows [own0, own0 + own_rows) against streamed rows [streamed0,
 // streamed0 + streamed_rows) holds an anchor's self column. Own rows are the anchors, except in
@@ -46,7 +48,7 @@ __device__ __forceinline__ void tile_epilogue(AccRC& acc_rc, const CoordsRC& coo
       float s2 = kWalk == Walk::kGradColumns ? tm::logit2(acc_rc(r, c), st.x, own_r.x, 0.f)
                                              : tm::logit2(acc_rc(r, c), own_r.x, st.x, st.y);
       if (is_self(r, c)) s2 = -INFINITY;
-      if constexpr (kWalk == Walk::kGradRowsSymmetric) {
+      if constexpr (kWalk == Walk::kGradRowsSymmetric || kWalk == Walk::kGradTriangle) {
         s2 = tm::symmetric_grad_weight(s2, own_r.w, st.x, st.w);
       } else if constexpr (kWalk == Walk::kGradRowsPlain) {
         s2 = tm::plain_grad_weight(s2, {own_r.y, own_r.z}, st.z);

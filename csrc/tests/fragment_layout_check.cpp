@@ -30,6 +30,14 @@
 //   sm90-register-operand  the sm_90a backward's weights, copied element by element from the
 //                        logits accumulator into the A fragment of the register-sourced grads
 //                        wgmma, keep their (row, column)
+//   sm90-triangle        the triangle backward's assumptions: in every 64x128 accumulator it
+//                        reads (logits, gradient, column product), elements 2m, 2m + 1 are
+//                        columns c, c + 1 of one row, c even (float2 atomics, packed stores), and
+//                        element e + 32 is element e 64 columns on (the partners' halves); the
+//                        logits' (row, column) view pairs columns the same way; its weights
+//                        tile's 32-bit offsets (weights_byte_offset) are those of a tensor over
+//                        shared memory, and rows j and j + 1 of an own row i are adjacent for
+//                        even j
 #if defined(__CUDACC__)
 #error "a host program: build it with the host C++ compiler, not nvcc"
 #endif
@@ -430,6 +438,69 @@ void check_sm90_operands(const std::string& p) {
                      });
 }
 
+// The triangle backward (Walk::kGradTriangle) relies on where the 64 x 128 accumulators put
+// their elements, and on its weights tile's two views agreeing.
+template <class T, class Mma>
+void check_triangle_accumulator(const std::string& name, Mma mma) {
+  using Tile = Shape<Int<scl::cuda::sm90::kRowsPerConsumer>, Int<scl::cuda::sm90::kBlock>>;
+  constexpr int kHalf = scl::cuda::sm90::kExchangeFloats;
+  Failures f;
+  for (int t = 0; t < 128; ++t) {
+    Tensor c = mma.get_slice(t).partition_C(make_identity_tensor(Tile{}));
+    if (int(size(c)) != 2 * kHalf) f.add("thread " + str(t) + ": " + str(int(size(c))) + " elements, not " + str(2 * kHalf));
+    for (int e = 0; e + 1 < int(size(c)); e += 2) {
+      const int r0 = int(get<0>(c(e))), c0 = int(get<1>(c(e))), r1 = int(get<0>(c(e + 1))), c1 = int(get<1>(c(e + 1)));
+      if (r0 != r1 || c1 != c0 + 1 || c0 % 2 != 0) {
+        f.add("thread " + str(t) + " elements " + str(e) + ", " + str(e + 1) + ": " + rc(r0, c0) + ", " + rc(r1, c1));
+      }
+    }
+    for (int e = 0; e < kHalf && 2 * kHalf <= int(size(c)); ++e) {
+      const int r0 = int(get<0>(c(e))), c0 = int(get<1>(c(e))), r1 = int(get<0>(c(e + kHalf))), c1 = int(get<1>(c(e + kHalf)));
+      if (c0 >= 64 || r1 != r0 || c1 != c0 + 64) {
+        f.add("thread " + str(t) + " element " + str(e) + " " + rc(r0, c0) + " vs element " + str(e + kHalf) + " " + rc(r1, c1));
+      }
+    }
+  }
+  report("sm90-triangle", name, f, "128 threads: column pairs at 2m, 2m + 1; element e + 32 is element e 64 columns on");
+}
+
+template <class T, class LogitsAtom>
+void check_triangle_weights(const std::string& p) {
+  using namespace scl::cuda::sm90;
+  using L = Layouts<T, kBlock, 2>;
+  check_same_offsets("sm90-triangle", p + "weights_byte_offset(j, i) / sizeof(T) vs WeightsTransposed(j, i)", "(j, i)", kBlock, kBlock, 1,
+                     [](int j, int i, int) {
+                       return std::pair<int, int>(int(L::weights_byte_offset(j, i) / sizeof(T)),
+                                                  tensor_offset<T>(typename L::WeightsTransposed{}, j, i));
+                     });
+  Failures f;
+  for (int i = 0; i < kBlock; ++i)
+    for (int j = 0; j < kBlock; j += 2) {
+      const int o = int(L::weights_byte_offset(j, i) / sizeof(T));
+      const int o2 = int(L::weights_byte_offset(j + 1, i) / sizeof(T));
+      if (o % 2 != 0 || o2 != o + 1) f.add(rc(i, j) + " at " + str(o) + ", " + rc(i, j + 1) + " at " + str(o2));
+    }
+  report("sm90-triangle", p + "weights tile: WeightsTransposed (j, i), (j + 1, i) adjacent for even j (32-bit stores)", f,
+         str(kBlock * kBlock / 2) + " pairs");
+  // store_column_weights walks the logits accumulator's (row, column) view two columns at a time.
+  Failures g;
+  auto mma = make_tiled_mma(LogitsAtom{});
+  using Tile = Shape<Int<kRowsPerConsumer>, Int<kBlock>>;
+  for (int t = 0; t < 128; ++t) {
+    Tensor c = mma.get_slice(t).partition_C(make_identity_tensor(Tile{}));
+    Tensor v = make_tensor(c.data(), scl::cuda::sm90_rows_columns(c.layout()));
+    for (int r = 0; r < int(size<0>(v)); ++r)
+      for (int k = 0; k + 1 < int(size<1>(v)); k += 2) {
+        if (get<0>(v(r, k + 1)) != get<0>(v(r, k)) || get<1>(v(r, k + 1)) != get<1>(v(r, k)) + 1) {
+          g.add("thread " + str(t) + " view " + rc(r, k) + ": " + rc(int(get<0>(v(r, k))), int(get<1>(v(r, k)))) +
+                " then " + rc(int(get<0>(v(r, k + 1))), int(get<1>(v(r, k + 1)))));
+        }
+      }
+  }
+  report("sm90-triangle", p + "logits view: view columns k, k + 1 (k even) are tile columns j, j + 1", g,
+         "128 threads");
+}
+
 template <class T, class LogitsAtom, class GradsAtom>
 void check_sm90(const std::string& type) {
   using namespace scl::cuda::sm90;
@@ -447,6 +518,12 @@ void check_sm90(const std::string& type) {
   // register-sourced grads wgmma: both must hold the same (row, column) at every i.
   check_register_operand(p + "grads wgmma's A fragment (64x128x16 RS) vs the logits accumulator",
                          make_tiled_mma(LogitsAtom{}), make_tiled_mma(GradsAtom{}));
+
+  check_triangle_accumulator<T>(p + "logits accumulator", make_tiled_mma(LogitsAtom{}));
+  check_triangle_accumulator<T>(p + "gradient accumulator", make_tiled_mma(GradsAtom{}));
+  check_triangle_accumulator<T>(p + "column product accumulator (64x128x16 MN,MN)",
+                                make_tiled_mma(typename Atoms<T>::Columns{}));
+  check_triangle_weights<T, LogitsAtom>(p);
 }
 
 }  // namespace

@@ -27,6 +27,8 @@
 //   split_range TILES SPLITS SPLIT                prints begin, end
 //   triangle NB P T            prints row_block, column_block, valid (1 or 0)
 //   pairs NB                   triangle_pairs
+//   pair_triangle NB I T       pair_triangle_tiles(NB, I), then column block and column side
+//                              (1 or 0) of row block I's tile T
 // An unknown command or a malformed line is reported on stderr with exit status 1.
 #include <cmath>
 #include <cstdio>
@@ -163,6 +165,11 @@ void run(const std::string& command, std::istringstream& in) {
     print_bool(tile.valid);
   } else if (command == "pairs") {
     print(static_cast<double>(math::triangle_pairs(integer(in))));
+  } else if (command == "pair_triangle") {
+    const long long nb = integer(in), i = integer(in), t = integer(in);
+    print(static_cast<double>(math::pair_triangle_tiles(nb, i)));
+    print(static_cast<double>(math::pair_triangle_column_block(i, t)));
+    print_bool(math::pair_triangle_has_column_side(t));
   } else {
     throw BadLine{};
   }
