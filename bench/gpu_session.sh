@@ -5,7 +5,9 @@
 #              (test_host_reads.py), and the conformance suite's
 #              cases on CUDA tensors (every backend that runs there)
 #   profile    bench/gpu_profile.py: host issue time, GPU busy time, launches and host waits of a
-#              forward + backward per fused backend (where the per-call fixed part goes)
+#              forward + backward per fused backend (where the per-call fixed part goes); then
+#              the CUDA single set again with the full-row symmetric backward
+#              (SCL_CUDA_SYMMETRIC_BACKWARD=rows, in full_row_backward/): the triangle's gain
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck on bench/cuda_sanitizer_case.py
 #   probe      bench/l2_reduce_probe.cu: fp32 reduction bandwidth into L2 (the triangle-backward
 #              decision, docs/CUDA_KERNELS.md)
@@ -80,7 +82,10 @@ sanitize() {
   return $status
 }
 profile() {
-  "$python" -m bench.gpu_profile --out "$out" --sizes 4096,16384,65536 --dims 128,256
+  "$python" -m bench.gpu_profile --out "$out" --sizes 4096,16384,65536 --dims 128,256 &&
+    mkdir -p "$out/full_row_backward" &&
+    SCL_CUDA_SYMMETRIC_BACKWARD=rows "$python" -m bench.gpu_profile --out "$out/full_row_backward" \
+      --backends cuda --layouts single --sizes 4096,16384,65536 --dims 128
 }
 probe() {
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/l2_reduce_probe.cu \
@@ -101,7 +106,7 @@ wanted sanitize && phase sanitize 900 sanitize
 wanted probe && phase probe 300 probe
 wanted sweep && phase sweep 1800 sweep "$@"
 # The device tool brings back at most 8 files from $OUT: more are packed into one archive.
-if [ -n "${OUT:-}" ] && [ "$(find "$out" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+if [ -n "${OUT:-}" ] && [ "$(find "$out" -type f | wc -l)" -gt 8 ]; then
   archive=$(mktemp --suffix=.tar.gz)
   tar -C "$out" -czf "$archive" . && find "$out" -mindepth 1 -delete \
     && mv "$archive" "$out/gpu_session_results.tar.gz" && echo "packed into gpu_session_results.tar.gz"

@@ -129,7 +129,9 @@ def _blocks(instructions):
     for b, (first, last) in enumerate(spans):
         ins = instructions[last]
         out = []
-        conditional = ins.predicated
+        # BRA.DIV branches only when the warp has diverged, to the slow path of a warp-level
+        # operation (shuffle, warp sync), which rejoins further on: it falls through otherwise.
+        conditional = ins.predicated or ins.opcode.startswith("BRA.DIV")
         if ins.base == "BRA":
             target = _BRANCH_TARGET.search(ins.operands)
             if target and int(target.group(1), 16) in index_of:

@@ -57,6 +57,30 @@ def test_loops_nest_and_take_in_their_out_of_line_blocks(sass):
     assert len(k_steps) == 1 and k_steps[0].body == {0x130, 0x140, 0x150}
 
 
+# A tile loop with a warp-level operation whose convergence check (BRA.DIV) branches to an out
+# of line slow path that rejoins the loop after the fast path, as ptxas emits after spin waits.
+SASS_DIVERGENCE_CHECK = """
+        /*0000*/                   S2R R0, SR_TID.X ;
+        /*0100*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0110*/                   BRA.DIV UR7, 0x300 ;
+        /*0120*/                   NOP ;
+        /*0130*/                   REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU desc[UR10][R82.64], R44 ;
+        /*0140*/                   ISETP.GE.AND P0, PT, R4, R6, PT ;
+        /*0150*/              @!P0 BRA 0x100 ;
+        /*0160*/                   EXIT ;
+        /*0300*/                   WARPSYNC.COLLECTIVE R47, 0x320 ;
+        /*0310*/                   ENDCOLLECTIVE ;
+        /*0320*/                   BRA 0x130 ;
+"""
+
+
+def test_a_divergence_check_falls_through_and_its_slow_path_joins_the_loop(sass):
+    instructions = sass.parse_sass(SASS_DIVERGENCE_CHECK)
+    loop = sass.tile_loop(instructions)
+    assert loop is not None and loop.header == 0x100
+    assert {0x120, 0x130, 0x300, 0x320} <= loop.body and 0x160 not in loop.body
+
+
 def test_one_tile_counts_its_k_steps_and_its_waits_once(sass):
     instructions = sass.parse_sass(SASS)
     column = sass.tile_loop(instructions)

@@ -31,9 +31,9 @@ void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns
           cudaStream_t stream);
 // Whether the triangle backward takes a problem supports() takes (D within 128).
 bool supports_triangle(const TileProblem& p);
-// The symmetric backward over the upper triangle by cluster pairs, added into a zeroed `grad`.
-void grad_triangle(const TileProblem& p, float* grad, int64_t grad_columns, int num_splits,
-                   cudaStream_t stream);
+// The symmetric backward over the upper triangle by cluster pairs (launch.h,
+// grad_symmetric_triangle).
+void grad_triangle(const TileProblem& p, float* grad, int num_splits, cudaStream_t stream);
 }  // namespace sm90
 
 }  // namespace scl::cuda

@@ -55,15 +55,14 @@ void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns
   }
 }
 
-void grad_symmetric_triangle(const TileProblem& p, float* grad, int64_t grad_columns,
-                             const Device& device) {
-  if (!sm90::supports(p, device) || !sm90::supports_triangle(p)) {
-    cuda::grad(GradWalk::kRowsSymmetric, p, grad, grad_columns, device);
-    return;
-  }
+bool symmetric_triangle_supported(const TileProblem& p, const Device& device) {
+  return sm90::supports(p, device) && sm90::supports_triangle(p);
+}
+
+void grad_symmetric_triangle(const TileProblem& p, float* grad, const Device& device) {
   // Cluster pairs of row blocks; pair p walks nb - 2p tiles, so few blocks split their walks.
   const int64_t nb = blocks(p.streamed.rows, sm90::kLseBlockRows);
-  sm90::grad_triangle(p, grad, grad_columns, splits_for(nb + nb % 2, nb, device), device.stream);
+  sm90::grad_triangle(p, grad, splits_for(nb + nb % 2, nb, device), device.stream);
 }
 
 }  // namespace scl::cuda

@@ -33,10 +33,12 @@ enum class GradWalk { kRowsPlain, kRowsSymmetric, kColumns };
 // written (no atomics: deterministic).
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns,
           const Device& device);
-// The symmetric backward (what grad(kRowsSymmetric, ...) computes) over the upper triangle where
-// the sm_90a kernels take it (16-bit rows, D <= 128): added into `grad`, which the caller
-// zeroes, by atomics, so not bitwise reproducible; elsewhere grad(kRowsSymmetric, ...).
-void grad_symmetric_triangle(const TileProblem& p, float* grad, int64_t grad_columns,
-                             const Device& device);
+// The symmetric backward (what grad(kRowsSymmetric, ...) computes) over the upper triangle, for
+// the problems the sm_90a kernels take at D <= 128: added by atomics (not bitwise reproducible)
+// into `grad`, [own rows rounded up to kTermsPadding, kTriangleGradWidth] fp32, zeroed by the
+// caller (whole 16-byte vectors, no bounds to check; the columns past D stay zero).
+bool symmetric_triangle_supported(const TileProblem& p, const Device& device);
+constexpr int64_t kTriangleGradWidth = 128;
+void grad_symmetric_triangle(const TileProblem& p, float* grad, const Device& device);
 
 }  // namespace scl::cuda

@@ -105,8 +105,9 @@ struct Layouts {
 };
 
 // A consumer's share of the triangle's column product, 64 rows j x 128 columns d in fp32: the
-// partners exchange halves of d, 32 floats per thread.
+// partners exchange halves of d (64 columns), 32 floats per thread.
 constexpr int kExchangeFloats = 32;
+constexpr int kHalfWidth = 64;
 
 // What only the triangle needs in shared memory.
 template <class T>
@@ -177,26 +178,40 @@ struct ConsumerTurns {
 #error "the sm_90 kernels need the arch-specific target: put 9.0a, not 9.0, in SCL_CUDA_ARCH_LIST"
 #endif
 
-// Adds accumulator elements into out.grad by vector atomics: element e goes to (row0 + row,
-// col0 + column) with (row, column) = coord(e), and elements e, e + 1 (e even) are adjacent
-// columns of one row (the wgmma accumulator's layout; csrc/tests/fragment_layout_check.cpp).
-// Rows from `rows` on and columns from grad_columns on are left out.
-template <int kCount, class Value, class Coord>
-__device__ __forceinline__ void add_column_pairs(const WalkOutputs& out, int64_t rows, int64_t row0,
-                                                 int64_t col0, Value&& value, Coord&& coord) {
-  const bool paired = out.grad_columns % 2 == 0;  // float2 atomics need 8-byte aligned pairs
+// Adds half the columns of a 64 x 128 wgmma accumulator (32 elements per thread: value(e),
+// e < 32, at coord(e) + (row0, col0)) into a [rows padded to 256, 128] fp32 gradient (no bounds
+// to check: the triangle's buffer) by 16-byte vector atomics. Elements 4g .. 4g + 3 of a thread
+// are columns c, c + 1 of rows r and r + 8, and its quad neighbour (lane ^ 1) holds columns
+// c + 2, c + 3 or c - 2, c - 1 of the same rows (csrc/tests/fragment_layout_check.cpp): the
+// neighbours swap a row's pair each, so the even lane adds row r's four columns and the odd lane
+// row r + 8's. They swap through `scratch` (4 x 128 float4 of the consumer's shared memory,
+// consecutive threads at consecutive 16 bytes) rather than by shuffles, whose convergence
+// check ptxas cannot drop after the kernel's spin waits and whose slow path breaks the tile loop.
+template <class Value, class Coord>
+__device__ __forceinline__ void add_half_by_quads(float* grad, int64_t row0, int col0, Value&& value,
+                                                  Coord&& coord, float4* scratch, int thread) {
+  const bool odd = thread & 1;
+  auto given = [&](int g, int k) { return odd ? value(4 * g + k) : value(4 * g + 2 + k); };
   CUTE_UNROLL
-  for (int e = 0; e < kCount; e += 2) {
-    const int64_t row = row0 + get<0>(coord(e)), col = col0 + get<1>(coord(e));
-    if (row >= rows || col >= out.grad_columns) continue;
-    float* at = out.grad + row * out.grad_columns + col;
-    if (paired) {
-      atomicAdd(reinterpret_cast<float2*>(at), make_float2(value(e), value(e + 1)));
-    } else {
-      atomicAdd(at, value(e));
-      if (col + 1 < out.grad_columns) atomicAdd(at + 1, value(e + 1));
+  for (int h = 0; h < kExchangeFloats / 8; ++h) {
+    scratch[h * 128 + thread] = make_float4(given(2 * h, 0), given(2 * h, 1), given(2 * h + 1, 0), given(2 * h + 1, 1));
+  }
+  __syncwarp();
+  CUTE_UNROLL
+  for (int h = 0; h < kExchangeFloats / 8; ++h) {
+    const float4 got = scratch[h * 128 + (thread ^ 1)];
+    CUTE_UNROLL
+    for (int k = 0; k < 2; ++k) {
+      const int e = 4 * (2 * h + k);
+      const float got0 = k == 0 ? got.x : got.z, got1 = k == 0 ? got.y : got.w;
+      const float4 four = odd ? make_float4(got0, got1, value(e + 2), value(e + 3))
+                              : make_float4(value(e), value(e + 1), got0, got1);
+      const int row = odd ? int(get<0>(coord(e + 2))) : int(get<0>(coord(e)));
+      const int col = odd ? int(get<1>(coord(e + 2))) - 2 : int(get<1>(coord(e)));
+      atomicAdd(reinterpret_cast<float4*>(grad + (row0 + row) * kBlock + col0 + col), four);
     }
   }
+  __syncwarp();  // before the scratch is written again
 }
 
 // The named barrier (after ConsumerTurns' 0 and 1) at which both consumers have stored a
@@ -482,10 +497,14 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
         const float4 got = mine.received[consumer][v][thread];
         kept[4 * v] += got.x, kept[4 * v + 1] += got.y, kept[4 * v + 2] += got.z, kept[4 * v + 3] += got.w;
       }
+      // A half wholly past D (D <= 64) adds nothing (kHalfWidth columns per half). The received
+      // buffer, read, is the quads' scratch until the partner is told it may write again.
+      if (int(rank) * kHalfWidth < p.d) {
+        add_half_by_quads(params.out.grad, streamed_block(t) * kBlock + rows0, int(rank) * kHalfWidth,
+                          [&](int e) { return kept[e]; }, [&](int e) { return column_coords(e); },
+                          &mine.received[consumer][0][0], thread);
+      }
       arrive_in_cluster(cluster_shared_address(&mine.partner_read[consumer], partner));
-      add_column_pairs<kExchangeFloats>(params.out, p.own.rows, streamed_block(t) * kBlock + rows0,
-                                        int64_t(rank) * 2 * kExchangeFloats, [&](int e) { return kept[e]; },
-                                        [&](int e) { return column_coords(e); });
     };
 
     int column_tiles = 0;  // the triangle's tiles with a column side so far
@@ -558,8 +577,12 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
     // Other programs' column sides add into these rows too.
     Tensor out_coords = grads_thr.partition_C(make_identity_tensor(Shape<Int<kRowsPerConsumer>, Int<kGradWidth>>{}));
     if (tiles > 0) {
-      add_column_pairs<size(grad)>(params.out, p.own.rows, row0 + rows0, 0, [&](int e) { return grad(e); },
-                                   [&](int e) { return out_coords(e); });
+      for (int half = 0; half < 2 && half * kHalfWidth < p.d; ++half) {
+        // The partner writes no more into the received buffer: its last half was read.
+        add_half_by_quads(params.out.grad, row0 + rows0, half * kHalfWidth,
+                          [&](int e) { return half == 0 ? grad(e) : grad(e + kExchangeFloats); },
+                          [&](int e) { return out_coords(e); }, &shared.triangle.received[consumer][0][0], thread);
+      }
     }
   } else {
     Tensor out_coords = grads_thr.partition_C(make_identity_tensor(Shape<Int<kRowsPerConsumer>, Int<kGradWidth>>{}));

@@ -166,11 +166,14 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
         row_terms({o.rz, at::zeros({n}, fp32), at::zeros({n}, fp32), coef / scale2}, {0.f, kInf, 0.f, 0.f});
     const at::Tensor streamed = row_terms(
         {o.rz * scale2, at::full({n}, -scale2, fp32), o.rz.reciprocal(), coef * o.rz}, {0.f, -kInf, 0.f, 0.f});
-    out.dz = at::zeros({n, d}, fp32);
     const TileProblem problem = o.problem(o.z, o.z, own, streamed, 0);
-    if (symmetric_backward_by_triangle()) {
-      grad_symmetric_triangle(problem, out.dz.data_ptr<float>(), d, device);
+    if (symmetric_backward_by_triangle() && symmetric_triangle_supported(problem, device)) {
+      // The triangle adds whole 16-byte vectors into a padded buffer; the gradient is its view.
+      const at::Tensor padded = at::zeros({own.size(0), kTriangleGradWidth}, fp32);
+      grad_symmetric_triangle(problem, padded.data_ptr<float>(), device);
+      out.dz = padded.narrow(0, 0, n).narrow(1, 0, d);
     } else {
+      out.dz = at::empty({n, d}, fp32);
       grad(GradWalk::kRowsSymmetric, problem, out.dz.data_ptr<float>(), d, device);
     }
     C10_CUDA_KERNEL_LAUNCH_CHECK();

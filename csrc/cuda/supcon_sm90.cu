@@ -65,9 +65,9 @@ void lse_symmetric(const TileProblem& p, float* row_sum, int num_splits, cudaStr
   run<Walk::kLseSymmetric>(p, {nullptr, nullptr, row_sum, nullptr, 0, num_splits}, stream);
 }
 
-void grad_triangle(const TileProblem& p, float* grad, int64_t grad_columns, int num_splits,
-                   cudaStream_t stream) {
-  run<Walk::kGradTriangle>(p, {nullptr, nullptr, nullptr, grad, grad_columns, num_splits}, stream);
+void grad_triangle(const TileProblem& p, float* grad, int num_splits, cudaStream_t stream) {
+  static_assert(kTriangleGradWidth == kBlock && kTermsPadding % (2 * kBlock) == 0);
+  run<Walk::kGradTriangle>(p, {nullptr, nullptr, nullptr, grad, kTriangleGradWidth, num_splits}, stream);
 }
 
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns,

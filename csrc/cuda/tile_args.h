@@ -60,7 +60,8 @@ struct WalkOutputs {
   float* part_max;  // lse_plain: [num_splits, own rows] base-2 running max and sum
   float* part_sum;
   float* row_sum;   // lse_symmetric (the sm_90a walk): row sums, added by atomics
-  float* grad;      // grad walks: [own rows, grad_columns] fp32 (the triangle adds into it)
+  float* grad;      // grad walks: [own rows, grad_columns] fp32; the triangle adds into
+                    // [own rows rounded up to kTermsPadding, 128]
   int64_t grad_columns;
   int num_splits;   // the lse walks' and the triangle's splits of the streamed tiles (grid.y)
 };

@@ -33,7 +33,9 @@
 //   sm90-triangle        the triangle backward's assumptions: in every 64x128 accumulator it
 //                        reads (logits, gradient, column product), elements 2m, 2m + 1 are
 //                        columns c, c + 1 of one row, c even (float2 atomics, packed stores), and
-//                        element e + 32 is element e 64 columns on (the partners' halves); the
+//                        element e + 32 is element e 64 columns on (the partners' halves),
+//                        elements 4g + 2, 4g + 3 are 4g, 4g + 1 eight rows down and lane ^ 1 holds
+//                        the two columns after an even lane's (16-byte atomics); the
 //                        logits' (row, column) view pairs columns the same way; its weights
 //                        tile's 32-bit offsets (weights_byte_offset) are those of a tensor over
 //                        shared memory, and rows j and j + 1 of an own row i are adjacent for
@@ -62,7 +64,9 @@ float __shfl_xor_sync(unsigned mask, float value, int lane_mask, int width = 32)
 unsigned __float_as_uint(float);
 float __uint_as_float(unsigned);
 float atomicAdd(float* address, float value);
+float4 atomicAdd(float4* address, float4 value);
 void __syncthreads();
+void __syncwarp(unsigned mask = 0xffffffffu);
 
 #include "cuda/fragments.cuh"
 #include "cuda/sm80_kernels.cuh"
@@ -461,6 +465,25 @@ void check_triangle_accumulator(const std::string& name, Mma mma) {
       }
     }
   }
+  // add_half_by_quads: elements 4g + 2, 4g + 3 are 4g, 4g + 1 eight rows down, and the quad
+  // neighbour lane ^ 1 of an even lane holds its elements two columns on.
+  Failures q;
+  for (int t = 0; t < 128; ++t) {
+    Tensor c = mma.get_slice(t).partition_C(make_identity_tensor(Tile{}));
+    Tensor n = mma.get_slice(t ^ 1).partition_C(make_identity_tensor(Tile{}));
+    for (int e = 0; e < int(size(c)); ++e) {
+      if (e % 4 < 2 && (get<0>(c(e + 2)) != get<0>(c(e)) + 8 || get<1>(c(e + 2)) != get<1>(c(e)))) {
+        q.add("thread " + str(t) + " element " + str(e + 2) + " " + rc(int(get<0>(c(e + 2))), int(get<1>(c(e + 2)))) +
+              " is not 8 rows below element " + str(e) + " " + rc(int(get<0>(c(e))), int(get<1>(c(e)))));
+      }
+      if (t % 2 == 0 && (get<0>(n(e)) != get<0>(c(e)) || get<1>(n(e)) != get<1>(c(e)) + 2 || get<1>(c(e)) % 4 >= 2)) {
+        q.add("threads " + str(t) + ", " + str(t ^ 1) + " element " + str(e) + ": " + rc(int(get<0>(c(e))), int(get<1>(c(e)))) +
+              ", " + rc(int(get<0>(n(e))), int(get<1>(n(e)))));
+      }
+    }
+  }
+  report("sm90-triangle", name + ": quads for 16-byte atomics", q,
+         "elements 4g + 2, 4g + 3 eight rows below 4g, 4g + 1; lane ^ 1 two columns on, 16-byte aligned");
   report("sm90-triangle", name, f, "128 threads: column pairs at 2m, 2m + 1; element e + 32 is element e 64 columns on");
 }
 
