@@ -1,6 +1,8 @@
 r"""Forward and backward of backend="cuda" on small awkward cases, for compute-sanitizer
 (bench/gpu_session.sh). Every kernel is reached: the sm_90a wgmma kernels (bf16 / fp16 with
-D <= 256, in their 128- and 256-wide forms) and the mma.sync kernels (everything else), each in
+D <= 256, in their 128- and 256-wide forms, and the triangle backward's cluster pairs, whose
+exchange over distributed shared memory is synchronisation for racecheck and synccheck to
+check) and the mma.sync kernels (everything else), each in
 the symmetric schedule (single set) and the plain one (contrast_mode="one", a cross set, the raw
 op with anchor_offset), with padded rows, tile tails, float64 inputs (computed in fp32) and a low
 temperature. Every case runs twice: as it comes, and under
@@ -30,6 +32,10 @@ CASES = [
     (70, 33, torch.float32, "cross", 0.1),
     (129, 64, torch.float64, "single", 0.1),
     (1, 8, torch.bfloat16, "single", 0.1),
+    # The triangle backward's cluster pairs with column sides: 5 row blocks (the odd last one
+    # pairs with padding), and 6 at D = 64 (the partners' upper half of the columns not sent).
+    (520, 128, torch.bfloat16, "single", 0.1),
+    (700, 64, torch.float16, "single", 0.1),
 ]
 # (n, d, dtype, num_anchors, anchor_offset): the raw op on a block of the single set's anchors.
 OFFSET_CASES = [

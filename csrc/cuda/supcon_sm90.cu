@@ -22,11 +22,12 @@ void launch(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
   const unsigned x = triangle ? 2 * ((blocks(p.own.rows) + 1) / 2) : blocks(p.own.rows);
   const Params<T, kWidth> params{p, make_block_tma<T, kWidth>(p.own, p.d), make_block_tma<T, kWidth>(p.streamed, p.d), o};
   cudaFuncSetAttribute(walk_kernel<T, kWalk, kWidth>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  // The triangle's programs run in clusters of two (cluster_pair.cuh); the others alone.
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = triangle ? 2 : 1;
+  cluster.val.clusterDim.x = 2;
   cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{dim3(x, y), dim3(kThreads), size_t(bytes), stream, &cluster, 1};
+  cudaLaunchConfig_t config{dim3(x, y), dim3(kThreads), size_t(bytes), stream, &cluster, triangle ? 1u : 0u};
   cudaLaunchKernelEx(&config, walk_kernel<T, kWalk, kWidth>, params);
 }
 
