@@ -185,8 +185,8 @@ struct ConsumerTurns {
 // c + 2, c + 3 or c - 2, c - 1 of the same rows (csrc/tests/fragment_layout_check.cpp): the
 // neighbours swap a row's pair each, so the even lane adds row r's four columns and the odd lane
 // row r + 8's. They swap through `scratch` (4 x 128 float4 of the consumer's shared memory,
-// consecutive threads at consecutive 16 bytes) rather than by shuffles, whose convergence
-// check ptxas cannot drop after the kernel's spin waits and whose slow path breaks the tile loop.
+// consecutive threads at consecutive 16 bytes): four 16-byte stores and loads where shuffles
+// would take sixteen.
 template <class Value, class Coord>
 __device__ __forceinline__ void add_half_by_quads(float* grad, int64_t row0, int col0, Value&& value,
                                                   Coord&& coord, float4* scratch, int thread) {
