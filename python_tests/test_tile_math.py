@@ -439,3 +439,17 @@ def test_pair_triangle_adds_every_block_pair_once(tile_math, nbs):
                     if to < nb and frm < nb:
                         added[(to, frm)] = added.get((to, frm), 0) + 1
         assert added == {(a, b): 1 for a in range(nb) for b in range(nb)}, nb
+
+
+def test_the_cost_models_triangle_counts_are_the_schedules(tile_math):
+    """bench.cuda_static counts the triangle's tiles (with and without a column side) to predict
+    its time: the counts must be those of tile_math's schedule, over every program of a pair."""
+    import sys
+    sys.path.insert(0, ROOT)
+    from bench.cuda_static import triangle_tiles
+    for nb in range(1, 41):
+        programs = range(nb + nb % 2)
+        tiles = {i: int(tile_math([_line("pair_triangle", nb, i, 0)])[0][0]) for i in programs}
+        lines = [_line("pair_triangle", nb, i, t) for i in programs for t in range(tiles[i])]
+        sides = [int(row[2]) for row in tile_math(lines)]
+        assert triangle_tiles(nb) == (sum(sides), len(sides) - sum(sides)), nb

@@ -510,8 +510,8 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
     int column_tiles = 0;  // the triangle's tiles with a column side so far
     for (int64_t t = 0; t < tiles; ++t) {
       const int stage = epilogue_tile(t);
+      const bool column_side = kTriangle && tm::pair_triangle_has_column_side(range.begin + t);
       if constexpr (kGrad) {
-        const bool column_side = kTriangle && tm::pair_triangle_has_column_side(range.begin + t);
         // Stored before the weights are rounded, while the registers of acc are still needed.
         if constexpr (kTriangle) {
           if (column_side) store_column_weights(stage, shared.triangle.weights[column_tiles & 1]);
@@ -542,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
       }
       EmptyBarrier::arrive(&shared.empty[stage]);
       if constexpr (kTriangle) {
-        if (tm::pair_triangle_has_column_side(range.begin + t)) {
+        if (column_side) {
           issue_column_product(shared.triangle.weights[column_tiles & 1]);
           exchange_and_add(t, column_tiles++, shared.triangle);
         }

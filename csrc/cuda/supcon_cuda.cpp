@@ -213,7 +213,9 @@ bool host_may_wait(const at::Tensor& like) {
 }
 
 const TileKernels& cuda_kernels() {
-  // The symmetric forward adds a row's tiles by atomics: not reproducible; every backward is.
+  // The symmetric forward adds a row's tiles by atomics: not reproducible. The symmetric
+  // backward's triangle does too, so deterministic mode takes the full-row walk there
+  // (symmetric_backward_by_triangle above); the other backward walks write every element once.
   static const TileKernels kernels{compute_type, /*symmetric_forward_is_deterministic=*/false,
                                    lse_tiles, grad_tiles, host_may_wait};
   return kernels;

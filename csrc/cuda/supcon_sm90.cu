@@ -35,10 +35,12 @@ template <Walk kWalk>
 void run(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
   auto with_width = [&](auto t) {
     using T = decltype(t);
-    if (kWalk == Walk::kGradTriangle || resident_width(p.d) == 128) {
+    if constexpr (kWalk == Walk::kGradTriangle) {
+      launch<T, kWalk, 128>(p, o, stream);  // supports_triangle: D within 128
+    } else if (resident_width(p.d) == 128) {
       launch<T, kWalk, 128>(p, o, stream);
     } else {
-      if constexpr (kWalk != Walk::kGradTriangle) launch<T, kWalk, kMaxWidth>(p, o, stream);
+      launch<T, kWalk, kMaxWidth>(p, o, stream);
     }
   };
   if (p.type == ElementType::kBFloat16) {
