@@ -1,10 +1,23 @@
 // The scl operator library: schemas only. Backends register their kernels with
-// TORCH_LIBRARY_IMPL beside their sources; fake kernels and autograd are registered from Python
-// (scl_kernels/_op.py).
+// TORCH_LIBRARY_IMPL beside their sources, autograd is csrc/autograd.cpp, and the fake kernels
+// (shapes for meta tensors and torch.compile) are registered from Python
+// (scl_kernels/backends/fused_ops.py).
 #include <Python.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <string>
+
+// The torch this library was compiled against, as a string in the file itself: scl_kernels/
+// _extension.py reads it without loading the library, so that a library built for another torch
+// is reported as such instead of as an undefined symbol.
+extern "C" __attribute__((used, visibility("default"))) const char scl_kernels_build_info[] =
+    "scl_kernels build info: torch " TORCH_VERSION
+#ifdef SCL_WITH_CUDA
+    ", with CUDA kernels";
+#else
+    ", CPU only";
+#endif
 
 // Importing scl_kernels._C loads this library and runs the registrations; the module itself is
 // empty, so it needs no pybind11 and ties to no Python ABI beyond the init symbol.
@@ -43,7 +56,7 @@ TORCH_LIBRARY(scl, m) {
   // Triton's interpreter.
   m.def(("supcon_triton" + kForward).c_str());
   m.def(("supcon_triton_backward" + kBackward).c_str());
-  // The Triton tile kernels (scl_kernels/triton_backend registers them from Python); the
+  // The Triton tile kernels (scl_kernels/backends/triton registers them from Python); the
   // arguments are those of scl::TileInputs and scl::GradCoefficients (csrc/core/tile_kernels.h).
   m.def("supcon_triton_lse_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
         "float inv_t, int self_offset, bool symmetric) -> Tensor lse");
