@@ -1,6 +1,6 @@
 // CPU backend of scl::supcon: the shared core (csrc/core) with the fused tile kernels of
-// supcon_tiles.cpp. The tiles multiply through BLAS, so they read float32 / float64 unit rows:
-// this file makes that copy (16-bit inputs compute in float32).
+// supcon_tiles.h, in the instruction set this CPU runs. The tiles multiply through BLAS, so they
+// read float32 / float64 unit rows: this file makes that copy (16-bit inputs compute in float32).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -44,12 +44,14 @@ TileProblem<T> tile_problem(const UnitRows& u, const TileInputs& in) {
 at::Tensor lse_tiles(const TileInputs& in) {
   const UnitRows u = unit_rows(in);
   at::Tensor lse = at::empty({u.q.size(0)}, u.z.options().dtype(at::kDouble));
+  const CpuCapability capability = cpu_capability();
   AT_DISPATCH_FLOATING_TYPES(u.z.scalar_type(), "scl_lse_tiles_cpu", [&] {
+    const TileKernelSet<scalar_t>& kernels = tile_kernels_for<scalar_t>(capability);
     if (in.schedule == Schedule::kSymmetric) {
-      lse_symmetric<scalar_t>(u.z.data_ptr<scalar_t>(), u.z.size(0), u.z.size(1),
-                              static_cast<scalar_t>(in.inv_t), lse.data_ptr<double>());
+      kernels.lse_symmetric(u.z.data_ptr<scalar_t>(), u.z.size(0), u.z.size(1),
+                            static_cast<scalar_t>(in.inv_t), lse.data_ptr<double>());
     } else {
-      lse_plain<scalar_t>(tile_problem<scalar_t>(u, in), lse.data_ptr<double>());
+      kernels.lse_plain(tile_problem<scalar_t>(u, in), lse.data_ptr<double>());
     }
   });
   return lse;
@@ -60,17 +62,19 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   TileGrads out;
   out.dz = at::zeros_like(u.z);
   const at::Tensor coef = c.coef.contiguous();
+  const CpuCapability capability = cpu_capability();
   AT_DISPATCH_FLOATING_TYPES(u.z.scalar_type(), "scl_grad_tiles_cpu", [&] {
+    const TileKernelSet<scalar_t>& kernels = tile_kernels_for<scalar_t>(capability);
     if (in.schedule == Schedule::kSymmetric) {
-      grad_symmetric<scalar_t>(u.z.data_ptr<scalar_t>(), u.z.size(0), u.z.size(1),
-                               static_cast<scalar_t>(in.inv_t), coef.data_ptr<scalar_t>(),
-                               out.dz.data_ptr<scalar_t>());
+      kernels.grad_symmetric(u.z.data_ptr<scalar_t>(), u.z.size(0), u.z.size(1),
+                             static_cast<scalar_t>(in.inv_t), coef.data_ptr<scalar_t>(),
+                             out.dz.data_ptr<scalar_t>());
     } else {
       out.dq = at::zeros_like(u.q);
       const at::Tensor hi = c.lse_hi.contiguous(), lo = c.lse_lo.contiguous();
-      grad_plain<scalar_t>(tile_problem<scalar_t>(u, in), coef.data_ptr<scalar_t>(),
-                           hi.data_ptr<scalar_t>(), lo.data_ptr<scalar_t>(),
-                           out.dq.data_ptr<scalar_t>(), out.dz.data_ptr<scalar_t>());
+      kernels.grad_plain(tile_problem<scalar_t>(u, in), coef.data_ptr<scalar_t>(),
+                         hi.data_ptr<scalar_t>(), lo.data_ptr<scalar_t>(),
+                         out.dq.data_ptr<scalar_t>(), out.dz.data_ptr<scalar_t>());
     }
   });
   return out;
