@@ -416,13 +416,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const int64_t j = j0 + get<0>(coords_rc(r, 0));
-        const RowTerms tj = shared_terms(pipe.own_terms + parity * kBlockN + get<0>(coords_rc(r, 0)));
+        const auto row_j = ContrastTerms::of(shared_terms(pipe.own_terms + parity * kBlockN + get<0>(coords_rc(r, 0))));
         float sum_j = 0.f;
         CUTE_UNROLL
         for (int c = 0; c < kCols; ++c) {
           const int64_t i = i0 + get<1>(coords_rc(r, c));
-          const float ri = shared_terms(pipe.streamed_terms + parity * kBlockN + get<1>(coords_rc(r, c))).z;
-          float s2 = tm::logit2(acc_rc(r, c), ri, tj.x, tj.y);
+          const auto row_i = ContrastTerms::of(shared_terms(pipe.streamed_terms + parity * kBlockN + get<1>(coords_rc(r, c))));
+          float s2 = WalkTerms<Walk::kLseSymmetric>::logit2(acc_rc(r, c), row_i, row_j);
           if (diagonal && i == j) s2 = -INFINITY;
           const float e = tm::exp2_approx(s2);
           sums_rc(r, c) += e;

@@ -12,7 +12,7 @@ unsigned blocks(int64_t rows) { return unsigned((rows + kBlock - 1) / kBlock); }
 template <class T, Walk kWalk, int kWidth>
 void launch(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
   constexpr bool triangle = kWalk == Walk::kGradTriangle;
-  constexpr int bytes = int(sizeof(SharedStorage<T, kWidth, triangle>));
+  constexpr int bytes = int(sizeof(WalkStorage<T, kWalk, kWidth>));
   static_assert(bytes <= 227 * 1024, "more shared memory than an H100 block may have");
   const bool lse = kWalk == Walk::kLsePlain || kWalk == Walk::kLseSymmetric;
   // grid.y: the splits of the lse walks and the triangle, the gradient's column chunks of the

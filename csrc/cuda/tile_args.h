@@ -2,8 +2,8 @@
 // (the ATen glue, supcon_cuda.cpp, fills them; the kernels, *.cu, read them).
 //
 // Every kernel walks one block of "own" rows against tiles of "streamed" rows, forming base-2
-// logits s2 = dot(own, streamed) * own.x * streamed.x + bias (csrc/core/tile_math.h). What the
-// four terms of a row mean depends on the kernel (RowTerms below); the glue pads the streamed
+// logits s2 = dot(own, streamed) * r_i * (r_j log2(e) / t) + bias (csrc/core/tile_math.h) whose
+// factors and bias are per-row terms (RowTerms below); the glue pads the streamed
 // terms to a whole tile with values that make the padded rows contribute exact zeros, so the
 // kernels load them without masks.
 #pragma once
@@ -14,19 +14,9 @@ namespace scl::cuda {
 
 enum class ElementType { kBFloat16, kFloat16, kFloat32 };
 
-// Four per-row numbers, 16 bytes, one vector load:
-//   lse_plain      own (anchor i):   x = r_i
-//                  streamed (col j): x = r_j log2(e)/t, y = 0 (-inf past the last column)
-//   lse_symmetric  rows j of a tile: x = r_j log2(e)/t, y = -log2(e)/t (-inf past N); z = r_j
-//   grad_rows      own (anchor i):   x = r_i, y = lse2_hi (+inf without gradient), z = lse2_lo,
-//                                    w = coef_i (plain) or coef_i t / log2(e) (symmetric)
-//                  streamed (col j): x = r_j log2(e)/t, y = 0 or -log2(e)/t (symmetric) or -inf
-//                                    past the last column, z = r_j (plain) or 1 / r_j
-//                                    (symmetric, 0 past the last column), w = coef_j r_j
-//                                    (symmetric)
-//   grad_cols      own (col j):      x = r_j log2(e)/t
-//                  streamed (anchor i): x = r_i, y = lse2_hi (+inf without gradient or past the
-//                                    last anchor), z = lse2_lo, w = coef_i r_i
+// Four per-row numbers, 16 bytes, one vector load. What they hold depends on the walk and the
+// side: walk_terms.cuh names them per kind of row (the views' fields are in slot order x, y, z,
+// w) and is what the glue's columns must follow.
 struct RowTerms {
   float x, y, z, w;
 };

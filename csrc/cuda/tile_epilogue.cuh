@@ -6,13 +6,9 @@
 #include "../core/tile_math.h"
 #include "fragments.cuh"
 #include "tile_args.h"
+#include "walk_terms.cuh"
 
 namespace scl::cuda {
-
-// The walks of an own row block over streamed tiles (tile_args.h says what their terms hold).
-// kGradTriangle (sm_90a) is the symmetric backward over the upper triangle by cluster pairs: its
-// tiles' weights are those of kGradRowsSymmetric, both sides of a tile are added.
-enum class Walk { kLsePlain, kLseSymmetric, kGradRowsPlain, kGradRowsSymmetric, kGradColumns, kGradTriangle };
 
 // Whether a tile of own rows [own0, own0 + own_rows) against streamed rows [streamed0,
 // streamed0 + streamed_rows) holds an anchor's self column. Own rows are the anchors, except in
@@ -37,24 +33,18 @@ __device__ __forceinline__ void tile_epilogue(AccRC& acc_rc, const CoordsRC& coo
                                               Streamed&& streamed, IsSelf&& is_self,
                                               tile_math::RunningLse2* running) {
   namespace tm = tile_math;
+  using Terms = WalkTerms<kWalk>;
+  static_assert(kWalk != Walk::kLseSymmetric, "the symmetric forward adds both sides of a tile: its kernels walk their own");
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
-    const RowTerms own_r = own(r);
+    const auto own_r = Terms::Own::of(own(r));
     float tile_max = -INFINITY;
     CUTE_UNROLL
     for (int c = 0; c < kCols; ++c) {
-      const RowTerms st = streamed(cute::get<1>(coords_rc(r, c)));
-      // The columns walk's own rows are columns: the same rounding as the rows walk's logit.
-      float s2 = kWalk == Walk::kGradColumns ? tm::logit2(acc_rc(r, c), st.x, own_r.x, 0.f)
-                                             : tm::logit2(acc_rc(r, c), own_r.x, st.x, st.y);
+      const auto streamed_c = Terms::Streamed::of(streamed(cute::get<1>(coords_rc(r, c))));
+      float s2 = Terms::logit2(acc_rc(r, c), own_r, streamed_c);
       if (is_self(r, c)) s2 = -INFINITY;
-      if constexpr (kWalk == Walk::kGradRowsSymmetric || kWalk == Walk::kGradTriangle) {
-        s2 = tm::symmetric_grad_weight(s2, own_r.w, st.x, st.w);
-      } else if constexpr (kWalk == Walk::kGradRowsPlain) {
-        s2 = tm::plain_grad_weight(s2, {own_r.y, own_r.z}, st.z);
-      } else if constexpr (kWalk == Walk::kGradColumns) {
-        s2 = tm::plain_grad_weight(s2, {st.y, st.z}, st.w);
-      }
+      if constexpr (kWalk != Walk::kLsePlain) s2 = Terms::weight(s2, own_r, streamed_c);
       acc_rc(r, c) = s2;
       tile_max = fmaxf(tile_max, s2);
     }

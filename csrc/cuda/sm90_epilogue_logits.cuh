@@ -1,0 +1,35 @@
+// The first step of every sm_90a walk's epilogue but the symmetric forward's: a streamed tile's
+// logits in the consumer's accumulator rewritten in place as the walk's values (base-2 logits
+// added to the rows' running LSE, or gradient weights), the self column masked
+// (tile_epilogue.cuh has the arithmetic, shared with the mma.sync kernels).
+#pragma once
+
+#include "../core/tile_math.h"
+#include "sm90_mainloop.cuh"
+#include "tile_args.h"
+#include "tile_epilogue.cuh"
+
+namespace scl::cuda::sm90 {
+
+// `running`: the rows' running LSE in the forward (kLsePlain), unused by the backward walks.
+template <Walk kWalk, class Mainloop, class Schedule>
+__device__ __forceinline__ void tile_values(Mainloop& m, const Schedule& schedule, const TileProblem& p,
+                                            int64_t t, int stage, tile_math::RunningLse2* running) {
+  const int64_t c0 = schedule.streamed_block(t) * kBlock;
+  const bool masked = walk_tile_holds_self_column<kWalk>(schedule.row0, kBlock, c0, kBlock, p.self_offset);
+  // In a masked tile the self column lies within a tile's width of the diagonal, so one
+  // 32-bit offset per tile replaces two 64-bit compares per logit: local column = local row
+  // + self_delta (in the columns walk, own row i + self_offset is anchor i's self column).
+  const int self_delta = !masked ? 0
+                         : kWalk == Walk::kGradColumns ? int(m.first_row - c0 - p.self_offset)
+                                                       : int(m.first_row + p.self_offset - c0);
+  auto acc_rc = m.acc_rc();
+  const auto coords_rc = m.coords_rc();
+  tile_epilogue<kWalk, Mainloop::kRows, Mainloop::kCols>(
+      acc_rc, coords_rc, [&](int r) { return m.acc_row_terms(r); },
+      [&](int c) { return m.streamed_row_terms(stage, c); },
+      [&](int r, int c) { return masked && get<1>(coords_rc(r, c)) == get<0>(coords_rc(r, c)) + self_delta; },
+      running);
+}
+
+}  // namespace scl::cuda::sm90
