@@ -1,0 +1,145 @@
+"""pytorch-metric-learning's ``losses.SupConLoss`` on the fused loss.
+
+Same call, values and gradients, for the default distance (cosine) and reducer::
+
+    # was: from pytorch_metric_learning.losses import SupConLoss
+    from scl_kernels.compat.pml import SupConLoss
+    criterion = SupConLoss(temperature=0.1)
+    loss = criterion(embeddings, labels)   # or (embeddings, labels, ref_emb=..., ref_labels=...)
+
+pytorch-metric-learning's conventions are kept where they differ from
+:func:`scl_kernels.supcon_loss`: the mean runs over the anchors whose loss is non-zero, the
+loss is 0 when the batch has no positive pair or no negative pair, and labels are compared by
+value (a negative label is a class like any other). docs/COMPAT.md lists every difference.
+"""
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..functional import supcon_loss
+
+from ._dense_fallback import compute_dtype, masked_supcon_per_anchor, warn_once
+
+_PAIR_EXCLUSION_MESSAGE = (
+    "scl_kernels.compat.pml.SupConLoss got ref_labels that is the labels tensor itself with a "
+    "different ref_emb. pytorch-metric-learning compares the two by identity and then leaves "
+    "out the pair (i, i), anchor i against ref_emb row i, from positives and negatives alike; "
+    "the fused kernels cannot leave out such pairs, so these calls run a dense PyTorch "
+    "reference with time and memory quadratic in the batch. ref_labels=labels.clone() keeps "
+    "the pair (i, i) (a different loss) and runs fused.")
+
+
+class SupConLoss(nn.Module):
+    """Supervised contrastive loss with pytorch-metric-learning's interface and reduction.
+
+    The embeddings (and ``ref_emb``) are L2-normalised, the logits are cosine similarities over
+    the temperature, and an anchor's loss is the mean over its positives of the negative log
+    softmax. Without ``ref_emb`` each anchor is left out of its own softmax; with ``ref_emb`` and
+    ``ref_labels`` every reference row takes part. The batch loss is the mean over the anchors
+    whose loss is greater than 0 (anchors without positives have 0), and 0 when no pair is
+    positive or none is negative.
+    """
+
+    def __init__(self, temperature=0.1, *, backend="auto"):
+        """Stores the options of every call.
+
+        Args:
+            temperature: the softmax temperature: a positive float or a 0-dim floating tensor.
+            backend: the :func:`scl_kernels.supcon_loss` backend (``"auto"``, ``"cpu"``,
+                ``"triton"``, ``"cuda"`` or ``"reference"``); the dense path of
+                ``ref_labels is labels`` ignores it.
+        """
+        super().__init__()
+        self.temperature = temperature
+        self.backend = backend
+
+    def forward(self, embeddings, labels=None, indices_tuple=None, ref_emb=None, ref_labels=None):
+        """The loss of one batch, as pytorch-metric-learning's ``SupConLoss.forward``.
+
+        Args:
+            embeddings: ``[N, D]`` floating tensor.
+            labels: ``[N]`` class of each embedding (any values comparable with ``==``).
+            indices_tuple: not supported (mined pairs); must be None.
+            ref_emb: optional ``[M, D]`` reference rows the anchors are contrasted against.
+            ref_labels: ``[M]`` classes of ``ref_emb``; required with it.
+
+        Returns:
+            A 0-dim tensor, float32 (float64 for float64 embeddings).
+
+        Raises:
+            NotImplementedError: indices_tuple is given.
+            ValueError: labels is missing, shapes do not match, or ref_emb and ref_labels are
+                not given together.
+        """
+        if indices_tuple is not None:
+            raise NotImplementedError(
+                "scl_kernels.compat.pml.SupConLoss does not take indices_tuple (mined pairs): it "
+                "uses every pair, as indices_tuple=None does. For mined pairs use "
+                "pytorch_metric_learning.losses.SupConLoss.")
+        if labels is None:
+            raise ValueError("labels is required (pytorch-metric-learning: labels and "
+                             "indices_tuple cannot both be None)")
+        _check_rows(embeddings, labels, "embeddings", "labels")
+        labels = labels.to(embeddings.device)
+        if ref_emb is None:
+            if ref_labels is not None:
+                raise ValueError("ref_labels given without ref_emb (pytorch-metric-learning "
+                                 "ignores it; pass ref_emb too, or leave ref_labels out)")
+            return self._single_set(embeddings, labels)
+        if ref_labels is None:
+            raise ValueError("ref_labels is required with ref_emb")
+        _check_rows(ref_emb, ref_labels, "ref_emb", "ref_labels")
+        if ref_labels is labels:
+            if ref_emb is embeddings:
+                return self._single_set(embeddings, labels)
+            warn_once("pml-pair-exclusion", lambda: _PAIR_EXCLUSION_MESSAGE)
+            return self._cross_set_without_pairs_i_i(embeddings, labels, ref_emb)
+        return self._cross_set(embeddings, labels, ref_emb, ref_labels.to(ref_emb.device))
+
+    def _single_set(self, embeddings, labels):
+        _, classes, class_sizes = torch.unique(labels, return_inverse=True, return_counts=True)
+        per_anchor = supcon_loss(embeddings, classes, self.temperature, reduction="none",
+                                 backend=self.backend)
+        has_positive_pair = (class_sizes > 1).any()
+        has_negative_pair = class_sizes.numel() > 1
+        return _mean_over_nonzero(per_anchor, has_positive_pair & has_negative_pair)
+
+    def _cross_set(self, embeddings, labels, ref_emb, ref_labels):
+        class_values, classes = torch.unique(torch.cat([labels, ref_labels]), return_inverse=True)
+        anchor_classes, ref_classes = classes[: labels.shape[0]], classes[labels.shape[0]:]
+        per_anchor = supcon_loss(embeddings, anchor_classes, self.temperature, contrast=ref_emb,
+                                 contrast_labels=ref_classes, reduction="none",
+                                 backend=self.backend)
+        has_positive_pair = torch.isin(anchor_classes, ref_classes).any()
+        has_negative_pair = class_values.numel() > 1
+        return _mean_over_nonzero(per_anchor, has_positive_pair & has_negative_pair)
+
+    def _cross_set_without_pairs_i_i(self, embeddings, labels, ref_emb):
+        dtype = compute_dtype(embeddings.dtype)
+        anchors = F.normalize(embeddings.to(dtype), dim=1)
+        references = F.normalize(ref_emb.to(dtype), dim=1)
+        same_class = labels[:, None] == labels[None, :]
+        pair_i_i = torch.eye(labels.shape[0], dtype=torch.bool, device=labels.device)
+        per_anchor = masked_supcon_per_anchor(anchors, references, same_class.to(dtype),
+                                              self.temperature, exclude_self=True)
+        has_positive_pair = (same_class & ~pair_i_i).any()
+        has_negative_pair = (~same_class).any()
+        return _mean_over_nonzero(per_anchor, has_positive_pair & has_negative_pair)
+
+
+def _check_rows(rows, labels, rows_name, labels_name):
+    if not isinstance(rows, torch.Tensor) or not isinstance(labels, torch.Tensor):
+        raise TypeError(f"{rows_name} and {labels_name} must be tensors")
+    if rows.dim() != 2:
+        raise ValueError(f"{rows_name} must have shape [N, D], got {tuple(rows.shape)}")
+    if labels.dim() != 1 or labels.shape[0] != rows.shape[0]:
+        raise ValueError(f"{labels_name} must have shape [{rows.shape[0]}] to match {rows_name}, "
+                         f"got {tuple(labels.shape)}")
+
+
+def _mean_over_nonzero(per_anchor, has_positive_and_negative_pairs):
+    """pytorch-metric-learning's AvgNonZeroReducer, and its 0 for a batch without a positive or
+    without a negative pair, with no host read."""
+    counted = per_anchor > 0
+    mean = torch.where(counted, per_anchor, 0).sum() / counted.sum().clamp_min(1)
+    return torch.where(has_positive_and_negative_pairs, mean, torch.zeros_like(mean))
