@@ -40,7 +40,7 @@ the checks, then timed steps, each between two barriers (``dist.barrier``; wall 
 first barrier's return to the second's), until ``--repeats`` steps or, past 3 steps,
 ``--max-seconds`` (the decision is all-reduced, so every rank runs the same steps). Reported:
 the median over steps of the slowest rank's time, and the peak memory of the timed steps above
-what the rank held before them (``bench.measure.PeakMemory``: the RSS high-water mark, VmHWM,
+what the rank held before them (``bench.harness.memory.PeakMemory``: the RSS high-water mark, VmHWM,
 reset through /proc/self/clear_refs, after malloc_trim), the largest over ranks. A configuration
 that runs out of memory under the cap, crashes or passes ``--time-limit`` becomes a row with
 that status; one whose time predicted from a smaller N of the same method (x N^2) passes the time
@@ -56,10 +56,9 @@ Checks: the loss of every method against a single-process ``scl_kernels.supcon_l
 whole global batch (computed by the driver), and each rank's gradient of its rows against that
 reference's gradient rows (relative max-abs error; pml's divided by the world size).
 
-Writes bench/results/distributed_gloo_cpu_<date>.{txt,json} (``--quick``:
-``..._quick.{txt,json}``); the JSON after every configuration.
+Writes distributed_gloo_cpu_<date>.{txt,json} (``--quick``: ``..._quick.{txt,json}``) to --out
+(bench/results/local/ by default); the JSON after every configuration.
 """
-import argparse
 import datetime
 import functools
 import importlib.util
@@ -69,7 +68,6 @@ import os
 import resource
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import traceback
@@ -79,8 +77,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from . import report
-from .measure import PeakMemory, _cpu_jiffies, wait_until_quiet
+from .harness import cli, report
+from .harness.machine import load_average, machine_description
+from .harness.memory import PeakMemory
+from .harness.other_processes import cpu_jiffies, wait_until_quiet
 
 METHODS = ("gather", "ring", "dense", "pml", "pml_efficient", "single")
 SINGLE = "single"  # one process, the whole batch: what the machine does without distributing
@@ -200,12 +200,6 @@ def method_requires(method):
 # Inside a rank
 
 
-def _write_json(path, payload):
-    with open(path + ".tmp", "w") as out:
-        json.dump(payload, out)
-    os.replace(path + ".tmp", path)
-
-
 def _own_cpu_seconds():
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -214,7 +208,7 @@ def _own_cpu_seconds():
 def _jiffies():
     """(busy, total) jiffies of all cores so far (/proc/stat), or None."""
     try:
-        return _cpu_jiffies()
+        return cpu_jiffies()
     except (OSError, ValueError, IndexError):
         return None
 
@@ -282,11 +276,11 @@ def _rank_main(rank, task):
         else:
             status = f"error: {type(error).__name__}: {error}".splitlines()[0][:300]
         result["status"] = status
-        _write_json(out_path, result)
+        report.write_json(out_path, result)
         traceback.print_exc()
         # The other ranks may wait in a collective for this one: end the whole configuration.
         os._exit(3)
-    _write_json(out_path, result)
+    report.write_json(out_path, result)
     dist.destroy_process_group()
 
 
@@ -468,10 +462,9 @@ def table(rows):
 
 
 def write_outputs(base, rows, machine, settings):
-    with open(base + ".json", "w") as out:
-        json.dump({"machine": machine, "settings": settings, "rows": rows}, out, indent=1)
-    parts = [f"# Distributed SupCon on gloo (CPU), {settings['date']}", ""]
-    parts += [f"- **{label}**: {text}" for label, text in {**machine, **settings}.items()]
+    report.write_json(base + ".json", {"machine": machine, "settings": settings, "rows": rows})
+    parts = report.markdown_header(f"Distributed SupCon on gloo (CPU), {machine['date'][:10]}",
+                                   machine, settings)
     parts += ["", "step ms: median over the timed steps of the slowest rank's wall time of one "
               "forward + backward (between two barriers); best: the fastest such step. peak MB: "
               "RSS high-water mark of the timed steps above what the rank held before them "
@@ -488,44 +481,38 @@ def write_outputs(base, rows, machine, settings):
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--worlds", help=f"world sizes, comma-separated (default {DEFAULT_WORLDS})")
-    parser.add_argument("--sizes", help=f"N global, comma-separated (default {DEFAULT_SIZES})")
-    parser.add_argument("--dim", "-d", type=int, help="D (default 128)")
+    parser = cli.benchmark_parser(
+        __doc__, sizes=None, repeats=None, warmup=1, max_seconds=20.0, threads=None,
+        quiet_threshold=0.1, wait_quiet=120.0, retries=1, seed=0,
+        helps={"sizes": f"N global, comma-separated (default {DEFAULT_SIZES}; --quick 256)",
+               "repeats": "timed steps, at most (default 5; --quick 2)",
+               "warmup": "untimed steps first (default %(default)s)",
+               "threads": "torch threads per rank (default: cores // world size, at least 1)",
+               "quiet_threshold": "a row during whose timed steps other processes used at least "
+                                  "this share of all cores is measured once more at the end, and "
+                                  "the less disturbed of the two kept; before each configuration "
+                                  "the run waits for other processes to use less than this; 0: "
+                                  "neither (default %(default)s)"})
+    parser.add_argument("--worlds", type=cli.int_list,
+                        help=f"world sizes, comma-separated (default {DEFAULT_WORLDS}; --quick 2)")
+    parser.add_argument("--dim", "-d", type=cli.positive_int,
+                        help="D (default 128; --quick 16)")
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"comma-separated, of {', '.join(METHODS)}")
-    parser.add_argument("--repeats", type=int, help="timed steps, at most (default 5)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps first")
-    parser.add_argument("--max-seconds", type=float, default=20.0,
-                        help="stop timing after this long once 3 steps are timed")
     parser.add_argument("--time-limit", type=float, default=120.0,
                         help="seconds per configuration, start-up included; a longer one is "
                              "killed, and one predicted longer is not run")
     parser.add_argument("--budget-gb", type=float, default=12.0,
                         help="memory cap of one configuration, split evenly over its ranks "
                              "(RLIMIT_AS per rank)")
-    parser.add_argument("--threads", type=int,
-                        help="torch threads per rank (default: cores // world size, at least 1)")
-    parser.add_argument("--quiet-threshold", type=float, default=0.1,
-                        help="a row during whose timed steps other processes used at least this "
-                             "share of all cores is measured once more at the end, and the less "
-                             "disturbed of the two kept; before each configuration the run waits "
-                             "for other processes to use less than this; 0: neither")
-    parser.add_argument("--wait-quiet", type=float, default=120.0, metavar="SECONDS",
-                        help="wait at most this long in all for quiet spells (default 120)")
-    parser.add_argument("--retries", type=int, default=1, choices=(0, 1),
-                        help="measure disturbed rows again at the end (default 1)")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-grad-check", action="store_true",
                         help="skip the gradient comparison with the single-process reference")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: by default 2 ranks, N = 256, D = 16, 2 timed steps, "
                              "every method, at most 60 s and 4 GB per configuration")
-    parser.add_argument("--out", default=os.path.join(report.REPO_ROOT, "bench", "results"),
-                        help="folder for the .txt and .json")
     args = parser.parse_args(argv)
-    defaults = (("2", "256", 16, 2) if args.quick
-                else (DEFAULT_WORLDS, DEFAULT_SIZES, 128, 5))
+    defaults = (([2], [256], 16, 2) if args.quick
+                else (cli.int_list(DEFAULT_WORLDS), cli.int_list(DEFAULT_SIZES), 128, 5))
     for name, value in zip(("worlds", "sizes", "dim", "repeats"), defaults):
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -537,8 +524,7 @@ def _parse(argv):
 
 def main(argv=None):
     args = _parse(argv)
-    worlds = [int(v) for v in args.worlds.split(",")]
-    sizes = [int(v) for v in args.sizes.split(",")]
+    worlds, sizes = args.worlds, args.sizes
     methods = [m for m in args.methods.split(",") if m]
     unknown = set(methods) - set(METHODS)
     if unknown:
@@ -547,18 +533,16 @@ def main(argv=None):
     if uneven:  # the dense peer's all_gather needs the same rows on every rank
         raise SystemExit(f"N global must be a multiple of the world size: {uneven}")
     date = datetime.date.today().isoformat()
-    os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"distributed_gloo_cpu_{date}" + ("_quick" if args.quick else ""))
+    base = report.result_stem(args.out, f"distributed_gloo_cpu_{date}"
+                              + ("_quick" if args.quick else ""))
     cores = os.cpu_count() or 1
-    machine = report.machine_description("cpu")
+    machine = machine_description("cpu")
     machine["CPU"] = f"{machine['CPU'].split(',')[0]}, {cores} cores"
     if len(worlds) and max(worlds) > cores:
         machine["note"] = (f"{max(worlds)} ranks share {cores} cores: those rows measure the "
                            "ranks' contention for the cores, not scaling")
     settings = {
-        "date": date,
-        "command": "python -m bench.distributed "
-                   + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": report.command_line("bench.distributed", argv),
         "problem": f"float32 [N_global, {args.dim}] split evenly over the ranks, labels uniform "
                    f"over max(2, N_global // 8) classes, t = {TEMPERATURE}, forward + backward",
         "processes": f"{_start_method()} start, one fresh process per rank and configuration, "
@@ -643,7 +627,7 @@ def main(argv=None):
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if rows:
-            machine["load average at end"] = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+            machine["load average at end"] = load_average()
             write_outputs(base, rows, machine, settings)
             print(f"wrote {base}.txt, .json", flush=True)
     if rows:

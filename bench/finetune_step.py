@@ -4,6 +4,8 @@ PyTorch and pytorch-metric-learning SupCon losses.
 
     nice -n 5 python -m bench.finetune_step                        # the default grid
     python -m bench.finetune_step --models minilm --sizes 64,256 --losses scl_kernels,dense
+    python -m bench.finetune_step --models tiny-bert --sizes 16 --seq-len 8 --caches off \
+        --loss-alone-sizes 16 --repeats 1                             # quick
 
 A step is what a training loop does per batch: forward with hidden states; loss = (1 - lam) CE +
 lam SCL on the last layer's first-token embedding (``SupConCrossEntropyLoss`` for the fused op,
@@ -21,7 +23,7 @@ machine towards the OOM killer. Reported per configuration: the process' RSS hig
 (median of ``--repeats`` more steps when the first is shorter than ``--repeat-below``, else the
 first step alone). The loss's own share is measured apart: the SupCon term alone, forward +
 backward on random [N, D] embeddings, in its own capped process (memory above its inputs,
-``bench.measure.PeakMemory``).
+``bench.harness.memory.PeakMemory``).
 
 A configuration is not run when the report can say why without it: a smaller batch of the same
 setup ran out of memory; the SupCon term alone ran out of memory at this N; or the step time
@@ -29,12 +31,11 @@ predicted from the setup's smaller batches (``predict_seconds``) exceeds ``--tim
 its peak is predicted within the budget (``predict_peak_gb``; one predicted over the budget runs,
 to show where the setup runs out).
 
-Writes bench/results/finetune_step_cpu_<date>_<time>.{json,md,png}; the JSON after every
-configuration, so an interrupted run keeps what it measured. ``--merge PREVIOUS.json`` adds a
-run's configurations (e.g. larger N) to an earlier run's report.
+Writes finetune_step_cpu_<date>_<time>.{json,md,png} to --out (bench/results/local/ by default);
+the JSON after every configuration, so an interrupted run keeps what it measured.
+``--merge PREVIOUS.json`` adds a run's configurations (e.g. larger N) to an earlier run's report.
 """
 import argparse
-import datetime
 import errno
 import json
 import os
@@ -51,15 +52,18 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from scl_kernels.finetune.embeddings import sentence_embedding
+from scl_kernels.integrations.embeddings import sentence_embedding
 from scl_kernels.finetune.training_loop import default_model_path
 from scl_kernels.grad_cache import GradientCache
 from scl_kernels.nn import SupConCrossEntropyLoss
 from scl_kernels.profiling import process_status_bytes
 
-from . import report
+from .harness import cli, report
+from .harness.machine import load_average, machine_description
+from .harness.memory import PeakMemory
+from .harness.other_processes import OthersCpu
+from .harness.timing import make_step, median_seconds
 from .implementations import by_name, make_inputs
-from .measure import OthersCpu, PeakMemory, make_step, median_seconds
 
 # The objective's defaults (SupConCrossEntropyLoss; the paper's re-implementations).
 LAM = 0.9
@@ -304,7 +308,7 @@ def measure_loss_alone(task, *, cap=True):
 def run_task(task, *, cap=True):
     """A worker's task: "machine", "step" or "loss"."""
     if task["kind"] == "machine":
-        return report.machine_description("cpu")
+        return machine_description("cpu")
     try:
         if task["kind"] == "step":
             return measure_step(task, cap=cap)
@@ -450,9 +454,7 @@ def _cell(row):
 def write_markdown(path, result):
     settings, rows = result["settings"], result["rows"]
     budget = settings["budget_gb"]
-    parts = [f"# {result['title']}", ""]
-    parts += [f"- **{label}**: {text}" for label, text in result["machine"].items()]
-    parts += [f"- **{label}**: {text}" for label, text in settings["describe"].items()]
+    parts = report.markdown_header(result["title"], result["machine"], settings["describe"])
     parts += ["", "Peak = the RSS high-water mark of a fresh process per configuration (torch, "
               "the model, the AdamW state and the step), in GB (2^30 bytes); step time = median "
               "of the steps after the first when the first is short, else the first step alone. "
@@ -482,7 +484,8 @@ def write_markdown(path, result):
     if alone:
         parts += ["## The SupCon term alone (its share of the step)", "",
                   "Forward + backward of the SCL term on random [N, D] embeddings in its own "
-                  "capped process: MB above its inputs (bench.measure.PeakMemory), time.", ""]
+                  "capped process: MB above its inputs (bench.harness.memory.PeakMemory), "
+                  "time.", ""]
         sizes = sorted({r["n"] for r in alone})
         lines = []
         for d in sorted({r["d"] for r in alone}):
@@ -577,45 +580,29 @@ def write_plot(path, result):
 
 
 def _write_outputs(base, result):
-    with open(base + ".json", "w") as out:
-        json.dump(result, out, indent=1)
+    report.write_json(base + ".json", result)
     write_markdown(base + ".md", result)
 
 
-def _positive_int_list(text):
-    values = [int(v) for v in text.split(",") if v]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected positive integers separated by commas, got {text!r}")
-    return values
-
-
-def _names(choices):
-    def parse(text):
-        names = [v for v in text.split(",") if v]
-        unknown = [v for v in names if v not in choices]
-        if not names or unknown:
-            raise argparse.ArgumentTypeError(
-                f"unknown {unknown or text!r}; choose from {sorted(choices)}")
-        return names
-    return parse
-
-
 def _parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", type=_names(MODELS), default="minilm,roberta-base",
+    parser = cli.benchmark_parser(
+        __doc__, sizes=None, repeats=3, threads=2, seed=0,
+        helps={"sizes": "contrastive batch sizes N, comma-separated (default: per model, "
+                        + "; ".join(f"{name} {','.join(map(str, spec.sizes))}"
+                                    for name, spec in MODELS.items()) + ")",
+               "repeats": "steps timed after the first when the first is short "
+                          "(default %(default)s)",
+               "threads": "OMP_NUM_THREADS and torch threads of every worker "
+                          "(default %(default)s)"})
+    parser.add_argument("--models", type=cli.choice_list(MODELS), default="minilm,roberta-base",
                         help=f"comma-separated, of {', '.join(MODELS)} (default %(default)s)")
-    parser.add_argument("--sizes", type=_positive_int_list,
-                        help="contrastive batch sizes N, comma-separated (default: per model, "
-                             + "; ".join(f"{name} {','.join(map(str, spec.sizes))}"
-                                         for name, spec in MODELS.items()) + ")")
     parser.add_argument("--seq-len", type=int,
                         help="tokens per example (default: per model, minilm "
                              f"{MODELS['minilm'].seq_len}, roberta-base "
                              f"{MODELS['roberta-base'].seq_len})")
-    parser.add_argument("--losses", type=_names(LOSSES), default=",".join(LOSSES),
+    parser.add_argument("--losses", type=cli.choice_list(LOSSES), default=",".join(LOSSES),
                         help="SCL terms, comma-separated (default %(default)s)")
-    parser.add_argument("--caches", type=_names({"off", "on"}), default="off,on",
+    parser.add_argument("--caches", type=cli.choice_list({"off", "on"}), default="off,on",
                         help="without (off) and / or with (on) the gradient cache "
                              "(default %(default)s)")
     parser.add_argument("--chunk-size", type=int, default=64,
@@ -626,37 +613,27 @@ def _parse(argv):
     parser.add_argument("--time-limit", type=float, default=150.0,
                         help="skip a step predicted to take longer than this many seconds; a "
                              "process is killed after 2x this + 120 s (default %(default)s)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="steps timed after the first when the first is short "
-                             "(default %(default)s)")
     parser.add_argument("--repeat-below", type=float, default=5.0,
                         help="a first step at least this many seconds long is the timing "
                              "(default %(default)s)")
-    parser.add_argument("--loss-alone-sizes", type=_positive_int_list,
+    parser.add_argument("--loss-alone-sizes", type=cli.int_list,
                         default=",".join(map(str, LOSS_ALONE_EXTRA_SIZES)),
                         help="N at which the SupCon term alone is measured besides the step "
                              "sizes: where each one runs out beyond the steps' reach "
                              "(default %(default)s)")
     parser.add_argument("--no-loss-alone", action="store_true",
                         help="skip the SupCon-term-alone measurements (its share of the step)")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="OMP_NUM_THREADS and torch threads of every worker "
-                             "(default %(default)s)")
     parser.add_argument("--nice", type=int, default=5,
                         help="least niceness of the workers (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="(default %(default)s)")
-    parser.add_argument("--out", default=os.path.join(report.REPO_ROOT, "bench", "results"),
-                        help="folder for the .json, .md and .png (default bench/results)")
     parser.add_argument("--merge", metavar="JSON",
                         help="a previous run's .json: its rows are kept, except those this run "
                              "measures again, and the report covers both (same --budget-gb and "
                              "sequence lengths); e.g. to add larger N to a run")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if (args.chunk_size < 1 or args.threads < 1 or args.budget_gb <= 0 or args.time_limit <= 0
+    if (args.chunk_size < 1 or args.budget_gb <= 0 or args.time_limit <= 0
             or (args.seq_len is not None and args.seq_len < 1)):
-        parser.error("--chunk-size, --threads, --budget-gb, --time-limit and --seq-len must be "
-                     "positive")
+        parser.error("--chunk-size, --budget-gb, --time-limit and --seq-len must be positive")
     return args
 
 
@@ -727,9 +704,8 @@ def main(argv=None):
     def run(task):
         return _run_isolated({**common, **task}, timeout=hard_timeout, nice=args.nice)
 
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H%M%S")
-    os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"finetune_step_cpu_{stamp}")
+    stamp = report.timestamp()
+    base = report.result_stem(args.out, f"finetune_step_cpu_{stamp}")
     machine = run({"kind": "machine"})
     import pytorch_metric_learning
     import transformers
@@ -737,10 +713,8 @@ def main(argv=None):
                             f"pytorch-metric-learning {pytorch_metric_learning.__version__}")
     grid = {m: (args.sizes or list(MODELS[m].sizes), args.seq_len or MODELS[m].seq_len)
             for m in args.models}
-    command = "python -m bench.finetune_step " + " ".join(sys.argv[1:] if argv is None else argv)
     describe = {
-        "date": stamp,
-        "command": command.strip(),
+        "command": report.command_line("bench.finetune_step", argv).strip(),
         "step": "model.train() (dropout 0.1), forward with output_hidden_states, loss = "
                 f"{1 - LAM:g} CE + {LAM:g} SCL (temperature {TEMPERATURE:g}, mean over anchors) "
                 "on the last layer's first-token embedding, backward, AdamW "
@@ -823,7 +797,7 @@ def main(argv=None):
     finally:
         progress.close()
         if rows:
-            machine["load average at end"] = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+            machine["load average at end"] = load_average()
             _write_outputs(base, result)
             write_plot(base + ".png", result)
             print(f"wrote {base}.json, .md, .png", flush=True)

@@ -1,7 +1,7 @@
 """The schedule floor of docs/MATH.md section 5 on this device: what a forward+backward would take
 if it did nothing but its GEMMs (timed through torch.mm) and its exps (through torch.exp).
 
-    python -m bench.floor --n 16384 --d 128 --dtype float32 --device cpu
+    python -m bench.floor --sizes 16384 --dims 128 --dtypes float32 --device cpu
 
 One GEMM pass is an N x N x D product (2 N^2 D FLOPs). The plain schedule needs 4 passes and
 2 N^2 exps (forward S; backward S again plus the two gradient products); the symmetric one
@@ -14,11 +14,10 @@ exact exp, which may be slower than a kernel's polynomial one); on a GPU torch.e
 memory bandwidth, far below the exp units' rate, so there the exp term, and the floor, are
 upper bounds.
 """
-import argparse
-
 import torch
 
-from .measure import median_seconds
+from .harness import cli
+from .harness.timing import median_seconds
 
 # Largest GEMM block, per side: 8192 x 8192 outputs (256 MiB in fp32) are big enough to run a
 # GEMM at full rate and small enough for any device.
@@ -65,19 +64,18 @@ def measure_floor(n, d, dtype=torch.float32, device="cpu"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, nargs="+", default=[4096])
-    parser.add_argument("--d", type=int, default=128)
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser = cli.benchmark_parser(__doc__, writes_files=False, device=cli.default_device(),
+                                  sizes="4096", dims="128", dtypes="float32")
     args = parser.parse_args(argv)
-    dtype = getattr(torch, args.dtype)
-    print(f"floor on {args.device}, D={args.d}, {args.dtype} (ms)")
-    print(f"{'N':>8} {'GEMM pass':>10} {'N^2 exps':>10} {'plain':>10} {'symmetric':>10}")
-    for n in args.n:
-        f = measure_floor(n, args.d, dtype, args.device)
-        print(f"{n:>8} {f['gemm_pass'] * 1e3:>10.3f} {f['exp_n2'] * 1e3:>10.3f} "
-              f"{f['plain_floor'] * 1e3:>10.3f} {f['symmetric_floor'] * 1e3:>10.3f}", flush=True)
+    print(f"{'N':>8} {'D':>5} {'dtype':>9} {'GEMM pass':>10} {'N^2 exps':>10} {'plain':>10} "
+          f"{'symmetric':>10}   (ms, {args.device})")
+    for dtype_name in args.dtypes:
+        for d in args.dims:
+            for n in args.sizes:
+                f = measure_floor(n, d, getattr(torch, dtype_name), args.device)
+                print(f"{n:>8} {d:>5} {dtype_name:>9} {f['gemm_pass'] * 1e3:>10.3f} "
+                      f"{f['exp_n2'] * 1e3:>10.3f} {f['plain_floor'] * 1e3:>10.3f} "
+                      f"{f['symmetric_floor'] * 1e3:>10.3f}", flush=True)
 
 
 if __name__ == "__main__":

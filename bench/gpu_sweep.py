@@ -8,17 +8,19 @@ For each dtype, D, N and mode (fwd, bwd, both) it records the median time (trito
 short calls, CUDA events over a few calls for long ones), peak memory beyond the inputs, the
 achieved TFLOP/s and exp/s of the schedule the op ran, and time / floor. Rows are appended to a
 CSV as they are measured, so a run cut short keeps what it did; a markdown table and a PNG plot
-are written at the end. Files go to bench/results/ named by GPU and date.
+are written at the end. Files go to --out (bench/results/local/ by default) named by GPU and date.
 """
-import argparse
 import csv
 import datetime
 import math
-import os
-import statistics
 import sys
 
 import torch
+
+from bench.harness import cli, report
+from bench.harness.machine import machine_description
+from bench.harness.memory import PeakMemory
+from bench.harness.timing import cuda_median_ms
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Hopper (H100 SXM5 / H200) dense tensor-core peaks and the exp unit, per docs/MATH.md
@@ -39,28 +41,6 @@ def schedule_work(n, d, symmetric):
     return {"fwd": fwd, "bwd": bwd, "both": (fwd[0] + bwd[0], fwd[1] + bwd[1])}
 
 
-def median_ms(fn, long_call_ms=50.0, long_repeats=3):
-    """do_bench's median for short calls; CUDA events over a few calls for long ones, where
-    do_bench's own estimation runs would cost minutes."""
-    import triton.testing
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    first = start.elapsed_time(end)
-    if first < long_call_ms:
-        return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
-    times = []
-    for _ in range(long_repeats):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def measure(loss_fn, features, labels, mode):
     """(median ms, peak MB beyond the inputs) of one mode of a loss function."""
     def forward():
@@ -74,13 +54,9 @@ def measure(loss_fn, features, labels, mode):
     else:
         fn = lambda: torch.autograd.grad(forward(), features)  # noqa: E731
     fn()  # compiles, autotunes
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    peak_mb = (torch.cuda.max_memory_allocated() - base) / 2**20
-    return median_ms(fn), peak_mb
+    with PeakMemory("cuda") as memory:
+        fn()
+    return cuda_median_ms(fn), memory.peak_bytes / 2**20
 
 
 def implementations(max_dense_n):
@@ -105,21 +81,12 @@ def implementations(max_dense_n):
     return impls
 
 
-def environment():
-    import triton
-    props = torch.cuda.get_device_properties(0)
-    return (f"{props.name} ({props.multi_processor_count} SMs, {props.total_memory / 2**30:.0f} GiB), "
-            f"torch {torch.__version__}, triton {triton.__version__}, CUDA {torch.version.cuda}, "
-            f"{datetime.date.today().isoformat()}")
-
-
-def write_markdown(rows, path, header):
+def write_markdown(rows, path, machine, command):
+    lines = report.markdown_header("GPU sweep", machine, {"command": f"`{command}`"})
+    # As measured (str): the table's two-digit rounding would hide sub-millisecond times.
+    lines += ["", report.markdown_table(FIELDS, [[str(row[f]) for f in FIELDS] for row in rows])]
     with open(path, "w") as out:
-        out.write(f"# GPU sweep\n\n{header}\n\nCommand: `python -m bench.gpu_sweep "
-                  f"{' '.join(sys.argv[1:])}`\n\n")
-        out.write("| " + " | ".join(FIELDS) + " |\n|" + "---|" * len(FIELDS) + "\n")
-        for row in rows:
-            out.write("| " + " | ".join(str(row[f]) for f in FIELDS) + " |\n")
+        out.write("\n".join(lines) + "\n")
 
 
 def write_plot(rows, path):
@@ -148,33 +115,36 @@ def write_plot(rows, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="4096,16384,32768,65536,262144,1048576")
-    parser.add_argument("--dims", default="128,256,768")
-    parser.add_argument("--dtypes", default="bf16,fp32")
-    parser.add_argument("--modes", default="fwd,bwd,both")
+    parser = cli.benchmark_parser(__doc__, sizes="4096,16384,32768,65536,262144,1048576",
+                                  dims="128,256,768", dtypes="bf16,fp32",
+                                  helps={"dtypes": "of bf16, fp16, fp32, comma-separated "
+                                                   "(default %(default)s)"})
+    parser.add_argument("--modes", default="fwd,bwd,both",
+                        type=cli.choice_list({"fwd", "bwd", "both"}),
+                        help="of fwd, bwd, both, comma-separated (default %(default)s)")
     parser.add_argument("--max-dense-n", type=int, default=32768,
-                        help="largest N for the dense and pml baselines")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+                        help="largest N for the dense and pml baselines (default %(default)s)")
     args = parser.parse_args(argv)
+    unknown = set(args.dtypes) - set(DTYPES)
+    if unknown:
+        parser.error(f"unknown dtypes {sorted(unknown)}; choose from {sorted(DTYPES)}")
     if not torch.cuda.is_available():
         sys.exit("bench.gpu_sweep needs a CUDA GPU; see bench/sweep.py for the CPU sweep")
 
     from bench.implementations import make_inputs
 
-    header = environment()
-    print(header, flush=True)
+    machine = machine_description("cuda")
+    print("\n".join(f"{label}: {text}" for label, text in machine.items()), flush=True)
     gpu = torch.cuda.get_device_name(0).replace(" ", "_")
-    stem = os.path.join(args.out, f"gpu_sweep_{gpu}_{datetime.date.today().isoformat()}")
-    os.makedirs(args.out, exist_ok=True)
+    stem = report.result_stem(args.out, f"gpu_sweep_{gpu}_{datetime.date.today().isoformat()}")
     rows = []
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = args.sizes
     with open(stem + ".csv", "a", newline="") as csv_file:
         writer = csv.DictWriter(csv_file, FIELDS)
         if csv_file.tell() == 0:
             writer.writeheader()
-        for dtype_name in args.dtypes.split(","):
-            for d in [int(x) for x in args.dims.split(",")]:
+        for dtype_name in args.dtypes:
+            for d in args.dims:
                 for n in sizes:
                     features, labels = make_inputs(n, d, DTYPES[dtype_name], "cuda")
                     # One normalised set at t = 0.1: the core takes the symmetric schedule.
@@ -183,7 +153,7 @@ def main(argv=None):
                     for name, loss_fn, max_n in implementations(args.max_dense_n):
                         if n > max_n:
                             continue
-                        for mode in args.modes.split(","):
+                        for mode in args.modes:
                             row = dict.fromkeys(FIELDS, "")
                             row.update(implementation=name, dtype=dtype_name, n=n, d=d, mode=mode)
                             try:
@@ -216,7 +186,7 @@ def main(argv=None):
                             print(", ".join(f"{k}={row[k]}" for k in FIELDS if row[k] != ""), flush=True)
                     csv_file.flush()
                     del features, labels
-    write_markdown(rows, stem + ".md", header)
+    write_markdown(rows, stem + ".md", machine, report.command_line("bench.gpu_sweep", argv))
     write_plot(rows, stem + ".png")
     print(f"wrote {stem}.csv, .md, .png", flush=True)
 

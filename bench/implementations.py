@@ -10,7 +10,7 @@ import torch
 import scl_kernels
 
 from . import baselines
-from .measure import available_bytes
+from .harness.memory import available_bytes
 
 # supcon_loss backends to benchmark. "auto" is what users get on each device (the fused C++ op
 # on CPU, the Triton kernel on CUDA when triton is installed). Add names here, or compare specific ones per

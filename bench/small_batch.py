@@ -2,30 +2,29 @@
 
     python -m bench.small_batch                                   # N = 16 .. 2048, D = 128, 768, 1024
     python -m bench.small_batch --sizes 16,256 --dims 128 --rounds 50
+    python -m bench.small_batch --sizes 16 --dims 128 --rounds 5 --retries 0 --wait-quiet 0   # quick
 
 At small N the fused op's fixed cost (argument checks, ATen glue, autograd plumbing) decides, not
 its N^2 tiles, so this benchmark times short calls many times over instead of one fresh process
 per size (bench/sweep.py): per (N, D) it builds one batch, warms every implementation up, then
 runs rounds in which each implementation's forward and forward+backward are timed once, in an
-order rotated every round (bench.measure.interleaved_seconds), so that the drift of a shared
-machine hits them alike. Reported: the median over rounds of each timing, and fused / dense per
-round (median, p25 and p75). Labels are uniform over min(100, max(2, N // 4)) classes, so that
-small batches have positives; temperature 0.1; torch's default thread count unless --threads.
+order rotated every round (bench.harness.timing.interleaved_seconds), so that the drift of a
+shared machine hits them alike. Reported: the median over rounds of each timing, and fused /
+dense per round (median, p25 and p75). Labels are uniform over min(100, max(2, N // 4)) classes,
+so that small batches have positives; temperature 0.1; torch's default thread count unless
+--threads.
 
-Writes bench/results/small_batch_cpu_<date>_<time>.{md,csv}.
+Writes small_batch_cpu_<date>_<time>.{md,csv} to --out (bench/results/local/ by default).
 """
-import argparse
-import datetime
-import os
 import statistics
-import sys
 import time
 
 import torch
 
-from . import report
+from .harness import cli, report
+from .harness.machine import load_average, machine_description
+from .harness.timing import interleaved_seconds, make_step
 from .implementations import TEMPERATURE, by_name, make_inputs
-from .measure import interleaved_seconds, make_step
 
 DEFAULT_SIZES = "16,32,64,128,256,512,1024,2048"
 DEFAULT_DIMS = "128,768,1024"
@@ -113,8 +112,7 @@ def _ratio(row, key):
 
 
 def write_markdown(path, rows, *, title, machine, settings):
-    parts = [f"# {title}", ""]
-    parts += [f"- **{label}**: {text}" for label, text in {**machine, **settings}.items()]
+    parts = report.markdown_header(title, machine, settings)
     parts += ["", "Times in ms: median over rounds; every round times each implementation once, "
               "in a rotated order, all in one process. fused / dense: median over rounds of the "
               "per-round ratio (p25-p75 in brackets); below 1 the fused op is faster. best: "
@@ -148,30 +146,21 @@ def write_markdown(path, rows, *, title, machine, settings):
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="N values, comma-separated")
-    parser.add_argument("--dims", default=DEFAULT_DIMS, help="D values, comma-separated")
+    parser = cli.benchmark_parser(
+        __doc__, sizes=DEFAULT_SIZES, dims=DEFAULT_DIMS, warmup=3, max_seconds=30.0, threads=None,
+        quiet_threshold=0.2, wait_quiet=120.0, retries=1,
+        helps={"max_seconds": "stop the rounds of one (N, D) after this long, once 5 rounds "
+                              "are in (default %(default)s)",
+               "wait_quiet": "per N, D, wait at most this long in all for quiet spells after a "
+                             "disturbed round (default %(default)s)"})
     parser.add_argument("--impls", default=DEFAULT_IMPLS,
                         help="implementations (bench.implementations.by_name); the ratio needs "
                              f"{FUSED} and {DENSE}")
-    parser.add_argument("--repeats", "--rounds", dest="rounds", type=int, default=40,
-                        help="rounds per (N, D): timings of each implementation and pass")
+    parser.add_argument("--rounds", "--repeats", dest="rounds", type=cli.positive_int, default=40,
+                        help="rounds per (N, D): timings of each implementation and pass "
+                             "(default %(default)s)")
     parser.add_argument("--min-seconds", type=float, default=0.01,
                         help="each timing repeats a call until it lasts this long")
-    parser.add_argument("--max-seconds", type=float, default=30.0,
-                        help="stop the rounds of one (N, D) after this long (at least 5 rounds)")
-    parser.add_argument("--retries", type=int, default=1, choices=(0, 1),
-                        help="measure N, D again at the end if it kept disturbed rounds (default 1)")
-    parser.add_argument("--warmup", type=int, default=3, help="calls of each before timing")
-    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--quiet-threshold", type=float, default=0.2,
-                        help="a round counts only if other processes used less than this share "
-                             "of all cores while it ran; 0 counts every round (default 0.2)")
-    parser.add_argument("--wait-quiet", type=float, default=120.0, metavar="SECONDS",
-                        help="per N, D, wait at most this long in all for quiet spells after a "
-                             "disturbed round (default 120)")
-    parser.add_argument("--out", default=os.path.join(report.REPO_ROOT, "bench", "results"),
-                        help="folder for the .md and .csv")
     return parser.parse_args(argv)
 
 
@@ -179,17 +168,14 @@ def main(argv=None):
     args = _parse(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    sizes = [int(v) for v in args.sizes.split(",")]
-    dims = [int(v) for v in args.dims.split(",")]
+    sizes, dims = args.sizes, args.dims
     impl_names = args.impls.split(",")
 
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H%M%S")
-    os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"small_batch_cpu_{stamp}")
-    machine = report.machine_description("cpu")
+    stamp = report.timestamp()
+    base = report.result_stem(args.out, f"small_batch_cpu_{stamp}")
+    machine = machine_description("cpu")
     settings = {
-        "date": stamp,
-        "command": "python -m bench.small_batch " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": report.command_line("bench.small_batch", argv),
         "problem": "float32, single set [N, D] (contrast_mode all), labels uniform over "
                    f"min({MAX_CLASSES}, max(2, N // 4)) classes, temperature {TEMPERATURE}, "
                    "features require grad",
@@ -233,7 +219,7 @@ def main(argv=None):
                 report.write_csv(base + ".csv", rows, FIELDS)
     finally:
         if rows:
-            machine["load average at end"] = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+            machine["load average at end"] = load_average()
             report.write_csv(base + ".csv", rows, FIELDS)
             write_markdown(base + ".md", rows, title=f"SupCon small batches, CPU, {stamp}",
                            machine=machine, settings=settings)

@@ -2,6 +2,7 @@
 
     python -m bench.sweep                                   # CPU: N = 1024, 4096, 16384
     python -m bench.sweep --sizes 1024,4096,16384,65536 --max-dense-n 16384
+    python -m bench.sweep --sizes 256 --impls scl_kernels,dense --repeats 3   # quick
 
 Each configuration runs in a fresh subprocess, so that its CPU peak memory is its own (a
 process' peak RSS never comes back down, and heap memory freed by an earlier configuration would
@@ -12,12 +13,12 @@ Per configuration: one warm-up forward+backward, one forward and one forward+bac
 PeakMemory, then the median times of both passes. Dense PyTorch implementations (the baselines,
 and supcon_loss where it resolves to its reference backend) stop at --max-dense-n; any
 implementation whose memory estimate exceeds the free memory is skipped.
+
+Writes supcon_sweep_<device>_<date>_<time>.{csv,md,png} to --out (bench/results/local/ by default).
 """
 import argparse
-import datetime
 import itertools
 import json
-import os
 import subprocess
 import sys
 import time
@@ -25,11 +26,14 @@ import traceback
 
 import torch
 
-from . import report
+from . import sweep_report
 from .floor import measure_floor
+from .harness import cli, report
+from .harness.machine import machine_description
+from .harness.memory import PeakMemory
+from .harness.timing import make_step, median_seconds
 from .implementations import (NUM_CLASSES, TEMPERATURE, by_name, implementations, make_inputs,
                               skip_reason)
-from .measure import PeakMemory, make_step, median_seconds
 
 DEFAULT_SIZES = {"cpu": "1024,4096,16384", "cuda": "4096,16384,65536"}
 DEFAULT_DTYPES = {"cpu": "float32", "cuda": "bfloat16"}
@@ -66,7 +70,7 @@ def _measure_implementation(task):
 def _run_task(task):
     """One configuration, measured in this process; returns a JSON-able dict."""
     if task["kind"] == "machine":
-        return report.machine_description(task["device"])
+        return machine_description(task["device"])
     if task["kind"] == "floor":
         floor = measure_floor(task["n"], task["d"], getattr(torch, task["dtype"]), task["device"])
         return {f"{key}_ms": seconds * 1e3 for key, seconds in floor.items()}
@@ -116,11 +120,14 @@ def _describe(row):
 
 
 def _parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--sizes", help="N values, comma-separated (default by device)")
-    parser.add_argument("--dims", default="128", help="D values, comma-separated")
-    parser.add_argument("--dtypes", help="comma-separated (default: float32 CPU, bfloat16 CUDA)")
+    parser = cli.benchmark_parser(
+        __doc__, device=cli.default_device(), sizes=None, dims="128", dtypes=None, repeats=5,
+        warmup=0, max_seconds=60.0,
+        helps={"sizes": "N values, comma-separated (default: 1024,4096,16384 CPU, "
+                        "4096,16384,65536 CUDA)",
+               "dtypes": "comma-separated (default: float32 CPU, bfloat16 CUDA)",
+               "warmup": "extra warm-up calls before timing (three calls already precede it; "
+                         "default %(default)s)"})
     parser.add_argument("--impls", default=",".join(i.name for i in implementations()),
                         help="implementations, e.g. scl_kernels,scl_kernels[reference],dense,"
                              "chunked,pml (scl_kernels = backend auto)")
@@ -129,17 +136,11 @@ def _parse(argv):
                              "65536 CUDA)")
     parser.add_argument("--classes", type=int, default=NUM_CLASSES)
     parser.add_argument("--temperature", type=float, default=TEMPERATURE)
-    parser.add_argument("--warmup", type=int, default=0,
-                        help="extra warm-up calls before timing (three calls already precede it)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--max-seconds", type=float, default=60.0,
-                        help="stop repeating a timing after this long (at least 3 repeats)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per configuration")
     parser.add_argument("--no-floor", action="store_true", help="skip the floor measurement")
     parser.add_argument("--in-process", action="store_true",
                         help="no subprocess per configuration: quicker, but allocator state "
                              "carries over and a crash ends the sweep")
-    parser.add_argument("--out", default=os.path.join(report.REPO_ROOT, "bench", "results"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -174,23 +175,22 @@ def main(argv=None):
         return
 
     kind = torch.device(args.device).type
-    sizes = [int(v) for v in (args.sizes or DEFAULT_SIZES[kind]).split(",")]
-    dims = [int(v) for v in args.dims.split(",")]
-    dtypes = (args.dtypes or DEFAULT_DTYPES[kind]).split(",")
+    sizes = args.sizes or cli.int_list(DEFAULT_SIZES[kind])
+    dims = args.dims
+    dtypes = args.dtypes or [DEFAULT_DTYPES[kind]]
     impls = [by_name(name) for name in args.impls.split(",")]
     max_dense_n = args.max_dense_n or DEFAULT_MAX_DENSE_N[kind]
 
     def run(task):
         return _run_task(task) if args.in_process else _run_isolated(task, args.timeout)
 
-    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H%M%S")
-    os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"supcon_sweep_{kind}_{stamp}")
+    stamp = report.timestamp()
+    base = report.result_stem(args.out, f"supcon_sweep_{kind}_{stamp}")
     title = f"SupCon loss sweep, {kind}, {stamp}"
     machine = run({"kind": "machine", "device": args.device})
     print("\n".join(f"{label}: {text}" for label, text in machine.items()), flush=True)
     settings = {
-        "command": "python -m bench.sweep " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": report.command_line("bench.sweep", argv),
         "problem": f"single set [N, D] (contrast_mode all), labels uniform over {args.classes} "
                    f"classes, temperature {args.temperature}, features require grad",
     }
@@ -214,14 +214,15 @@ def main(argv=None):
                 rows.append({**_row(run, args, impl, n, d, dtype, max_dense_n), **floor})
                 print(f"{_describe(rows[-1])} ({time.perf_counter() - started:.1f} s)", flush=True)
                 _ratios(rows)
-                report.write_csv(base + ".csv", rows)  # partial results survive an interrupt
+                # partial results survive an interrupt
+                report.write_csv(base + ".csv", rows, sweep_report.FIELDS)
     finally:
         if rows:
             _ratios(rows)
-            report.write_csv(base + ".csv", rows)
-            report.write_markdown(base + ".md", rows, title=title, machine=machine,
-                                  settings=settings, notes=notes)
-            report.write_plot(base + ".png", rows, title=title)
+            report.write_csv(base + ".csv", rows, sweep_report.FIELDS)
+            sweep_report.write_markdown(base + ".md", rows, title=title, machine=machine,
+                                        settings=settings, notes=notes)
+            sweep_report.write_plot(base + ".png", rows, title=title)
             print(f"wrote {base}.csv, .md, .png", flush=True)
     if rows:
         with open(base + ".md") as markdown:

@@ -1,6 +1,6 @@
 """pytest-benchmark: supcon_loss against the PyTorch baselines, forward and forward+backward.
 
-    SCL_BENCH_SIZES=1024x128,4096x128 pytest bench/ --benchmark-only
+    SCL_BENCH_SIZES=1024x128,4096x128 python -m pytest bench/test_bench_supcon.py --benchmark-only
 
 Environment: SCL_BENCH_SIZES (NxD list, default small so a plain run is quick), SCL_BENCH_DTYPES
 (default float32), SCL_BENCH_BACKENDS (supcon_loss backends, default auto). Runs on CUDA too when
@@ -13,9 +13,10 @@ import os
 import pytest
 import torch
 
+from bench.harness.memory import PeakMemory
+from bench.harness.timing import make_step
 from bench.implementations import (FUSED_BACKENDS, TEMPERATURE, implementations, make_inputs,
                                    skip_reason)
-from bench.measure import PeakMemory, make_step
 
 pytest.importorskip("pytest_benchmark")
 

@@ -1,0 +1,194 @@
+"""Where a forward + backward's time goes, per fused backend, from torch.profiler: wall time, the
+host's time to issue the step, kernel time and how much of the wall the GPU is busy, launches,
+host synchronisations and the largest kernels. It answers the first GPU session's open question:
+about 3 ms per call that does not grow with N^2 (bench/DECISIONS.md, "First GPU session").
+
+    python -m bench.gpu.profile                 # CUDA: triton and cuda, single and cross set,
+                                                # N = 16,384 / 65,536, D = 128
+    python -m bench.gpu.profile --device cpu --backends cpu --sizes 512 --dims 64
+
+Writes gpu_profile_<device>_<date>.md to --out (bench/results/local/ by default). On the CPU there
+are no kernel rows: that run exists so that the script is tested without a GPU.
+"""
+import datetime
+import itertools
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from bench.harness import cli, report
+from bench.harness.machine import machine_description
+from bench.harness.timing import synchronize
+
+TEMPERATURE = 0.1
+# Host-side runtime calls worth counting: launches, copies, and the ones that make the host wait.
+RUNTIME_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                 "cudaMemcpyAsync", "cudaMemsetAsync", "cudaStreamSynchronize",
+                 "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMalloc", "cudaHostAlloc")
+WAITS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize")
+
+
+@dataclass(frozen=True)
+class Event:
+    """What the summary needs of a profiler event; times in microseconds."""
+    name: str
+    on_device: bool
+    start: float
+    end: float
+    top_level_aten: bool = False
+
+
+def events_of(prof):
+    found = []
+    for e in prof.events():
+        on_device = e.device_type == torch.autograd.DeviceType.CUDA
+        parent = e.cpu_parent
+        top = (not on_device and e.name.startswith("aten::")
+               and (parent is None or not parent.name.startswith("aten::")))
+        found.append(Event(e.name, on_device, e.time_range.start, e.time_range.end, top))
+    return found
+
+
+def busy_union(intervals):
+    """Length of the union of (start, end) intervals."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def summarise(events, top=8):
+    """Counts and device times (ms) of one profiled step."""
+    kernels = [e for e in events if e.on_device and not e.name.startswith(("Memcpy", "Memset"))]
+    by_kernel = {}
+    for k in kernels:
+        count, total = by_kernel.get(k.name, (0, 0.0))
+        by_kernel[k.name] = (count + 1, total + (k.end - k.start))
+    runtime = {name: sum(1 for e in events if not e.on_device and e.name == name)
+               for name in RUNTIME_CALLS}
+    return {
+        "kernels": len(kernels),
+        "kernel_ms": sum(k.end - k.start for k in kernels) / 1e3,
+        "busy_ms": busy_union([(k.start, k.end) for k in kernels]) / 1e3,
+        "copies": sum(1 for e in events if e.on_device and e.name.startswith("Memcpy")),
+        "aten_calls": sum(1 for e in events if e.top_level_aten),
+        "runtime": {name: count for name, count in runtime.items() if count},
+        "host_waits": sum(runtime[name] for name in WAITS),
+        "top": sorted(((name, count, total / 1e3) for name, (count, total) in by_kernel.items()),
+                      key=lambda row: -row[2])[:top],
+    }
+
+
+def profile_backend(backend, layout, n, d, dtype, device, steps):
+    """One row: ``layout`` "single" (one set: the symmetric schedule) or "cross" (n anchors
+    against n other rows, gradients for both: the plain schedule, both backward walks)."""
+    import scl_kernels
+    g = torch.Generator().manual_seed(0)
+
+    def rows():
+        return torch.randn(n, d, generator=g).to(device=device, dtype=dtype).requires_grad_()
+
+    def classes():
+        return torch.randint(0, max(2, n // 64), (n,), generator=g).to(device)
+
+    features, labels = rows(), classes()
+    cross = {"contrast": rows(), "contrast_labels": classes()} if layout == "cross" else {}
+    inputs = [features] + ([cross["contrast"]] if cross else [])
+
+    def step():
+        loss = scl_kernels.supcon_loss(features, labels, TEMPERATURE, backend=backend, **cross)
+        return torch.autograd.grad(loss, inputs)
+
+    for _ in range(3):  # compiles, autotunes, fills the caching allocator
+        step()
+    synchronize(device)
+    walls, issues = [], []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        issued = time.perf_counter()
+        synchronize(device)
+        walls.append(time.perf_counter() - start)
+        issues.append(issued - start)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        step()
+        synchronize(device)
+    summary = summarise(events_of(prof))
+    summary.update(backend=backend, layout=layout, n=n, d=d, wall_ms=1e3 * statistics.median(walls),
+                   issue_ms=1e3 * statistics.median(issues))
+    return summary
+
+
+def write_markdown(path, rows, *, device, dtype, steps, command):
+    lines = report.markdown_header(
+        f"Where a forward + backward's time goes: {device.type}, "
+        f"{datetime.date.today().isoformat()}", machine_description(device),
+        {"problem": f"{dtype} features, {TEMPERATURE} temperature; single: one set (symmetric "
+                    "schedule), cross: N anchors against N other rows (plain schedule, gradients "
+                    "for both)",
+         "command": f"`{command}`",
+         "timing": f"wall: median of {steps} synchronised steps; host issue: the same steps until "
+                   "the host returns from the backward (all work queued); the rest from one "
+                   "profiled step"})
+    lines += ["", "| backend | layout | N | D | wall ms | host issue ms | GPU busy ms | kernel ms "
+             "| kernels | copies | host waits | top-level ATen calls |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['backend']} | {r['layout']} | {r['n']} | {r['d']} | {r['wall_ms']:.3f} | "
+                     f"{r['issue_ms']:.3f} | {r['busy_ms']:.3f} | {r['kernel_ms']:.3f} | "
+                     f"{r['kernels']} | {r['copies']} | {r['host_waits']} | {r['aten_calls']} |")
+    for r in rows:
+        lines += ["", f"## {r['backend']}, {r['layout']}, N = {r['n']}, D = {r['d']}", "",
+                  "Runtime calls: " + (", ".join(f"{name} {count}" for name, count in
+                                                 r["runtime"].items()) or "none (CPU)")]
+        if r["top"]:
+            lines += ["", "| kernel | calls | ms |", "|---|---|---|"]
+            lines += [f"| `{name[:90]}` | {count} | {ms:.3f} |" for name, count, ms in r["top"]]
+    with open(path, "w") as out:
+        out.write("\n".join(lines) + "\n")
+
+
+def main(argv=None):
+    parser = cli.benchmark_parser(__doc__, device="cuda", sizes="16384,65536", dims="128",
+                                  repeats=5, helps={"repeats": "synchronised steps timed for the "
+                                                               "wall and host issue medians "
+                                                               "(default %(default)s)"})
+    parser.add_argument("--backends", default="triton,cuda", type=cli.name_list,
+                        help="fused backends, comma-separated (default %(default)s)")
+    parser.add_argument("--layouts", default="single,cross", type=cli.name_list,
+                        help="single and / or cross (default %(default)s)")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    args = parser.parse_args(argv)
+    import scl_kernels
+    device = torch.device(args.device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    available = scl_kernels.available_backends(device.type)
+    rows = []
+    for backend in args.backends:
+        if backend not in available:
+            print(f"{backend}: not available on {device.type} here, skipped", flush=True)
+            continue
+        for layout, d, n in itertools.product(args.layouts, args.dims, args.sizes):
+            row = profile_backend(backend, layout, n, d, dtype, device, args.repeats)
+            print(f"{backend} {layout} N={n} D={d}: wall {row['wall_ms']:.3f} ms, host issue "
+                  f"{row['issue_ms']:.3f} ms, GPU busy {row['busy_ms']:.3f} ms, "
+                  f"{row['kernels']} kernels, {row['host_waits']} host waits, "
+                  f"{row['aten_calls']} ATen calls", flush=True)
+            rows.append(row)
+    path = report.result_stem(
+        args.out, f"gpu_profile_{device.type}_{datetime.date.today().isoformat()}") + ".md"
+    write_markdown(path, rows, device=device, dtype=args.dtype, steps=args.repeats,
+                   command=report.command_line("bench.gpu.profile", argv))
+    print("wrote", path)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

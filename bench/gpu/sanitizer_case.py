@@ -1,0 +1,108 @@
+r"""Forward and backward of backend="cuda" on small awkward cases, for compute-sanitizer
+(bench/gpu/gpu_session.sh). Every kernel is reached: the sm_90a wgmma kernels (bf16 / fp16 with
+D <= 256, in their 128- and 256-wide forms, and the triangle backward's cluster pairs, whose
+exchange over distributed shared memory is synchronisation for racecheck and synccheck to
+check) and the mma.sync kernels (everything else), each in
+the symmetric schedule (single set) and the plain one (contrast_mode="one", a cross set, the raw
+op with anchor_offset), with padded rows, tile tails, float64 inputs (computed in fp32) and a low
+temperature. Every case runs twice: as it comes, and under
+torch.use_deterministic_algorithms(True) (the atomic-free forward); each loss is checked against
+the float64 reference, not only for being finite (under memcheck, the split bug found on the
+first GPU run gave finite, wrong losses).
+
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
+        python -m bench.gpu.sanitizer_case
+"""
+import torch
+
+import scl_kernels
+
+# (n, d, dtype, layout, temperature)
+CASES = [
+    (300, 128, torch.bfloat16, "single", 0.1),
+    (300, 128, torch.bfloat16, "single", 0.02),
+    (190, 72, torch.float16, "single", 0.1),
+    (130, 100, torch.float16, "one", 0.1),
+    (150, 128, torch.bfloat16, "cross", 0.1),
+    (140, 200, torch.bfloat16, "single", 0.1),
+    (130, 256, torch.float16, "cross", 0.1),
+    (257, 3, torch.bfloat16, "single", 0.1),
+    (100, 257, torch.bfloat16, "cross", 0.1),
+    (65, 40, torch.float32, "single", 0.1),
+    (70, 33, torch.float32, "cross", 0.1),
+    (129, 64, torch.float64, "single", 0.1),
+    (1, 8, torch.bfloat16, "single", 0.1),
+    # The triangle backward's cluster pairs with column sides: 5 row blocks (the odd last one
+    # pairs with padding), and 6 at D = 64 (the partners' upper half of the columns not sent).
+    (520, 128, torch.bfloat16, "single", 0.1),
+    (700, 64, torch.float16, "single", 0.1),
+]
+# (n, d, dtype, num_anchors, anchor_offset): the raw op on a block of the single set's anchors.
+OFFSET_CASES = [
+    (300, 128, torch.bfloat16, 64, 37),
+    (200, 100, torch.float32, 1, 199),
+]
+
+
+def _randn(gen, *shape, dtype):
+    return torch.randn(*shape, generator=gen).to("cuda", dtype)
+
+
+def run(n, d, dtype, layout, temperature):
+    gen = torch.Generator().manual_seed(n * 1000 + d)
+    x = _randn(gen, n, d, dtype=dtype).requires_grad_(True)
+    labels = torch.randint(0, 5, (n,), generator=gen).cuda()
+    kw = {}
+    if layout == "one":
+        x = x[: n // 2 * 2].detach().reshape(n // 2, 2, d).requires_grad_(True)
+        labels, kw = labels[: n // 2], {"contrast_mode": "one"}
+    elif layout == "cross":
+        kw = {"contrast": _randn(gen, n + 7, d, dtype=dtype).requires_grad_(True),
+              "contrast_labels": torch.randint(0, 5, (n + 7,), generator=gen).cuda()}
+    loss = scl_kernels.supcon_loss(x, labels, temperature, backend="cuda", **kw)
+    loss.backward()
+    torch.cuda.synchronize()
+    grads = [x.grad] + ([kw["contrast"].grad] if "contrast" in kw else [])
+    case = (n, d, dtype, layout, temperature)
+    assert torch.isfinite(loss) and all(torch.isfinite(g).all() for g in grads), case
+    # Finite is not enough (a wrong sum can be finite): the loss against the dense reference in
+    # float64, to the dtype's tolerance (the conformance suite checks everything else).
+    wide = {k: v.detach().double() if torch.is_tensor(v) and v.is_floating_point() else v
+            for k, v in kw.items()}
+    want = scl_kernels.supcon_loss(x.detach().double(), labels, temperature, backend="reference", **wide)
+    tolerance = 3e-2 if dtype in (torch.bfloat16, torch.float16) else 1e-4
+    assert abs(loss.item() - want.item()) <= tolerance * abs(want.item()) + tolerance, \
+        (case, loss.item(), want.item())
+
+
+def run_offset(n, d, dtype, num_anchors, anchor_offset):
+    gen = torch.Generator().manual_seed(n * 1000 + d + anchor_offset)
+    x = _randn(gen, n, d, dtype=dtype)
+    labels = torch.randint(0, 5, (n,), generator=gen).cuda()
+    temperature = torch.tensor(0.1, dtype=torch.float64, device="cuda")
+    args = (x, labels, None, None, temperature, num_anchors, True)
+    loss, lse, _ = torch.ops.scl.supcon(*args, anchor_offset)
+    grad_loss = torch.ones(num_anchors, device="cuda", dtype=loss.dtype)
+    grad_x = torch.ops.scl.supcon_backward(grad_loss, *args, lse, anchor_offset)[0]
+    torch.cuda.synchronize()
+    assert torch.isfinite(loss).all() and torch.isfinite(grad_x).all(), \
+        (n, d, dtype, num_anchors, anchor_offset)
+
+
+def main():
+    assert scl_kernels.backends.cuda_kernels_built(), \
+        "the library has no CUDA C++ kernels: build with SCL_BUILD_CUDA=1"
+    runs = [(run, case) for case in CASES] + [(run_offset, case) for case in OFFSET_CASES]
+    for fn, case in runs:
+        fn(*case)
+        torch.use_deterministic_algorithms(True)  # the plain forward for the single set too
+        try:
+            fn(*case)
+        finally:
+            torch.use_deterministic_algorithms(False)
+    print(f"{len(runs)} cases, twice (default and deterministic): finite gradients, losses as the "
+          "float64 reference's")
+
+
+if __name__ == "__main__":
+    main()

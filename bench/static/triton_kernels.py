@@ -1,0 +1,267 @@
+"""The Triton kernels' machine code for Hopper, without a GPU: each kernel compiled with every
+tile its autotuner can choose, specialised as Triton's JIT specialises it at run time, read
+(bench/static/sass.py) and priced by the issue-slot model (bench/static/issue_slots.py). Run it
+through python -m bench.static.gpu_static, which says what it needs."""
+import sys
+from dataclasses import asdict, dataclass
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from bench.static import attention_reference, issue_slots, sass
+from scl_kernels.backends.triton import launch
+
+HOPPER = GPUTarget("cuda", 90, 32)
+ELEMENT_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
+USES = launch.KERNEL_USES
+HEADLINE = dict(n=65536, d=128, dtype="bf16")
+
+
+@dataclass(frozen=True)
+class Case:
+    use: str  # a key of launch.KERNEL_USES
+    dtype: str
+    d: int
+    tile: launch.Tile
+
+
+def _precision(dtype):
+    return "tf32x3" if dtype == "fp32" else "tf32"
+
+
+def _compile(kernel, signature, constexprs, divisible, warps, stages):
+    attrs = {(kernel.arg_names.index(name),): [["tt.divisibility", 16]] for name in divisible}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=HOPPER, options={"num_warps": warps,
+                                                          "num_stages": stages})
+
+
+def specialisation(case):
+    """(signature, constexprs, arguments divisible by 16) as the JIT sees a launch of this case
+    on Hopper: rows through tensor descriptors (launch.use_tma), 16-byte aligned buffers, N a
+    multiple of 16 (the headline sizes), D and the row stride multiples of 16 only when D is,
+    and one column split (num_splits == 1 becomes a constant) for the backward at large N."""
+    use = USES[case.use]
+    kernel = use.kernel
+    width = launch.row_width(case.d, ELEMENT_SIZE[case.dtype])
+    meta = {**case.tile.meta(kernel), **width.meta(), **use.flags, "USE_TMA": True,
+            "PRECISION": _precision(case.dtype)}
+    if "num_splits" in kernel.arg_names and case.use != "lse_symmetric":
+        meta["num_splits"] = 1
+    blocks = {"BLOCK_M": case.tile.block_m, "BLOCK_N": case.tile.block_n,
+              "BLOCK": case.tile.block_m, **width.meta()}
+    signature, constexprs, divisible = {}, {}, []
+    for name in kernel.arg_names:
+        if name in meta:
+            signature[name], constexprs[name] = "constexpr", meta[name]
+        elif name.endswith("_desc"):
+            rows, cols = launch.DESCRIPTOR_BLOCKS[name]
+            signature[name] = f"tensordesc<{case.dtype}{[blocks[rows], blocks[cols]]}>"
+        elif name in ("q_ptr", "z_ptr"):
+            signature[name] = "*" + case.dtype
+            divisible.append(name)
+        elif name.endswith("_ptr"):
+            signature[name] = "*fp32"
+            divisible.append(name)
+        elif name == "scale_log2":
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+            if name in ("M", "N") or (name in ("D", "stride") and case.d % 16 == 0):
+                divisible.append(name)
+    return kernel, signature, constexprs, divisible
+
+
+def analyse(compiled, warps, inner_trips):
+    """What the machine code of one compiled kernel says."""
+    instructions, resources = sass.disassemble(compiled.asm["cubin"])
+    loop = sass.tile_loop(instructions)
+    per_tile = sass.weighted_counts(instructions, loop, inner_trips) if loop else {}
+    outside = sass.outside_counts(instructions)
+    fmas = sass.tensor_fmas(per_tile, warps)
+    loop_instructions = sum(per_tile.values()) * warps
+    opcodes = [i.base for i in instructions]
+    return {
+        "registers": resources["registers"],
+        "spill_bytes": resources["local_bytes"] + resources["stack_bytes"],
+        "spill_instructions": sum(1 for op in opcodes if op in ("STL", "LDL")),
+        "shared_bytes": compiled.metadata.shared,
+        "loop_hgmma": any(c.startswith("HGMMA") for c in per_tile),
+        "loop_tma": any(c.startswith("UTMALDG") for c in per_tile),
+        "tma": "UTMALDG" in opcodes,
+        "loop_classes": sass.by_class(per_tile),
+        "outside_classes": sass.by_class(outside),
+        "tile_fmas": fmas,
+        "tensor_input": sass.tensor_input(per_tile) or "BF16",
+        "per_1000_fmas": 1000 * loop_instructions / fmas if fmas else None,
+    }
+
+
+def compile_case(case):
+    kernel, signature, constexprs, divisible = specialisation(case)
+    width = launch.row_width(case.d, ELEMENT_SIZE[case.dtype])
+    inner_trips = 1 if width.resident else triton.cdiv(case.d, width.block_k)
+    compiled = _compile(kernel, signature, constexprs, divisible, case.tile.warps,
+                        case.tile.stages)
+    return {**asdict(case), **analyse(compiled, case.tile.warps, inner_trips)}
+
+
+def compile_reference():
+    kernel, signature, constexprs, warps, stages = attention_reference.source()
+    compiled = _compile(kernel, signature, constexprs, ["seq_len"], warps, stages)
+    return {"kernel": "attention_reference", **analyse(compiled, warps, 1)}
+
+
+def cases(dims, dtypes):
+    for name, use in USES.items():
+        for dtype in dtypes:
+            for d in dims:
+                for tile in launch.candidate_tiles(use, d, ELEMENT_SIZE[dtype]):
+                    yield Case(name, dtype, d, tile)
+
+
+def problems(result):
+    """Why a compiled tile is not fit to keep (empty: it is)."""
+    found = []
+    if result["spill_bytes"] or result["spill_instructions"]:
+        found.append(f"spills {result['spill_bytes']} B ({result['spill_instructions']} STL/LDL)")
+    if result["shared_bytes"] > launch.SHARED_MEMORY_BYTES:
+        found.append(f"{result['shared_bytes']} B of shared memory")
+    return found
+
+
+# ------------------------------------------------------------------------------------------
+# Predicted times of the symmetric schedule
+# ------------------------------------------------------------------------------------------
+
+@dataclass
+class Step:
+    """One kernel launch of the schedule, with the tile that the model picks for it."""
+    seconds: float
+    result: dict
+    tile_cost: issue_slots.TileCost
+    tiles: int
+
+    @property
+    def loop_instructions(self):
+        return self.tiles * sum(self.result["loop_classes"].values()) * self.result["tile"]["warps"]
+
+    @property
+    def fmas(self):
+        return self.tiles * self.result["tile_fmas"]
+
+
+def _costs(result):
+    warps = result["tile"]["warps"]
+    tile = issue_slots.cost(result["loop_classes"], result["tile_fmas"],
+                            result["tensor_input"], warps)
+    program = issue_slots.cost(result["outside_classes"], 0, result["tensor_input"], warps)
+    return tile, program
+
+
+def symmetric_work(use, tile, n, d, element_size):
+    """(tiles, programs) that the symmetric schedule's launchers give a kernel at this size."""
+    width = launch.row_width(d, element_size)
+    if use == "lse_symmetric":
+        nb = triton.cdiv(n, tile["block_m"])
+        splits = launch.symmetric_splits(n, issue_slots.H100.sms)  # as the launcher: before tuning
+        return nb * (nb + 1) // 2, triton.cdiv(nb, 2) * splits
+    chunks = triton.cdiv(d, width.block_do)
+    row_blocks = triton.cdiv(n, tile["block_m"])
+    splits = launch.column_splits(n, n, issue_slots.H100.sms)
+    return row_blocks * triton.cdiv(n, tile["block_n"]) * chunks, row_blocks * chunks * splits
+
+
+def predict(results, n, d, dtype):
+    """{step: (seconds, result of the fastest tile)} for the symmetric forward and backward, and
+    the floor of the schedule: N^2 D / 2 multiply-adds and N^2 / 2 exps forward (the upper
+    triangle), 2 N^2 D and N^2 backward (full rows, two products per tile)."""
+    predicted = {}
+    for step, use in (("forward", "lse_symmetric"), ("backward", "grad_symmetric")):
+        options = []
+        for r in results:
+            if (r["use"], r["d"], r["dtype"]) != (use, d, dtype) or problems(r):
+                continue
+            tiles, programs = symmetric_work(use, r["tile"], n, d, ELEMENT_SIZE[dtype])
+            tile_cost, program_cost = _costs(r)
+            t = issue_slots.seconds(tiles, tile_cost, programs, program_cost)
+            options.append(Step(t, r, tile_cost, tiles))
+        if not options:
+            return None
+        # Within 1% of the fastest, the tile that issues least per multiply-add: the model
+        # cannot tell them apart, and issue slots to spare hide latency it does not model.
+        fastest = min(o.seconds for o in options)
+        predicted[step] = min((o for o in options if o.seconds <= 1.01 * fastest),
+                              key=lambda o: o.result["per_1000_fmas"])
+    kind = "TF32" if dtype == "fp32" else "BF16"
+    floor = (issue_slots.floor_seconds(n * n * d / 2, n * n / 2, kind)
+             + issue_slots.floor_seconds(2 * n * n * d, n * n, kind))
+    return predicted, floor
+
+
+# ------------------------------------------------------------------------------------------
+# Report
+# ------------------------------------------------------------------------------------------
+
+def tile_text(tile):
+    return f"{tile['block_m']}x{tile['block_n']} w{tile['warps']} s{tile['stages']}"
+
+
+def report(results, reference, dims, out=sys.stdout):
+    def emit(line=""):
+        print(line, file=out, flush=True)
+
+    emit("Static GPU check, sm_90 (Triton %s; machine code, no GPU). Times are predictions."
+         % triton.__version__)
+    emit()
+    emit(f"{'kernel (launch.KERNEL_USES)':<28}{'dtype':<6}{'D':>5}  {'tile':<18}{'regs':>5}"
+         f"{'spill B':>8}{'STL/LDL':>8}{'smem KiB':>9}  {'HGMMA':<6}{'TMA':<5}"
+         f"{'loop/tile':>10}{'per 1k FMA':>11}  loop classes per warp and tile")
+    for r in results:
+        per_k = f"{r['per_1000_fmas']:.2f}" if r["per_1000_fmas"] else "-"
+        classes = " ".join(f"{k}:{v}" for k, v in sorted(r["loop_classes"].items(),
+                                                         key=lambda kv: -kv[1]))
+        emit(f"{r['use']:<28}{r['dtype']:<6}{r['d']:>5}  "
+             f"{tile_text(r['tile']):<18}{r['registers']:>5}{r['spill_bytes']:>8}"
+             f"{r['spill_instructions']:>8}{r['shared_bytes'] / 1024:>9.0f}  "
+             f"{'yes' if r['loop_hgmma'] else 'no':<6}{'yes' if r['loop_tma'] else 'no':<5}"
+             f"{sum(r['loop_classes'].values()):>10}{per_k:>11}  {classes}")
+    emit()
+    emit(f"reference (bench/static/attention_reference.py, 128x128, head dim 128, bf16, w8 s3): "
+         f"{reference['per_1000_fmas']:.2f} loop warp instructions per 1,000 tensor FMAs, "
+         f"{reference['registers']} registers, {reference['spill_bytes']} B spilled")
+    emit()
+    emit("Predicted symmetric schedule (single set, contrast_mode='all'), bf16, issue-slot "
+         f"model of an {issue_slots.H100.name}: {issue_slots.H100.sms} SMs at "
+         f"{issue_slots.H100.clock_hz / 1e9:.2f} GHz")
+    emit(f"{'N':>8}{'D':>6}  {'forward ms':>11} {'bound':<7}{'backward ms':>12} {'bound':<7}"
+         f"{'fwd+bwd ms':>11}{'floor ms':>10}{'ratio':>7}  tiles (fwd / bwd)")
+    headline = None
+    for n in (65536, 262144):
+        for d in (128, 256, 768):
+            if d not in dims:
+                continue
+            out_ = predict(results, n, d, "bf16")
+            if out_ is None:
+                continue
+            predicted, floor = out_
+            fwd, bwd = predicted["forward"], predicted["backward"]
+            total = fwd.seconds + bwd.seconds
+            emit(f"{n:>8}{d:>6}  {fwd.seconds * 1e3:>11.3f} {fwd.tile_cost.bound:<7}"
+                 f"{bwd.seconds * 1e3:>12.3f} {bwd.tile_cost.bound:<7}{total * 1e3:>11.3f}"
+                 f"{floor * 1e3:>10.3f}{total / floor:>7.2f}  "
+                 f"{tile_text(fwd.result['tile'])} / {tile_text(bwd.result['tile'])}")
+            if (n, d) == (HEADLINE["n"], HEADLINE["d"]):
+                headline = (total, floor, fwd, bwd)
+    if headline:
+        total, floor, fwd, bwd = headline
+        together = 1000 * (fwd.loop_instructions + bwd.loop_instructions) / (fwd.fmas + bwd.fmas)
+        emit()
+        emit(f"loop warp instructions per 1,000 tensor FMAs at the headline, with the tiles "
+             f"above: forward {fwd.result['per_1000_fmas']:.2f}, backward "
+             f"{bwd.result['per_1000_fmas']:.2f}, fwd+bwd {together:.2f} "
+             f"({together / reference['per_1000_fmas']:.2f}x the reference's "
+             f"{reference['per_1000_fmas']:.2f})")
+        emit(f"predicted fwd+bwd N={HEADLINE['n']} D={HEADLINE['d']} {HEADLINE['dtype']}: "
+             f"{total * 1e3:.2f} ms (floor {floor * 1e3:.2f} ms, X/Y = {total / floor:.2f})")
