@@ -1,7 +1,7 @@
 // Autograd of the fused ops, scl::supcon and scl::supcon_triton: forward saves the inputs and the
 // float64 log-sum-exp (O(N)), backward calls the op's backward. Registered in C++ rather than
 // with torch.library.register_autograd because a Python autograd wrapper costs more than the
-// whole computation at fine-tuning batch sizes (bench/NOTES.md, "Small batches").
+// whole computation at fine-tuning batch sizes (bench/DECISIONS.md, "Small batches").
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/library.h>

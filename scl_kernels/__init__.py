@@ -1,12 +1,18 @@
-"""scl_kernels: a fused, memory-frugal supervised contrastive (SupCon) loss for PyTorch."""
-from . import _op  # noqa: F401  (registers fake kernels and autograd for torch.ops.scl)
+"""scl_kernels: a fused, memory-frugal supervised contrastive (SupCon) loss for PyTorch.
+
+The public API: :func:`supcon_loss` (scl_kernels.functional), the modules in :mod:`scl_kernels.nn`,
+:class:`GradientCache`, :class:`ClassBalancedBatchSampler` and :func:`available_backends`.
+Imported on demand: :mod:`scl_kernels.distributed`, :mod:`scl_kernels.compat` (SupContrast and
+pytorch-metric-learning names), :mod:`scl_kernels.integrations` (Hugging Face Trainer,
+sentence-transformers) and the fine-tuning application :mod:`scl_kernels.finetune`.
+"""
 from . import nn
+from ._version import __version__
 from .backends import available_backends
+from .functional import supcon_loss
 from .grad_cache import GradientCache
-from .loss import SupConLoss, supcon_loss
-from .nn import SupConCrossEntropyLoss
+from .nn import SupConCrossEntropyLoss, SupConLoss
 from .sampling import ClassBalancedBatchSampler
 
 __all__ = ["ClassBalancedBatchSampler", "GradientCache", "SupConCrossEntropyLoss", "SupConLoss",
-           "available_backends", "nn", "supcon_loss"]
-__version__ = "0.1.0"
+           "__version__", "available_backends", "nn", "supcon_loss"]

@@ -15,8 +15,9 @@ import time
 
 import torch
 
+from ._extension import require_library
 from .backends import auto_backend
-from .loss import supcon_loss
+from .functional import supcon_loss
 from .profiling import PeakMemory
 
 # ------------------------------------------------------------------------------------------
@@ -185,6 +186,20 @@ class _Progress:
         return False
 
 
+def fused_backend(device):
+    """The fused backend backend="auto" runs on ``device``; exits, saying why, where that would
+    be the dense reference: the demo compares the two, and must not call dense "fused"."""
+    name = auto_backend(device)
+    if name != "reference":
+        return name
+    try:
+        require_library()
+        why = f"no fused backend can run {torch.device(device).type} tensors in this installation"
+    except RuntimeError as error:
+        why = str(error)
+    sys.exit(f"python -m scl_kernels.demo: no fused backend to compare with dense PyTorch: {why}")
+
+
 def run(features, labels, temperature, backend):
     """Loss and gradient by one backend, with wall time and peak memory growth."""
     x = features.detach().clone().requires_grad_(True)
@@ -254,7 +269,7 @@ def main(argv=None):
     generator = torch.Generator().manual_seed(0)
     features = torch.randn(args.n, args.dim, generator=generator).to(args.device)
     labels = torch.randint(0, args.classes, (args.n,), generator=generator).to(args.device)
-    fused = auto_backend(args.device)
+    fused = fused_backend(args.device)
     print(f"SupCon, N={args.n}, D={args.dim}, {args.classes} classes, t={args.temperature}, "
           f"float32 on {args.device} ({torch.get_num_threads()} threads)", flush=True)
 

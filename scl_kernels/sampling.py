@@ -10,6 +10,33 @@ def _positive_int(value, name, minimum=1):
     return value
 
 
+def _label_tensor(labels):
+    """The labels as an integer tensor: integer tensors and sequences as they are; any other
+    hashable labels (strings, tuples, ...) as class codes in sorted order, or in order of first
+    appearance where the labels do not sort (the same labels give the same codes in every
+    process)."""
+    try:
+        tensor = torch.as_tensor(labels)
+    except (TypeError, ValueError, RuntimeError):
+        tensor = None
+    if tensor is not None:
+        not_integer = tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool
+        if tensor.numel() and not_integer:  # an empty list is float32; its error comes later
+            raise TypeError(f"labels must be integers or other hashable class names, got {tensor.dtype}")
+        return tensor
+    labels = list(labels)
+    try:
+        classes = dict.fromkeys(labels)
+    except TypeError as error:
+        raise TypeError(f"labels must be hashable class names or integers: {error}") from None
+    try:
+        classes = sorted(classes)
+    except TypeError:  # mixed kinds of label: keep their first appearance
+        classes = list(classes)
+    codes = {label: code for code, label in enumerate(classes)}
+    return torch.tensor([codes[label] for label in labels], dtype=torch.long)
+
+
 class _ClassStream:
     """The examples of one class in an endless shuffled order: one permutation after another."""
 
@@ -61,8 +88,8 @@ class ClassBalancedBatchSampler(Sampler):
                  rank=None):
         """
         Args:
-            labels: the class of every example of the data set (a sequence of ints or an
-                integer tensor), indexed as the data set is.
+            labels: the class of every example of the data set, indexed as the data set is: an
+                integer tensor or sequence, or any hashable class names (strings, ...).
             batch_size: examples per batch (per rank); at least ``samples_per_class``.
             samples_per_class: the fewest examples of a class a batch holds (>= 2, so every
                 anchor has a positive). Every class needs at least 2 examples.
@@ -76,11 +103,9 @@ class ClassBalancedBatchSampler(Sampler):
         Raises:
             ValueError: bad sizes, a class with a single example, or fewer than 2 classes.
         """
-        labels = torch.as_tensor(labels)
+        labels = _label_tensor(labels)
         if labels.dim() != 1 or labels.numel() == 0:
             raise ValueError(f"labels must be a non-empty 1-D sequence, got shape {tuple(labels.shape)}")
-        if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-            raise TypeError(f"labels must be integers, got {labels.dtype}")
         self.samples_per_class = _positive_int(samples_per_class, "samples_per_class", 2)
         self.batch_size = _positive_int(batch_size, "batch_size", self.samples_per_class)
         if isinstance(seed, bool) or not isinstance(seed, int):

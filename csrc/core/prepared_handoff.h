@@ -3,7 +3,7 @@
 //
 // At fine-tuning sizes (N of 16 to a few hundred) that preparation is a few dozen ATen calls and
 // costs as much as the tiles; doing it again in backward made the fused op slower than dense
-// PyTorch (bench/NOTES.md, "Small batches"). The op's schema stays as it is (raw-op callers and
+// PyTorch (bench/DECISIONS.md, "Small batches"). The op's schema stays as it is (raw-op callers and
 // the fakes see nothing): while the autograd kernel holds a CaptureForward, the core's forward on
 // the same thread leaves its problem here, and while it holds a ReuseInBackward, the core's
 // backward on that thread takes the problem instead of preparing it again. Both calls are

@@ -1,6 +1,6 @@
 // scl::supcon_triton: the shared core (csrc/core) with tile kernels written in Triton. Triton
 // launches from Python, so the tiles are the ops scl::supcon_triton_{lse,grad}_tiles, whose
-// kernels scl_kernels/triton_backend registers; this file calls them through the dispatcher.
+// kernels scl_kernels/backends/triton registers; this file calls them through the dispatcher.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -20,8 +20,8 @@ void require_tile_kernel(const char* name, const at::Tensor& like) {
   const c10::DispatchKey key = like.is_cuda() ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU;
   TORCH_CHECK(c10::Dispatcher::singleton().findSchemaOrThrow(name, "").hasKernelForDispatchKey(key),
               name, " has no kernel for ", like.device(),
-              ": the Triton tile kernels are registered by importing scl_kernels.triton_backend "
-              "(needs the triton package; CPU tensors need TRITON_INTERPRET=1)");
+              ": the Triton tile kernels are registered by importing "
+              "scl_kernels.backends.triton.registration (needs the triton package; CPU tensors need TRITON_INTERPRET=1)");
 }
 
 at::Tensor lse_tiles(const TileInputs& in) {

@@ -10,7 +10,7 @@ from typing import List
 import torch
 import torch.distributed as dist
 
-from ..loss import CONTRAST_MODES, REDUCTIONS
+from .._validation import CONTRAST_MODES, REDUCTIONS
 from .collectives import all_gather_single
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

@@ -6,8 +6,8 @@ rows inside it, reached with the op's ``anchor_offset``: no copy brings them to 
 Cross set: only the contrast rows are gathered; the anchors are the local feature rows.
 The gather's backward returns each contrast row's gradient, summed over ranks, to its owner.
 """
-from .._op import loss_dtype
-from ..loss import Layout
+from ..backends.fused_ops import loss_dtype
+from ..functional import Layout
 from .agreement import CallPlan
 from .collectives import gather_rows, gather_rows_with_grad
 

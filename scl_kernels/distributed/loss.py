@@ -2,7 +2,9 @@
 import torch
 import torch.distributed as dist
 
-from .. import loss as local
+from .._validation import check_inputs, check_options, temperature_tensor
+from ..functional import build_layout
+from ..nn.supcon import SupConLoss as SingleProcessSupConLoss
 from ..backends import resolve_backend
 from .agreement import STRATEGIES, agree_on_call
 from .gather import gathered_supcon
@@ -118,17 +120,17 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     # instead of the others waiting for it in a collective.
     layout, error = None, None
     try:
-        local._check_inputs(features, labels)
-        local._check_options(temperature, contrast_mode, normalize, reduction, backend,
-                             check_tensor_value=False)
+        check_inputs(features, labels)
+        check_options(temperature, contrast_mode, normalize, reduction, backend,
+                      check_tensor_value=False)
         _check_distributed_options(strategy, gradients_averaged)
         chosen = resolve_backend(backend, features.device)
-        temperature = local._temperature_tensor(temperature, features.device)
+        temperature = temperature_tensor(temperature, features.device)
         if strategy == "ring" and chosen.op_name is None:
             raise ValueError("strategy='ring' needs a fused backend ('cpu', 'triton' or 'cuda'), "
                              f"got {chosen.name!r}")
-        layout = local.build_layout(features, labels, contrast, contrast_labels, contrast_mode,
-                                    allow_no_rows=True)
+        layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode,
+                              allow_no_rows=True)
     except (TypeError, ValueError) as caught:
         error = caught
     options = {"contrast_mode": contrast_mode, "normalize": normalize, "reduction": reduction,
@@ -146,7 +148,7 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     return _global_reduction(per_anchor, num_positives, reduction, plan, group, gradients_averaged)
 
 
-class SupConLoss(local.SupConLoss):
+class SupConLoss(SingleProcessSupConLoss):
     """:func:`supcon_loss` as a module, its options fixed at construction::
 
         criterion = scl_kernels.distributed.SupConLoss(temperature=0.1, gradients_averaged=True)

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .._op import loss_dtype
+from ..backends.fused_ops import loss_dtype
 from ..backends import Backend
 from .agreement import CallPlan
 from .collectives import RingShift

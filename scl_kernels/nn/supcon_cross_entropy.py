@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..loss import _check_options, _check_tensor, supcon_loss
+from .._validation import check_options, check_tensor
+from ..functional import supcon_loss
 
 SCL_REDUCTIONS = ("mean", "sum")
 
@@ -93,7 +94,7 @@ class SupConCrossEntropyLoss(nn.Module):
         _check_lam(lam)
         if scl_reduction not in SCL_REDUCTIONS:
             raise ValueError(f"scl_reduction must be one of {SCL_REDUCTIONS}, got {scl_reduction!r}")
-        _check_options(temperature, "all", normalize, "mean", backend, check_tensor_value=True)
+        check_options(temperature, "all", normalize, "mean", backend, check_tensor_value=True)
         if not isinstance(distributed, bool):
             raise TypeError(f"distributed must be a bool, got {type(distributed).__name__}")
         if distributed:
@@ -114,7 +115,7 @@ class SupConCrossEntropyLoss(nn.Module):
         self.group = group
 
     def _cross_entropy(self, logits, labels):
-        _check_tensor(logits, "logits", floating=True)
+        check_tensor(logits, "logits", floating=True)
         if logits.dim() != 2 or logits.shape[0] != labels.shape[0]:
             raise ValueError(f"logits must have shape [N, num_classes] with N = {labels.shape[0]} "
                              f"(the labels), got {tuple(logits.shape)}")
@@ -136,7 +137,7 @@ class SupConCrossEntropyLoss(nn.Module):
                            reduction=self.scl_reduction, backend=self.backend)
 
     def _check_labels(self, labels):
-        _check_tensor(labels, "labels", floating=False)
+        check_tensor(labels, "labels", floating=False)
         if labels.dim() != 1:
             raise ValueError(f"labels must have shape [N], got {tuple(labels.shape)}")
 

@@ -1,0 +1,209 @@
+"""The CUDA C++ backend (csrc/cuda, docs/CUDA_KERNELS.md).
+
+Without a GPU: its registry entry, that backend="auto" never chooses it (it is opt-in until its
+GPU session has passed whole on hardware), its errors, and that the README says how far it is
+verified.
+With a CUDA GPU and the CUDA kernels built (skipped otherwise): every layout and dtype at awkward
+sizes against the float64 reference and against the Triton backend on the same inputs, the
+wgmma path's shapes, determinism, memory, streams. The conformance suite runs it too
+(support/backend_matrix.py lists every available backend)."""
+import os
+
+import pytest
+import torch
+
+import scl_kernels
+from scl_kernels import backends
+from support import needs
+from support.layouts import LAYOUTS, make_layout
+from support.reference64 import check_against_reference
+
+README = os.path.join(os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")), "README.md")
+
+
+# ---- without a GPU ------------------------------------------------------------------------
+
+@pytest.mark.quick
+def test_registry_entry():
+    cuda = backends.get_backend("cuda")
+    assert cuda.device_types == ("cuda",) and cuda.op_name == "supcon"
+    assert cuda.computes_in(torch.float64) == torch.float32
+    assert not cuda.auto_eligible
+
+
+@needs.library  # auto's choice among the backends that the library serves
+def test_auto_never_chooses_cuda(monkeypatch):
+    """Even where the CUDA kernels could run, auto takes Triton, else the dense reference."""
+    cuda = backends.get_backend("cuda")
+    monkeypatch.setattr(backends, "cuda_kernels_built", lambda: True)
+    assert cuda.available("cuda")
+    device = torch.device("cuda")
+    monkeypatch.setattr(backends, "triton_installed", lambda: True)
+    assert backends._auto(device).name == backends.auto_backend(device) == "triton"
+    monkeypatch.setattr(backends, "triton_installed", lambda: False)
+    with pytest.warns(UserWarning):
+        monkeypatch.setattr(backends, "_warned_dense_devices", set())
+        assert backends._auto(device).name == "reference"
+    # What the demo and the benchmarks label as auto's choice, though cuda is the first that runs.
+    assert backends.available_backends("cuda")[0] == "cuda"
+    assert backends.auto_backend("cuda") == "reference"
+
+
+def test_cpu_tensors_are_refused():
+    with pytest.raises(ValueError, match="runs on cuda tensors"):
+        scl_kernels.supcon_loss(torch.randn(4, 3), torch.tensor([0, 0, 1, 1]), backend="cuda")
+
+
+@needs.library
+def test_library_without_cuda_kernels_says_how_to_build(monkeypatch):
+    monkeypatch.setattr(backends, "cuda_kernels_built", lambda: False)
+    with pytest.raises(ValueError, match="SCL_BUILD_CUDA=1.*nvidia-cutlass|nvidia-cutlass.*SCL_BUILD_CUDA=1"):
+        backends.resolve_backend("cuda", torch.device("cuda"))
+
+
+def test_readme_says_how_far_it_is_verified_on_hardware():
+    text = open(README, encoding="utf-8").read()
+    assert 'backend="cuda"' in text and "only partly verified on hardware" in text
+    assert "bench/results/gpu_h100_2026-11-23" in text
+
+
+# ---- on a GPU -------------------------------------------------------------------------------
+
+gpu = pytest.mark.skipif(
+    not (torch.cuda.is_available() and backends.cuda_kernels_built()),
+    reason="needs a CUDA GPU and the library built with the CUDA kernels (SCL_BUILD_CUDA=1)")
+
+
+def _loss_and_grads(backend, features, labels, **kw):
+    x = features.detach().clone().requires_grad_(True)
+    loss = scl_kernels.supcon_loss(x, labels, 0.1, backend=backend, **kw)
+    loss.backward()
+    return loss.detach(), x.grad
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("d", [100, 200])  # 16-bit on sm_90a: the 128- and 256-wide kernels
+def test_layouts_against_reference(layout, dtype, d, cuda_randn, cuda_randint, gen):
+    kw = make_layout(layout, cuda_randn, cuda_randint, dtype=dtype, n=300, d=d)
+    check_against_reference("cuda", generator=gen, compute_dtype=torch.float32, **kw)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n,d", [(1, 1), (2, 3), (63, 100), (129, 128), (130, 129), (300, 256),
+                                 (1000, 257), (300, 2048)])
+def test_awkward_sizes_against_reference(n, d, dtype, cuda_randn, cuda_randint, gen):
+    check_against_reference("cuda", cuda_randn(n, d, dtype=dtype), cuda_randint(0, 5, (n,)), 0.1,
+                            generator=gen, compute_dtype=torch.float32)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n,d", [(63, 3), (129, 128), (1000, 100), (500, 200), (1000, 257)])
+def test_agrees_with_triton(n, d, dtype, cuda_randn, cuda_randint):
+    x, labels = cuda_randn(n, d, dtype=dtype), cuda_randint(0, 7, (n,))
+    got_loss, got_grad = _loss_and_grads("cuda", x, labels)
+    want_loss, want_grad = _loss_and_grads("triton", x, labels)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    assert abs(got_loss.item() - want_loss.item()) <= tol * abs(want_loss.item())
+    err = (got_grad.float() - want_grad.float()).abs().max() / want_grad.float().abs().max()
+    assert err.item() <= 10 * tol
+
+
+@gpu
+@pytest.mark.parametrize("anchor_offset,num_anchors", [(0, 100), (37, 64), (200, 100)])
+def test_anchor_offset_against_triton(anchor_offset, num_anchors, cuda_randn, cuda_randint):
+    """The op's anchors [offset, offset + M) of the single set (distributed training's call), and
+    its backward: the plain schedule, whose columns walk masks each anchor's own row at an offset."""
+    x, labels = cuda_randn(300, 128, dtype=torch.bfloat16), cuda_randint(0, 5, (300,))
+    t = torch.tensor(0.1)
+    upstream = torch.ones(num_anchors, device=x.device)
+    outs = {}
+    for name in ("supcon", "supcon_triton"):
+        if name == "supcon_triton":
+            backends.load_triton_backend()
+        loss, lse, _ = getattr(torch.ops.scl, name)(x, labels, None, None, t, num_anchors, True,
+                                                     anchor_offset)
+        grad, _, _ = getattr(torch.ops.scl, name + "_backward")(
+            upstream, x, labels, None, None, t, num_anchors, True, lse, anchor_offset)
+        outs[name] = (loss, lse, grad.float())
+    torch.testing.assert_close(outs["supcon"][1], outs["supcon_triton"][1], rtol=0, atol=2e-3)
+    torch.testing.assert_close(outs["supcon"][0], outs["supcon_triton"][0], rtol=2e-2, atol=2e-3)
+    got, want = outs["supcon"][2], outs["supcon_triton"][2]
+    assert ((got - want).abs().max() / want.abs().max()).item() <= 5e-2
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_deterministic_mode_is_bitwise_reproducible(dtype, cuda_randn, cuda_randint, reproducible):
+    x, labels = cuda_randn(1000, 128, dtype=dtype), cuda_randint(0, 9, (1000,))
+    first = _loss_and_grads("cuda", x, labels)
+    second = _loss_and_grads("cuda", x, labels)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [1, 127, 129, 300, 385, 640, 1000, 2100])
+@pytest.mark.parametrize("d,classes", [(5, 3), (64, 1), (100, 7), (128, None)])
+def test_symmetric_backward_triangle_against_full_rows(n, d, classes, dtype, cuda_randn, cuda_randint, gen,
+                                                       monkeypatch):
+    """The single set's backward over the upper triangle by cluster pairs (sm_90a, D <= 128; on
+    other GPUs the same walk as full rows): against the float64 reference and against the
+    full-row walk (SCL_CUDA_SYMMETRIC_BACKWARD=rows) on the same inputs. Row-block counts 1 to 17,
+    odd ones with a padding partner, D odd (scalar atomics), one class, and classes=None: every
+    label distinct, no positives."""
+    x = cuda_randn(n, d, dtype=dtype)
+    labels = cuda_randint(0, classes, (n,)) if classes else torch.randperm(n, device=x.device)
+    check_against_reference("cuda", x, labels, 0.1, generator=gen, compute_dtype=torch.float32)
+    triangle = _loss_and_grads("cuda", x, labels)
+    monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", "rows")
+    rows = _loss_and_grads("cuda", x, labels)
+    assert torch.equal(triangle[0], rows[0])  # the same forward
+    scale = rows[1].float().abs().max().clamp_min(1e-30)
+    assert ((triangle[1].float() - rows[1].float()).abs().max() / scale).item() <= 5e-2
+
+
+@gpu
+def test_symmetric_backward_knob_is_checked(cuda_randn, cuda_randint, monkeypatch):
+    monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", "diagonal")
+    with pytest.raises(ValueError, match="SCL_CUDA_SYMMETRIC_BACKWARD"):
+        _loss_and_grads("cuda", cuda_randn(200, 64, dtype=torch.bfloat16), cuda_randint(0, 5, (200,)))
+
+
+@gpu
+def test_memory_stays_linear_in_n(cuda_randn, cuda_randint):
+    n = 32768
+    x, labels = cuda_randn(n, 128, dtype=torch.bfloat16), cuda_randint(0, 100, (n,))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    _loss_and_grads("cuda", x, labels)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - base < n * n * 4 // 16
+
+
+@gpu
+def test_side_stream_gives_the_same_result(cuda_randn, cuda_randint, reproducible):
+    x, labels = cuda_randn(700, 128, dtype=torch.bfloat16), cuda_randint(0, 9, (700,))
+    want = _loss_and_grads("cuda", x, labels)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        got = _loss_and_grads("cuda", x, labels)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    assert torch.equal(want[0], got[0]) and torch.equal(want[1], got[1])
+
+
+@gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU")
+def test_second_device(cuda_randn, cuda_randint):
+    x, labels = cuda_randn(300, 64).to("cuda:1"), cuda_randint(0, 5, (300,)).to("cuda:1")
+    loss, grad = _loss_and_grads("cuda", x, labels)
+    ref_loss, ref_grad = _loss_and_grads("cuda", x.to("cuda:0"), labels.to("cuda:0"))
+    assert loss.device.index == 1 and grad.device.index == 1
+    torch.testing.assert_close(loss.cpu(), ref_loss.cpu())
+    torch.testing.assert_close(grad.cpu(), ref_grad.cpu())

@@ -1,0 +1,151 @@
+"""What only the Triton backend does, run by Triton's interpreter on CPU tensors: which schedule
+each call takes (symmetric or plain) at sizes around the interpreter's 32-wide tiles,
+deterministic mode, the row chunking of its O(N*D) terms, scratch buffers written in full, and its
+own limits. Everything every backend must do is in the conformance suite (test_conformance*.py),
+which runs the Triton backend too.
+
+TRITON_INTERPRET=1 must be set before triton is imported; support/backend_matrix.py does so when
+no GPU is present."""
+import os
+
+import pytest
+import torch
+
+import scl_kernels
+from scl_kernels.backends import triton_installed
+from support import needs
+from support.layouts import make_layout
+from support.reference64 import check_against_reference
+
+pytestmark = [
+    pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                       reason="needs TRITON_INTERPRET=1 (set by support/backend_matrix.py on machines "
+                              "without CUDA)"),
+    pytest.mark.skipif(not triton_installed(), reason="triton is not installed"),
+    needs.library,  # it registers the Triton backend's op
+]
+
+
+def test_triton_backend_is_under_test():
+    """The conformance suite runs the backends that available_backends lists."""
+    assert "triton" in scl_kernels.available_backends("cpu")
+
+
+def _symmetric_used(monkeypatch):
+    """Records which schedule each forward call takes."""
+    from scl_kernels.backends.triton import launch
+    calls = []
+    for name in ("lse_symmetric", "lse_plain"):
+        original = getattr(launch, name)
+
+        def spy(*args, _name=name, _original=original):
+            calls.append(_name)
+            return _original(*args)
+        monkeypatch.setattr(launch, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("n,d", [(1, 3), (5, 2), (32, 32), (33, 70), (70, 20)])
+@pytest.mark.parametrize("temperature,schedule", [(0.1, "lse_symmetric"), (0.02, "lse_plain")])
+def test_single_set_schedules(n, d, temperature, schedule, randn, randint, gen, monkeypatch):
+    calls = _symmetric_used(monkeypatch)
+    t = torch.tensor(temperature, dtype=torch.float64, requires_grad=True)
+    check_against_reference("triton", randn(n, d), randint(0, 3, (n,)), t, generator=gen)
+    assert calls == [schedule]
+
+
+@pytest.mark.parametrize("layout", ["single_all", "multiview_one", "cross_labels", "simcse"])
+def test_deterministic_mode(layout, randn, randint, monkeypatch, reproducible):
+    calls = _symmetric_used(monkeypatch)
+    kw = make_layout(layout, randn, randint, n=70, d=40)
+    # the same upstream gradient both times
+    first = check_against_reference("triton", generator=torch.Generator().manual_seed(1), **kw)
+    again = check_against_reference("triton", generator=torch.Generator().manual_seed(1), **kw)
+    assert "lse_symmetric" not in calls
+    for name, grad in first.grads.items():
+        assert torch.equal(grad, again.grads[name]), f"grad of {name} differs between runs"
+
+
+def test_triton_op_without_interpreter_is_a_clear_error(randn, randint, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET"):
+        scl_kernels.supcon_loss(randn(8, 4), randint(0, 2, (8,)), backend="triton")
+
+
+@pytest.mark.parametrize("layout", ["single_all", "multiview_one", "simcse"])
+def test_poisoned_scratch_is_fully_written(layout, randn, randint, gen, monkeypatch):
+    from scl_kernels.backends.triton import launch
+    monkeypatch.setattr(launch, "uninitialized",
+                        lambda shape, device: torch.full(shape, float("nan"), device=device))
+    kw = make_layout(layout, randn, randint, n=70, d=20)
+    check_against_reference("triton", generator=gen, temperature=0.02, **kw)
+
+
+def test_tensors_past_int32_offsets_are_refused():
+    huge = torch.zeros(1, 1).expand(2**16, 2**15)  # 2^31 elements, no memory behind them
+    with pytest.raises(ValueError, match="2\\^31"):
+        scl_kernels.supcon_loss(huge, torch.zeros(2**16, dtype=torch.long), backend="triton")
+
+
+def _row_widths_recorded(monkeypatch):
+    """Records how each launch walks D (launch.row_width)."""
+    from scl_kernels.backends.triton import launch
+    seen = []
+    width = launch.row_width
+
+    def spy(d, element_size):
+        seen.append(width(d, element_size))
+        return seen[-1]
+    monkeypatch.setattr(launch, "row_width", spy)
+    return seen
+
+
+# D = 24: one resident K block and one output chunk (the column tile serves both products);
+# 40: resident rows, two output chunks; 70: rows streamed in K steps. 21 and 37 are not 16-byte
+# rows in fp32: through tensor descriptors they are first copied into padded rows.
+FEEDING = [(24, True, 1), (40, True, 2), (70, False, 3), (21, True, 1), (37, True, 2)]
+
+
+@pytest.mark.parametrize("d,resident,chunks", FEEDING)
+@pytest.mark.parametrize("tma", [True, False], ids=["descriptors", "pointers"])
+@pytest.mark.parametrize("layout,temperature", [("single_all", 0.1), ("single_all", 0.02),
+                                                ("multiview_one", 0.1), ("cross_labels", 0.1)])
+def test_every_way_of_feeding_the_tiles(d, resident, chunks, tma, layout, temperature, randn,
+                                        randint, gen, monkeypatch):
+    from scl_kernels.backends.triton import launch
+    monkeypatch.setattr(launch, "use_tma", lambda device: tma)
+    widths = _row_widths_recorded(monkeypatch)
+    kw = make_layout(layout, randn, randint, n=67, d=d)
+    check_against_reference("triton", generator=gen, temperature=temperature, **kw)
+    assert {w.resident for w in widths} == {resident}
+    assert {-(-d // w.block_do) for w in widths} == {chunks}
+
+
+def test_rows_are_padded_for_descriptors_only_when_they_must_be():
+    from scl_kernels.backends.triton import launch
+    aligned = torch.randn(5, 8)
+    assert launch.tma_rows(aligned) is aligned
+    odd = torch.randn(5, 7)
+    padded = launch.tma_rows(odd)
+    assert torch.equal(padded, odd) and padded.stride(0) == 8
+    shifted = torch.randn(41)[1:].view(5, 8)  # a base 4 bytes past an aligned one
+    assert launch.tma_rows(shifted).data_ptr() % 16 == 0
+
+
+@pytest.mark.parametrize("kernel", ["_lse_plain", "_lse_symmetric", "_grad_plain", "_grad_symmetric",
+                                    "_grad_columns"])
+def test_tile_pruning_reads_keyword_arguments(kernel, monkeypatch):
+    """The launchers pass every kernel argument by keyword; Triton <= 3.6 hands the autotuner's
+    pruning function only the positional ones as named_args (the rest as keywords), later releases
+    all of them. Both must prune the GPU's tiles alike. The interpreter's single tile never
+    prunes, so this calls the pruning function itself (on a GPU the mistake failed every call:
+    bench/results/gpu_h100_2026-11-23/README.md)."""
+    from scl_kernels.backends.triton import launch
+    tuner = getattr(launch, kernel)
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    gpu_configs = launch._configs(launch.KERNEL_USES[kernel.lstrip("_")])
+    z = torch.empty(4, 128, dtype=torch.bfloat16)
+    as_keywords = tuner.early_config_prune(gpu_configs, {}, D=128, z_ptr=z)
+    as_named = tuner.early_config_prune(gpu_configs, {"D": 128, "z_ptr": z})
+    assert as_keywords
+    assert [c.kwargs for c in as_keywords] == [c.kwargs for c in as_named]

@@ -1,0 +1,228 @@
+"""The fine-tuning command line (python -m scl_kernels.finetune): end-to-end runs on a tiny CSV
+with tiny random BERT / RoBERTa models saved offline, its outputs, the results table, and its
+one-line errors for bad input."""
+import csv
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("sklearn")
+pytest.importorskip("matplotlib")
+
+from scl_kernels.finetune import cli, report  # noqa: E402
+from support.tiny_models import tiny_classifier  # noqa: E402
+
+WORDS = {"pos": ["good", "great", "fine", "nice"], "neg": ["bad", "awful", "poor", "sad"]}
+FILLER = ["the", "movie", "was", "a", "plot", "very"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *FILLER, *WORDS["pos"], *WORDS["neg"]]
+
+
+def sentences(count, seed):
+    rng = random.Random(seed)
+    rows = []
+    for i in range(count):
+        label = "pos" if i % 2 == 0 else "neg"
+        words = rng.sample(FILLER, 3) + rng.sample(WORDS[label], 2)
+        rng.shuffle(words)
+        rows.append((" ".join(words), label))
+    return rows
+
+
+def write_csv(path, rows, columns=("text", "label")):
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    return str(path)
+
+
+def save_tiny_model(directory, kind):
+    """A random 2-layer, hidden-32 classifier and a word-level tokenizer built offline."""
+    directory.mkdir()
+    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    tokenizer = transformers.BertTokenizer.from_pretrained(str(directory))
+    # RoBERTa's position ids start after the padding id: room for the text + 2.
+    positions = {"bert": 32, "roberta": 34}[kind]
+    extra = {"type_vocab_size": 2} if kind == "roberta" else {}
+    model = tiny_classifier(kind, 2, vocab_size=len(VOCAB), max_position_embeddings=positions,
+                            dropout=0.1, pad_token_id=0, **extra)
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("finetune_cli")
+    return {"train": write_csv(root / "train.csv", sentences(24, 0)),
+            "test": write_csv(root / "test.csv", sentences(12, 1)),
+            "bert": save_tiny_model(root / "bert", "bert"),
+            "roberta": save_tiny_model(root / "roberta", "roberta"),
+            "root": root}
+
+
+def common(assets, output_dir, model="bert"):
+    return ["--train", assets["train"], "--test", assets["test"], "--model", assets[model],
+            "--max-length", "16", "--no-progress", "--output-dir", str(output_dir)]
+
+
+def test_end_to_end_two_seeds(assets, tmp_path, capsys):
+    output = tmp_path / "out"
+    status = cli.main(common(assets, output) + ["--epochs", "1", "--seeds", "2", "--batch-size", "8"])
+    assert status == 0
+    stdout = capsys.readouterr().out
+    assert "| CE (λ=0) |" in stdout and "| CE+SCL (λ=0.9, τ=0.3) |" in stdout
+    assert "| paired Δ (CE+SCL − CE) |" in stdout
+    metrics = json.loads((output / "metrics.json").read_text(encoding="utf-8"))
+    assert [(r["arm"], r["seed"]) for r in metrics["runs"]] == [
+        ("CE", 0), ("CE+SCL", 0), ("CE", 1), ("CE+SCL", 1)]
+    for run in metrics["runs"]:
+        assert 0.0 <= run["accuracy"] <= 1.0 and 0.0 <= run["macro_f1"] <= 1.0
+        assert run["train_size"] == 24 and [h["epoch"] for h in run["history"]] == [1]
+    assert [a["name"] for a in metrics["summary"]["arms"]] == ["CE", "CE+SCL"]
+    assert metrics["summary"]["paired"]["seeds"] == [0, 1]
+    assert metrics["data"]["label_names"] == ["neg", "pos"] and metrics["data"]["test_size"] == 12
+    assert metrics["options"]["lam"] == 0.9 and metrics["environment"]["device"] == "cpu"
+    assert "paired Δ" in (output / "results.md").read_text(encoding="utf-8")
+    assert (output / "tsne.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_same_seed_same_result(assets, tmp_path):
+    """A run is reproducible for its seed (the head, the batches, the dropout masks)."""
+    for output in "ab":
+        assert cli.main(common(assets, tmp_path / output) + [
+            "--epochs", "2", "--seeds", "5,", "--runs", "scl", "--batch-size", "8", "--no-plot",
+            "--eval-every", "2"]) == 0
+    first, second = (json.loads((tmp_path / d / "metrics.json").read_text())["runs"][0] for d in "ab")
+    assert first["history"][0]["train_loss"] == second["history"][0]["train_loss"]
+    assert first["accuracy"] == second["accuracy"] and first["seed"] == 5
+
+
+def test_gradient_cache_roberta_head_embedding(assets, tmp_path):
+    """--chunk-size below --batch-size: the gradient cache, on a RoBERTa with the head's
+    dense+tanh as the embedding, few-shot and label noise."""
+    output = tmp_path / "out"
+    status = cli.main(common(assets, output, "roberta") + [
+        "--epochs", "2", "--seeds", "1", "--batch-size", "12", "--chunk-size", "5",
+        "--embedding", "head", "--few-shot", "16", "--label-noise", "0.25", "--scl-reduction", "sum",
+        "--sampler", "random", "--eval-every", "2"])
+    assert status == 0
+    metrics = json.loads((output / "metrics.json").read_text(encoding="utf-8"))
+    assert [r["train_size"] for r in metrics["runs"]] == [16, 16]
+    assert [r["labels_flipped"] for r in metrics["runs"]] == [4, 4]
+    for run in metrics["runs"]:
+        assert [h["epoch"] for h in run["history"]] == [2]
+        assert run["history"][0]["train_supcon"] > 0
+
+
+def test_help_is_fast_and_imports_no_transformers():
+    out = subprocess.run([sys.executable, "-m", "scl_kernels.finetune", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "--chunk-size" in out.stdout and "(default: 0.9)" in out.stdout
+    code = ("import sys; from scl_kernels.finetune import cli; cli.build_parser().parse_args([]); "
+            "print('transformers' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
+
+
+def expect_error(capsys, argv, message):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("scl-finetune: error: ") and "Traceback" not in err, err
+    assert message in err, err
+
+
+def test_missing_file(assets, tmp_path, capsys):
+    argv = common(assets, tmp_path)
+    argv[1] = str(tmp_path / "nope.csv")
+    expect_error(capsys, argv, f"no such file: {tmp_path / 'nope.csv'}")
+
+
+def test_bad_column_lists_the_columns(assets, tmp_path, capsys):
+    expect_error(capsys, common(assets, tmp_path) + ["--text-column", "sentence"],
+                 "has no column 'sentence' (--text-column); its columns are: text, label")
+
+
+def test_unknown_model_path(assets, tmp_path, capsys):
+    argv = common(assets, tmp_path)
+    argv[5] = str(tmp_path / "no_model")
+    expect_error(capsys, argv, f"no such model directory: {tmp_path / 'no_model'}")
+    (tmp_path / "empty_model").mkdir()
+    argv[5] = str(tmp_path / "empty_model")
+    expect_error(capsys, argv, "is not a Hugging Face model directory")
+
+
+def test_hub_name_offline(assets, tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    argv = common(assets, tmp_path)
+    argv[5] = "nobody-here/no-such-model-xyz"
+    expect_error(capsys, argv, "HF_HUB_OFFLINE is set")
+
+
+def test_label_that_appears_once(assets, tmp_path, capsys):
+    rows = sentences(10, 0) + [("the movie was sad and poor", "unsure")]
+    path = write_csv(tmp_path / "once.csv", rows)
+    argv = common(assets, tmp_path)
+    argv[1], argv[3] = path, path
+    expect_error(capsys, argv, "label 'unsure' appears once in the training data")
+
+
+def test_few_shot_larger_than_available(assets, tmp_path, capsys):
+    expect_error(capsys, common(assets, tmp_path) + ["--few-shot", "100"],
+                 "--few-shot 100 is larger than the 24 training examples available")
+    expect_error(capsys, common(assets, tmp_path) + ["--few-shot", "1"],
+                 "--few-shot 1 is smaller than the number of classes (2)")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--lam", "0"], "--lam must be in (0, 1]"),
+    (["--temperature", "0"], "--temperature must be positive"),
+    (["--label-noise", "1"], "--label-noise must be in [0, 1)"),
+    (["--batch-size", "0"], "--batch-size must be positive"),
+    (["--samples-per-class", "9", "--batch-size", "8"], "--samples-per-class must be between 2"),
+    (["--device", "nonsense"], "is not a torch device"),
+])
+def test_bad_options(assets, tmp_path, capsys, extra, message):
+    expect_error(capsys, common(assets, tmp_path) + extra, message)
+
+
+def test_bad_seeds_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--seeds", "0,0"])
+    assert exit_info.value.code == 2 and "--seeds" in capsys.readouterr().err
+
+
+def test_report_means_sds_and_paired_differences():
+    runs = [{"arm": "CE", "lam": 0.0, "seed": s, "accuracy": a, "macro_f1": f}
+            for s, a, f in ((0, 0.80, 0.70), (1, 0.90, 0.80), (2, 0.70, 0.60))]
+    runs += [{"arm": "CE+SCL", "lam": 0.5, "seed": s, "accuracy": a, "macro_f1": f}
+             for s, a, f in ((0, 0.85, 0.70), (1, 0.88, 0.82), (2, 0.74, 0.66))]
+    summary = report.summarize(runs)
+    ce, scl = summary["arms"]
+    assert ce["accuracy_mean"] == pytest.approx(0.8) and ce["accuracy_sd"] == pytest.approx(0.1)
+    paired = summary["paired"]
+    assert paired["accuracy_diff"] == pytest.approx([0.05, -0.02, 0.04])
+    assert paired["accuracy_diff_mean"] == pytest.approx(0.07 / 3)
+    assert paired["accuracy_wins"] == 2 and paired["macro_f1_wins"] == 2
+    table = report.format_table(summary, temperature=0.3, runs=runs)
+    assert "| CE (λ=0) | 80.0 ± 10.0 | 70.0 ± 10.0 | 3 |" in table
+    assert "| CE+SCL (λ=0.5, τ=0.3) |" in table and "| 1 | 90.0 | 88.0 | -2.0 |" in table
+    assert "2 of 3 seeds (accuracy)" in table
+    single = report.summarize(runs[:1])
+    assert single["paired"] is None and "| CE (λ=0) | 80.0 | 70.0 | 1 |" in report.format_table(single)
+
+
+def test_abbreviated_option_is_an_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["--epoch", "1"])
+    assert exit_info.value.code == 2 and "--epoch" in capsys.readouterr().err
+
+
+def test_one_epoch_is_singular():
+    assert cli._count(1, "epoch") == "1 epoch" and cli._count(3, "epoch") == "3 epochs"

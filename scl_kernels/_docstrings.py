@@ -1,0 +1,55 @@
+"""The documentation of supcon_loss's arguments, written once.
+
+Every public callable that takes these arguments (supcon_loss, SupConLoss, the distributed loss,
+SupConCrossEntropyLoss) names them in its docstring with a line ``{arg:NAME}``, which
+:func:`fill_arguments` replaces with the entry below, indented as that line.
+"""
+import re
+import textwrap
+
+# Each entry is one paragraph; fill_arguments wraps it to the docstring's indentation.
+ARGUMENTS = {
+    "features": """features: ``[N, D]`` rows, or ``[B, V, D]``: V views (augmentations) of B samples,
+    flattened view-major (row ``v * B + b``, as SupContrast). Any floating dtype and strides.""",
+    "labels": """labels: integer ``[N]`` (``[B]`` for ``[B, V, D]`` features), or ``None``: every sample
+    is its own class and its other views are its positives (SimCLR / NT-Xent with V >= 2). A
+    negative label means "no class": a negative for every anchor, never a positive, and no loss
+    of its own. Without labels, ``contrast`` and a second view no anchor can have a positive: the
+    loss is 0, and a UserWarning (once per process) says how to pass views.""",
+    "temperature": """temperature: the softmax temperature t, logits being ``z_i . z_j / t``: a positive finite
+    float, or a 0-dim floating-point tensor (an ``nn.Parameter`` makes it learnable, with an
+    exact gradient). A tensor's value is checked by the backend that runs the call; a GPU tensor
+    costs the fused GPU backends one host read per call (a float costs none).""",
+    "contrast": """contrast: ``[M, D]`` rows to contrast against (cross-set mode, pytorch-metric-learning's
+    ``ref_emb``: the anchors are the feature rows and no column is excluded as "self"). With
+    ``labels=None`` and no ``contrast_labels``, anchor i's only positive is contrast row i and
+    rows past N are negatives (CLIP, SimCSE); then ``M >= N``.""",
+    "contrast_labels": """contrast_labels: integer ``[M]`` labels of ``contrast``; required when ``labels`` is given
+    with ``contrast``.""",
+    "contrast_mode": """contrast_mode: ``"all"`` (every row is an anchor, default) or ``"one"`` (only the view-0
+    rows of ``[B, V, D]`` features are anchors, as in SupContrast).""",
+    "normalize": """normalize: L2-normalise the rows of ``features`` and ``contrast`` first (eps 1e-12, as
+    ``F.normalize``; default True); ``False`` for rows that are unit already or should keep their
+    norms.""",
+    "reduction": """reduction: ``"mean"`` (default) over the anchors that have a positive, 0 when none has;
+    ``"sum"`` over all anchors; ``"none"`` for one value per anchor (0 for anchors without a
+    positive).""",
+    "backend": """backend: ``"auto"`` (default: ``"cpu"`` for CPU tensors, ``"triton"`` for CUDA ones),
+    ``"cpu"`` (fused C++), ``"triton"`` (fused Triton; CPU tensors only under
+    ``TRITON_INTERPRET=1``), ``"cuda"`` (fused CUDA C++, opt-in: see docs/STATUS.md) or
+    ``"reference"`` (dense PyTorch, for tests and small batches).""",
+}
+
+_WIDTH = 100
+_PLACEHOLDER = re.compile(r"^( *)\{arg:(\w+)\}$", re.MULTILINE)
+
+
+def fill_arguments(function):
+    """Decorator: replaces the ``{arg:NAME}`` lines of ``function``'s docstring by ARGUMENTS."""
+    def entry(match):
+        indent, name = match.groups()
+        return textwrap.fill(" ".join(ARGUMENTS[name].split()), width=_WIDTH, initial_indent=indent,
+                             subsequent_indent=indent + "    ")
+    if function.__doc__:  # None under python -OO
+        function.__doc__ = _PLACEHOLDER.sub(entry, function.__doc__)
+    return function

@@ -1,0 +1,106 @@
+"""The argument checks shared by every public entry point (supcon_loss, the nn modules, the
+distributed loss and the integrations): one implementation, so the same bad input gives the same
+error wherever it is passed."""
+import math
+from numbers import Real
+
+import torch
+
+from .backends import BACKENDS
+
+CONTRAST_MODES = ("all", "one")
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def check_contrast_mode(contrast_mode):
+    if contrast_mode not in CONTRAST_MODES:
+        raise ValueError(f"contrast_mode must be one of {CONTRAST_MODES}, got {contrast_mode!r}")
+
+
+def check_normalize(normalize):
+    if not isinstance(normalize, bool):
+        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+
+
+def check_reduction(reduction):
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
+def check_backend_name(backend):
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+
+def has_values(tensor):
+    """False for tensors whose data cannot be read on the host: meta tensors (shapes only) and
+    anything seen while torch.compile traces (fake tensors)."""
+    return tensor.device.type != "meta" and not torch.compiler.is_compiling()
+
+
+def check_temperature(temperature, *, check_tensor_value):
+    """Type and shape of a float or 0-dim tensor temperature, and its value for a float.
+
+    A tensor's value is read only with ``check_tensor_value`` (and never for meta tensors or
+    under torch.compile): supcon_loss leaves that to the backends, which read it anyway, so
+    that a learnable CUDA temperature is not read twice per call.
+    """
+    if isinstance(temperature, torch.Tensor):
+        if not temperature.is_floating_point():
+            raise TypeError(f"temperature must be a floating-point tensor, got {temperature.dtype}")
+        if temperature.numel() != 1 or temperature.dim() != 0:
+            raise ValueError(f"temperature must be a 0-dim tensor, got shape {tuple(temperature.shape)}")
+        if check_tensor_value and has_values(temperature):
+            value = float(temperature.detach())
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"temperature must be positive and finite, got {value}")
+        return
+    if isinstance(temperature, bool) or not isinstance(temperature, Real):
+        raise TypeError(f"temperature must be a float or a 0-dim tensor, got {type(temperature).__name__}")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+
+
+def check_options(temperature, contrast_mode, normalize, reduction, backend, *,
+                  check_tensor_value):
+    check_contrast_mode(contrast_mode)
+    check_normalize(normalize)
+    check_reduction(reduction)
+    check_backend_name(backend)
+    check_temperature(temperature, check_tensor_value=check_tensor_value)
+
+
+def check_tensor(value, name, *, floating):
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if floating and not value.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {value.dtype}")
+    if not floating and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+        raise TypeError(f"{name} must be an integer tensor, got {value.dtype}")
+
+
+def check_same_device(value, name, device):
+    if value.device != device:
+        raise ValueError(f"{name} is on {value.device} but features is on {device}")
+
+
+def temperature_tensor(temperature, device):
+    """The (already checked) temperature as a tensor the backends take."""
+    if isinstance(temperature, torch.Tensor):
+        if temperature.device != device and temperature.device.type != "cpu":
+            raise ValueError(f"temperature is on {temperature.device} but features is on {device}")
+        return temperature
+    return torch.tensor(float(temperature), dtype=torch.float64)
+
+
+def check_inputs(features, labels):
+    """Types, devices and shapes of features and labels."""
+    check_tensor(features, "features", floating=True)
+    if labels is not None:
+        check_tensor(labels, "labels", floating=False)
+        check_same_device(labels, "labels", features.device)
+        if labels.dim() != 1:
+            raise ValueError(f"labels must be one-dimensional, got shape {tuple(labels.shape)}")
+        expected = features.shape[0] if features.dim() in (2, 3) else None
+        if expected is not None and labels.shape[0] != expected:
+            raise ValueError(f"labels has {labels.shape[0]} entries but features has {expected} samples")

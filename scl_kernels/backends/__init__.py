@@ -1,0 +1,190 @@
+"""The backend registry: every backend's name, its op, the devices it serves and whether it can run
+here. ``available_backends``, ``backend="auto"`` and the error messages all read the table below;
+adding a backend is one entry in it.
+"""
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+import torch
+
+from .._extension import library_loaded, require_library
+from .fused_ops import loss_dtype
+from .reference import supcon_reference
+from .triton import (TRITON_CPU_NEEDS_INTERPRETER, TRITON_MISSING, load_triton_backend,
+                     triton_installed, triton_interpreter_enabled)
+
+
+# Read once, at import: the library's registrations never change, and torch.compile traces
+# backend="cuda" through resolve_backend, where a dispatcher query cannot go into a graph.
+_CUDA_KERNELS_BUILT = library_loaded() and torch._C._dispatch_has_kernel_for_dispatch_key(
+    "scl::supcon", "CUDA")
+
+
+def cuda_kernels_built() -> bool:
+    """Whether the loaded library registers the CUDA C++ kernels (built with SCL_BUILD_CUDA)."""
+    return _CUDA_KERNELS_BUILT
+
+
+CUDA_NOT_BUILT = ("backend='cuda' needs the CUDA C++ kernels, and this scl_kernels library was built "
+                  "without them: build with a CUDA build of torch, nvcc and the CuTe headers "
+                  "(pip install nvidia-cutlass==4.2.0.0), then "
+                  "`SCL_BUILD_CUDA=1 pip install --no-build-isolation -e .`")
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    device_types: Tuple[str, ...]  # the devices it serves
+    # The fused op's name in torch.ops.scl (its backward is <op>_backward); None: dense PyTorch.
+    op_name: Optional[str]
+    # Whether this installation can run it on a device of a served type (library built,
+    # packages installed, Triton's interpreter for CPU tensors).
+    installed: Callable[[torch.device], bool]
+    prepare: Callable[[], None] = lambda: None  # loads what the op needs before its first call
+    float64_kernels: bool = True  # False: float64 inputs are computed in float32
+    # Whether backend="auto" may choose it. False for a backend whose GPU tests have not yet
+    # passed on real hardware (results under bench/results/); it stays selectable by name.
+    auto_eligible: bool = True
+
+    def available(self, device) -> bool:
+        device = torch.device(device)
+        return device.type in self.device_types and self.installed(device)
+
+    @property
+    def forward_op(self):
+        """The fused op (an OpOverloadPacket), ready to call; None for the dense reference."""
+        return self._op("")
+
+    @property
+    def backward_op(self):
+        return self._op("_backward")
+
+    def _op(self, suffix):
+        if self.op_name is None:
+            return None
+        self.prepare()
+        return getattr(torch.ops.scl, self.op_name + suffix)
+
+    def computes_in(self, dtype: torch.dtype) -> torch.dtype:
+        """The precision this backend really computes in for an input dtype."""
+        return loss_dtype(dtype) if self.float64_kernels else torch.float32
+
+    def run(self, features, labels, contrast, contrast_labels, temperature, num_anchors,
+            normalize, anchor_offset=0):
+        """(per-anchor loss, |P(i)|) with the op's argument conventions."""
+        if self.op_name is None:
+            return _run_reference(features, labels, contrast, contrast_labels, temperature,
+                                  num_anchors, normalize, anchor_offset)
+        loss, _lse, num_positives = self.forward_op(features, labels, contrast, contrast_labels,
+                                                    temperature, num_anchors, normalize,
+                                                    anchor_offset)
+        return loss, num_positives
+
+
+def _check_reference_values(features, contrast, temperature):
+    # The fused ops check values inside their kernels; the dense path checks here, when the
+    # values exist (not while tracing, not on the meta device).
+    if torch.compiler.is_compiling() or features.device.type == "meta":
+        return
+    for name, tensor in (("features", features), ("contrast", contrast)):
+        if tensor is not None and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{name} contains NaN or inf")
+    value = float(temperature.detach())
+    if not (value > 0 and value != float("inf")):
+        raise ValueError(f"temperature must be positive and finite, got {value}")
+
+
+def _run_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
+                   normalize, anchor_offset):
+    _check_reference_values(features, contrast, temperature)
+    return supcon_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
+                            normalize, anchor_offset)
+
+
+REGISTRY = {backend.name: backend for backend in (
+    # fused C++ kernels: BLAS tiles, vectorised exp, symmetric schedule
+    Backend("cpu", ("cpu",), "supcon", lambda device: library_loaded()),
+    # fused Triton kernels (CPU tensors in Triton's interpreter, for tests)
+    Backend("triton", ("cuda", "cpu"), "supcon_triton",
+            lambda device: library_loaded() and triton_installed()
+            and (device.type == "cuda" or triton_interpreter_enabled()),
+            prepare=load_triton_backend, float64_kernels=False),
+    # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
+    # scl::supcon's CUDA key. Opt-in until its GPU tests have passed on hardware: flip
+    # auto_eligible once bench/results/ holds such a run (docs/CUDA_KERNELS.md).
+    Backend("cuda", ("cuda",), "supcon", lambda device: cuda_kernels_built(),
+            float64_kernels=False, auto_eligible=False),
+    # dense PyTorch: the whole N x N logit matrix, for tests and tiny batches
+    Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True),
+)}
+BACKENDS = ("auto", *REGISTRY)
+
+
+def get_backend(name: str) -> Backend:
+    if name not in REGISTRY:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    return REGISTRY[name]
+
+
+def available_backends(device="cpu"):
+    """The backends that can run tensors of ``device`` in this installation, best first."""
+    return [name for name, backend in REGISTRY.items() if backend.available(device)]
+
+
+def _fused(backend: Backend) -> bool:
+    return backend.op_name is not None
+
+
+_warned_dense_devices = set()
+
+
+def auto_backend(device) -> str:
+    """The name of the backend that ``backend="auto"`` runs on ``device`` in this installation:
+    the first fused backend that may be chosen automatically and can run there, else
+    "reference". Unlike ``available_backends(device)[0]``, never an opt-in backend ("cuda")."""
+    device = torch.device(device)
+    if device.type == "meta":
+        # Shapes only: every fused op's fake kernel serves meta tensors, no kernel runs.
+        return "cpu" if library_loaded() else "reference"
+    for backend in REGISTRY.values():
+        if _fused(backend) and backend.auto_eligible and backend.available(device):
+            return backend.name
+    return "reference"
+
+
+def _auto(device: torch.device) -> Backend:
+    name = auto_backend(device)
+    if name != "reference" or device.type == "meta":
+        return REGISTRY[name]
+    if device.type not in _warned_dense_devices:
+        _warned_dense_devices.add(device.type)
+        serving = [b.name for b in REGISTRY.values()
+                   if _fused(b) and b.auto_eligible and device.type in b.device_types]
+        why = (f"backends {serving} serve {device.type} but cannot run in this installation "
+               f"({'build the extension, install triton' if serving else 'none is written for it'})")
+        warnings.warn(f"scl_kernels: no fused backend for {device.type} tensors ({why}); "
+                      "backend='auto' uses the dense O(N^2) 'reference' backend", stacklevel=4)
+    return REGISTRY["reference"]
+
+
+def resolve_backend(name, device) -> Backend:
+    """The backend that runs ``name`` on ``device``, or a ValueError that says why none can."""
+    if name == "auto":
+        return _auto(device)
+    backend = get_backend(name)
+    if device.type not in backend.device_types:
+        raise ValueError(f"backend={name!r} runs on {' and '.join(backend.device_types)} tensors, "
+                         f"but features is on {device}; available there: "
+                         f"{available_backends(device)}")
+    if not backend.available(device):
+        if _fused(backend) and not library_loaded():
+            require_library()
+        if name == "triton" and not triton_installed():
+            raise ValueError(TRITON_MISSING)
+        if name == "triton":
+            raise ValueError(TRITON_CPU_NEEDS_INTERPRETER)
+        if name == "cuda":
+            raise ValueError(CUDA_NOT_BUILT)
+        raise ValueError(f"backend={name!r} cannot run {device.type} tensors in this installation")
+    return backend

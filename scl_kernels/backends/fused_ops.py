@@ -1,0 +1,50 @@
+"""Fake kernels for the scl ops, so that they trace under torch.compile and run on meta tensors.
+
+The schemas of torch.ops.scl.supcon and torch.ops.scl.supcon_triton (the same op with the
+Triton tile kernels) live in csrc/scl_ops.cpp, their autograd in csrc/autograd.cpp; both share
+the fakes below.
+"""
+import torch
+
+from .._extension import library_loaded
+
+# The fused ops, each with its backward: scl::<name> and scl::<name>_backward.
+FUSED_OPS = ("supcon", "supcon_triton")
+
+
+def loss_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for float16 / bfloat16 / float32 inputs, float64 for float64."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _check_devices(features, labels, contrast, contrast_labels, temperature):
+    """The fakes run instead of a real kernel whenever one argument is on the meta device, so
+    they repeat the kernels' device checks; a CPU temperature goes with any device."""
+    for name, tensor in (("labels", labels), ("contrast", contrast), ("contrast_labels", contrast_labels)):
+        if tensor is not None and tensor.device != features.device:
+            raise ValueError(f"{name} is on {tensor.device} but features is on {features.device}")
+    if temperature.device not in (features.device, torch.device("cpu")):
+        raise ValueError(f"temperature is on {temperature.device} but features is on {features.device}")
+
+
+def _fake_forward(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
+                  anchor_offset=0):
+    _check_devices(features, labels, contrast, contrast_labels, temperature)
+    m = num_anchors if contrast is None else features.shape[0]
+    return (features.new_empty((m,), dtype=loss_dtype(features.dtype)),
+            features.new_empty((m,), dtype=torch.float64),
+            features.new_empty((m,), dtype=torch.int64))
+
+
+def _fake_backward(grad_loss, features, labels, contrast, contrast_labels, temperature,
+                   num_anchors, normalize, lse, anchor_offset=0, temperature_grad=True):
+    _check_devices(features, labels, contrast, contrast_labels, temperature)
+    grad_contrast = (features.new_empty((0, features.shape[1])) if contrast is None
+                     else torch.empty_like(contrast))
+    return torch.empty_like(features), grad_contrast, torch.empty_like(temperature)
+
+
+if library_loaded():
+    for _name in FUSED_OPS:
+        torch.library.register_fake(f"scl::{_name}")(_fake_forward)
+        torch.library.register_fake(f"scl::{_name}_backward")(_fake_backward)

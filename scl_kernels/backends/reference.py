@@ -1,0 +1,37 @@
+"""Dense PyTorch SupCon (``backend="reference"``): the whole N x M logit matrix, autograd for the
+gradient. Exact and simple, for tests and tiny batches; memory grows as N * M."""
+import torch
+import torch.nn.functional as F
+
+from .fused_ops import loss_dtype
+
+
+def supcon_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
+                     normalize, anchor_offset=0):
+    """Same arguments and per-anchor semantics as torch.ops.scl.supcon; returns (loss, |P(i)|)."""
+    dtype = loss_dtype(features.dtype)
+    rows = features.to(dtype)
+    rows = F.normalize(rows, dim=1) if normalize else rows
+    if contrast is None:
+        anchor_rows = slice(anchor_offset, anchor_offset + num_anchors)
+        anchors, others = rows[anchor_rows], rows
+        anchor_labels, other_labels = labels[anchor_rows], labels
+    else:
+        others = contrast.to(dtype)
+        anchors, others = rows, (F.normalize(others, dim=1) if normalize else others)
+        anchor_labels, other_labels = labels, contrast_labels
+    m, n = anchors.shape[0], others.shape[0]
+    self_column = torch.zeros(m, n, dtype=torch.bool, device=rows.device)
+    if contrast is None:
+        self_column[torch.arange(m), torch.arange(anchor_offset, anchor_offset + m)] = True
+    logits = (anchors @ others.T / temperature).masked_fill(self_column, float("-inf"))
+    # A row without any column (a single-row batch) would give logsumexp(-inf) and NaN gradients.
+    no_columns = self_column.all(dim=1, keepdim=True)
+    lse = torch.logsumexp(logits.masked_fill(no_columns, 0.0), dim=1)
+    positive = ((anchor_labels[:, None] == other_labels[None, :]) & (anchor_labels[:, None] >= 0)
+                & ~self_column)
+    num_positives = positive.sum(dim=1)
+    positive_sum = logits.masked_fill(~positive, 0.0).sum(dim=1)
+    loss = torch.where(num_positives > 0, lse - positive_sum / num_positives.clamp_min(1),
+                       torch.zeros((), dtype=dtype, device=rows.device))
+    return loss, num_positives

@@ -1,0 +1,359 @@
+"""Launchers: tile configurations (autotuned per D and dtype on a GPU, one small fixed tile under
+TRITON_INTERPRET=1), grids, and the column split that keeps a GPU busy when rows are few."""
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from . import kernels
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+LOG2E = 1.0 / math.log(2.0)
+
+
+# By input element size: a padded row up to RESIDENT_WIDTH elements stays on chip for a
+# program's life, wider rows stream in STREAM_K steps, and the backward writes its output in
+# chunks of up to MAX_DO columns (one chunk: the column tile serves both of a tile's products).
+# fp32 inputs take narrower ones: tf32x3 splits each operand into two in registers
+# (bench/DECISIONS.md, "Triton kernels from their machine code").
+RESIDENT_WIDTH = {2: 256, 4: 64}
+STREAM_K = {2: 64, 4: 32}
+MAX_DO = {2: 128, 4: 64}
+SHARED_MEMORY_BYTES = 227 * 1024  # per block on H100 / H200
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One autotuning candidate: the row and column blocks and the pipeline depth. The K and
+    output widths follow from D (row_width)."""
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int
+
+    def meta(self, kernel):
+        if kernel is kernels.lse_symmetric_kernel:  # square tiles of one set
+            return {"BLOCK": self.block_m}
+        return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n}
+
+
+@dataclass(frozen=True)
+class RowWidth:
+    """How a kernel walks D: the K block, whether a program's rows stay on chip, and the output
+    chunk of the backward."""
+    block_k: int
+    resident: bool
+    block_do: int
+
+    def meta(self):
+        return {"BLOCK_K": self.block_k, "RESIDENT": self.resident, "BLOCK_DO": self.block_do}
+
+
+def row_width(d, element_size):
+    padded = max(16, triton.next_power_of_2(d))
+    if INTERPRET:  # numpy executes whole tiles: small ones still cover every path
+        return RowWidth(padded, True, min(padded, 32)) if padded <= 64 else RowWidth(32, False, 32)
+    resident = padded <= RESIDENT_WIDTH[element_size]
+    return RowWidth(padded if resident else STREAM_K[element_size], resident,
+                    min(padded, MAX_DO[element_size]))
+
+
+def shared_bytes(kernel, tile, width, element_size):
+    """Shared memory the kernel's pipelined operands take (a lower bound: the compiler adds
+    scratch for reductions and layout changes; bench.static.gpu_static reports the real figure)."""
+    k = width.block_k
+    if width.resident:
+        own, streamed = tile.block_m * k, tile.stages * tile.block_n * k
+    else:
+        own, streamed = tile.stages * tile.block_m * k, tile.stages * tile.block_n * k
+    if "BLOCK_DO" in kernel.arg_names and not (width.resident and width.block_do == k):
+        streamed += tile.stages * tile.block_n * width.block_do
+    return (own + streamed) * element_size
+
+
+@dataclass(frozen=True)
+class KernelUse:
+    """A kernel as one launcher uses it: the constexpr flags it passes (the widest of them where
+    it varies, e.g. SELF_COLUMN) and the tiles autotuning may choose by input element size,
+    all checked by bench.static.gpu_static to compile for Hopper without spilling (which is why the
+    plain backward, holding both sides, and fp32 inputs get small tiles)."""
+    kernel: object
+    flags: dict
+    tiles: dict
+
+
+KERNEL_USES = {
+    "lse_plain": KernelUse(kernels.lse_plain_kernel, dict(SELF_COLUMN=True), {
+        2: [Tile(128, 128, 8, 3), Tile(64, 128, 4, 3), Tile(64, 64, 4, 2)],
+        4: [Tile(128, 64, 8, 2), Tile(64, 64, 4, 2), Tile(64, 32, 4, 2)]}),
+    "lse_symmetric": KernelUse(kernels.lse_symmetric_kernel, {}, {
+        2: [Tile(128, 128, 8, 3), Tile(128, 128, 8, 2), Tile(64, 64, 4, 3), Tile(64, 64, 4, 2)],
+        4: [Tile(64, 64, 4, 2)]}),
+    "grad_plain": KernelUse(kernels.grad_rows_kernel,
+                            dict(SELF_COLUMN=True, CONTRAST_SIDE=True, SYMMETRIC=False), {
+        2: [Tile(128, 32, 8, 2)],
+        4: [Tile(64, 32, 4, 2)]}),
+    "grad_symmetric": KernelUse(kernels.grad_rows_kernel,
+                                dict(SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True), {
+        2: [Tile(128, 128, 8, 2), Tile(128, 64, 8, 3), Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)],
+        4: [Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)]}),
+    # Its tiles are transposed (column block first): 64 columns at least, for wgmma.
+    "grad_columns": KernelUse(kernels.grad_cols_kernel, dict(SELF_COLUMN=True), {
+        2: [Tile(64, 64, 4, 3), Tile(64, 64, 4, 2)],
+        4: [Tile(64, 64, 4, 2)]}),
+}
+
+
+def candidate_tiles(use, d, element_size):
+    """The tiles autotuning tries for this use, D and element size: those whose pipelined
+    operands fit in shared memory with room to spare for the compiler's own scratch."""
+    width = row_width(d, element_size)
+    tiles = use.tiles[element_size]
+    fits = [t for t in tiles
+            if shared_bytes(use.kernel, t, width, element_size) <= 0.85 * SHARED_MEMORY_BYTES]
+    return fits or tiles[-1:]
+
+
+DESCRIPTOR_BLOCKS = {  # descriptor argument -> (its rows block, its columns block)
+    "q_desc": ("BLOCK_M", "BLOCK_K"), "z_desc": ("BLOCK_N", "BLOCK_K"),
+    "qo_desc": ("BLOCK_M", "BLOCK_DO"), "zo_desc": ("BLOCK_N", "BLOCK_DO"),
+}
+
+
+def _set_descriptor_blocks(nargs):
+    """Gives each tensor descriptor the block shape of the configuration about to run."""
+    for name, (rows, cols) in DESCRIPTOR_BLOCKS.items():
+        desc = nargs.get(name)
+        if desc is not None:
+            desc.block_shape = [nargs.get(rows, nargs.get("BLOCK")), nargs[cols]]
+
+
+def _configs(use):
+    if INTERPRET:
+        return [triton.Config(Tile(32, 32, 1, 1).meta(use.kernel), num_warps=1, num_stages=1,
+                              pre_hook=_set_descriptor_blocks)]
+    tiles = dict.fromkeys(t for by_size in use.tiles.values() for t in by_size)
+    return [triton.Config(t.meta(use.kernel), num_warps=t.warps, num_stages=t.stages,
+                          pre_hook=_set_descriptor_blocks) for t in tiles]
+
+
+def _autotuned(name, key, reset_to_zero=None):
+    use = KERNEL_USES[name]
+
+    def prune(configs, named_args, **kwargs):
+        # Triton <= 3.6 passes only the positional arguments as named_args, the rest as keywords
+        # (the launchers pass keywords); later releases pass them all as named_args.
+        args = {**kwargs, **named_args}
+        kept = candidate_tiles(use, args["D"], args["z_ptr"].element_size())
+        return [c for c in configs
+                if any(c.kwargs == t.meta(use.kernel) and (c.num_warps, c.num_stages) ==
+                       (t.warps, t.stages) for t in kept)]
+    return triton.autotune(_configs(use), key=key, reset_to_zero=reset_to_zero,
+                           prune_configs_by={"early_config_prune": prune})(use.kernel)
+
+
+_KEY = ["D", "SELF_COLUMN", "USE_TMA"]
+_lse_plain = _autotuned("lse_plain", _KEY)
+_lse_symmetric = _autotuned("lse_symmetric", ["D", "USE_TMA"], ["row_sum_ptr"])
+_grad_plain = _autotuned("grad_plain", _KEY + ["CONTRAST_SIDE"], ["dq_ptr", "dz_ptr"])
+_grad_symmetric = _autotuned("grad_symmetric", _KEY, ["dq_ptr"])
+_grad_columns = _autotuned("grad_columns", _KEY)
+
+
+def uninitialized(shape, device):
+    """fp32 buffers that the kernels must write in full (tests poison them with NaN)."""
+    return torch.empty(shape, dtype=torch.float32, device=device)
+
+
+def _precision(dtype):
+    if INTERPRET:
+        return "ieee"
+    # fp32 inputs: three tf32 products recover fp32 accuracy on tensor cores.
+    return "tf32x3" if dtype == torch.float32 else "tf32"
+
+
+def column_splits(rows, cols, sms, min_rows_block=64, min_cols_block=128):
+    """How many ways to split the column loop so that about two programs run per SM."""
+    row_blocks = triton.cdiv(rows, min_rows_block)
+    return max(1, min(triton.cdiv(cols, min_cols_block), triton.cdiv(2 * sms, row_blocks)))
+
+
+def symmetric_splits(n, sms):
+    """Column splits of the symmetric forward, for about two programs per SM (a pair of row
+    blocks holds nb + 1 tiles, so a split of it still spans many); blocks counted at the
+    largest tile, since autotuning picks the tile after this is decided."""
+    nb = triton.cdiv(n, 128)
+    return max(1, min(nb, triton.cdiv(2 * sms, triton.cdiv(nb, 2))))
+
+
+def _splits(device, small, split):
+    """split(sms) on a GPU; in the interpreter 1 for small problems, else 2, which still
+    exercises the split-and-merge path."""
+    if INTERPRET or device.type != "cuda":
+        return 1 if small else 2
+    return split(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def use_tma(device):
+    """Whether the kernels read rows through tensor descriptors: on Hopper or later, and in the
+    interpreter (which runs them as plain loads); masked pointer loads elsewhere."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device)[0] >= 9
+    return INTERPRET
+
+
+def tma_rows(x):
+    """x with the 16-byte aligned base and row stride that tensor descriptors need: as it is, or
+    copied into padded rows (an O(N D) copy; the descriptor's shape stops at D, so the padding
+    is never read)."""
+    if x.data_ptr() % 16 == 0 and (x.stride(0) * x.element_size()) % 16 == 0:
+        return x
+    per_row = 16 // x.element_size()
+    padded = torch.empty(x.shape[0], triton.cdiv(x.shape[1], per_row) * per_row, dtype=x.dtype,
+                         device=x.device)[:, :x.shape[1]]
+    return padded.copy_(x)
+
+
+def _row_args(q, z, tma, grad):
+    """Descriptor and pointer arguments of the row matrices; the descriptors' block shapes are
+    set per configuration (_set_descriptor_blocks)."""
+    def desc(x):
+        return TensorDescriptor(x, list(x.shape), [x.stride(0), 1], [16, 16]) if tma else None
+    if tma:
+        q, z = (tma_rows(q), tma_rows(z)) if q is not z else (tma_rows(q),) * 2
+    if grad:
+        return dict(q_desc=desc(q), z_desc=desc(z), qo_desc=desc(q), zo_desc=desc(z), q_ptr=q,
+                    z_ptr=z)
+    return dict(q_desc=desc(q), z_desc=desc(z), q_ptr=q, z_ptr=z)
+
+
+# Every tile's column block divides this, so the column terms padded to it load without masks.
+TERMS_PADDING = 128
+
+
+def column_terms(scale, inv_t, bias, coef=None):
+    """[N padded, 4] fp32 per-column terms of the tiles (kernels._column_terms): r log2(e)/t;
+    `bias`, which the FFMA finishing a logit adds (-inf past the last column), or with `coef`,
+    coef r instead (0 past it); r; and a zero that makes each column 16 bytes. Padding columns
+    give every tile past the end zero terms."""
+    n = scale.shape[0]
+    terms = torch.zeros(triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING, 4, dtype=torch.float32,
+                        device=scale.device)
+    terms[:n, 0] = scale * float(_fp32(inv_t * LOG2E))
+    if coef is None:
+        terms[:n, 1] = bias
+        terms[n:, 1] = float("-inf")
+    else:
+        terms[:n, 1] = coef * scale
+    terms[:n, 2] = scale
+    return dict(terms_ptr=terms)
+
+
+def _fp32(x):
+    """x as the kernels round it."""
+    return torch.tensor(x, dtype=torch.float32)
+
+
+def _common(q, tma):
+    return dict(D=q.shape[1], stride=q.stride(0), USE_TMA=tma,
+                PRECISION=_precision(q.dtype), **row_width(q.shape[1], q.element_size()).meta())
+
+
+def lse_plain(q, z, q_scale, z_scale, inv_t, self_offset):
+    """float64 log-sum-exp per anchor with an online maximum (any layout, any scale);
+    self_offset >= 0: anchor i never sees row self_offset + i of z."""
+    m, n = q.shape[0], z.shape[0]
+    splits = _splits(q.device, n <= 64, lambda sms: column_splits(m, n, sms))
+    part_max = uninitialized((splits, m), q.device)
+    part_sum = uninitialized((splits, m), q.device)
+    tma = use_tma(q.device)
+    meta = _common(q, tma)
+    meta.pop("BLOCK_DO")
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), splits)  # noqa: E731
+    _lse_plain[grid](**_row_args(q, z, tma, False), rq_ptr=q_scale,
+                     **column_terms(z_scale, inv_t, 0.0), part_max_ptr=part_max,
+                     part_sum_ptr=part_sum, M=m, N=n, self_offset=max(self_offset, 0),
+                     num_splits=splits, SELF_COLUMN=self_offset >= 0, **meta)
+    row_max = part_max.max(dim=0).values
+    shift = torch.where(torch.isinf(row_max), 0.0, row_max)
+    total = (part_sum * torch.exp2(part_max - shift)).sum(dim=0)
+    # In float64: the maximum and log2(total) must add without rounding away the latter.
+    return (shift.double() + torch.log2(total.double())) / LOG2E  # -inf: an anchor with no column
+
+
+def symmetric_grid(n, block, splits):
+    """Programs of the symmetric forward: row blocks paired (p, nb - 1 - p), times splits."""
+    return (triton.cdiv(triton.cdiv(n, block), 2), splits)
+
+
+def lse_symmetric(z, scale, inv_t):
+    """float64 log-sum-exp per row of a single set with the fixed shift 1/t (unit rows only)."""
+    n = z.shape[0]
+    # Padded like the column terms, so that no tile's adds need a mask.
+    row_sum = torch.zeros(triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING, dtype=torch.float32,
+                          device=z.device)
+    splits = _splits(z.device, n <= 64, lambda sms: symmetric_splits(n, sms))
+    tma = use_tma(z.device)
+    meta = _common(z, tma)
+    meta.pop("BLOCK_DO")
+    args = _row_args(z, z, tma, False)
+    grid = lambda meta: symmetric_grid(n, meta["BLOCK"], splits)  # noqa: E731
+    shift2 = float(_fp32(inv_t * LOG2E))
+    _lse_symmetric[grid](z_desc=args["z_desc"], z_ptr=z, **column_terms(scale, inv_t, -shift2),
+                         row_sum_ptr=row_sum, N=n, num_splits=splits, **meta)
+    return (shift2 + torch.log2(row_sum[:n].double())) / LOG2E
+
+
+def _base2_split(lse_hi, lse_lo):
+    """lse * log2(e) as float32 (hi, lo) pairs; rows without columns (-inf) get (-inf, 0)."""
+    lse2 = (lse_hi.double() + lse_lo.double()) * LOG2E
+    hi = lse2.float()
+    lo = torch.where(torch.isfinite(lse2), lse2 - hi.double(), 0.0).float()
+    return hi.contiguous(), lo.contiguous()
+
+
+def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset, deterministic):
+    """(dq, dz) softmax parts w.r.t. unit rows; coef_i = g_i / t. Without `deterministic`, the
+    contrast side is added by atomics from the same tiles; with it, a second kernel recomputes
+    the tiles column-wise and no atomics are used."""
+    m, n, d = q.shape[0], z.shape[0], q.shape[1]
+    dq = torch.zeros(m, d, dtype=torch.float32, device=q.device)
+    dz = torch.zeros(n, d, dtype=torch.float32, device=q.device)
+    lse2_hi, lse2_lo = _base2_split(lse_hi, lse_lo)
+    splits = 1 if deterministic else _splits(q.device, n <= 64,
+                                              lambda sms: column_splits(m, n, sms))
+    tma = use_tma(q.device)
+    meta = _common(q, tma)
+    args = dict(**_row_args(q, z, tma, True), rq_ptr=q_scale, **column_terms(z_scale, inv_t, 0.0),
+                lse2_hi_ptr=lse2_hi, lse2_lo_ptr=lse2_lo, coef_ptr=coef, M=m, N=n,
+                scale_log2=inv_t * LOG2E, self_offset=max(self_offset, 0),
+                SELF_COLUMN=self_offset >= 0, **meta)
+    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
+    _grad_plain[grid](**args, dq_ptr=dq, dz_ptr=dz, num_splits=splits,
+                      CONTRAST_SIDE=not deterministic, SYMMETRIC=False)
+    if deterministic:
+        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(d, meta["BLOCK_DO"]))  # noqa: E731
+        _grad_columns[grid](**args, dz_ptr=dz)
+    return dq, dz
+
+
+def grad_symmetric(z, scale, coef, inv_t, deterministic):
+    """Softmax part of the single-set gradient w.r.t. unit rows, both sides, each row block
+    summing its full rows of (G + G^T) (kernels.grad_rows_kernel, SYMMETRIC);
+    coef_i = g_i exp(1/t - lse_i) / t. Atomics only where the columns are split for small N."""
+    n, d = z.shape
+    dz = torch.zeros(n, d, dtype=torch.float32, device=z.device)
+    splits = 1 if deterministic else _splits(z.device, n <= 64,
+                                              lambda sms: column_splits(n, n, sms))
+    tma = use_tma(z.device)
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
+    _grad_symmetric[grid](**_row_args(z, z, tma, True), rq_ptr=scale,
+                          **column_terms(scale, inv_t, None, coef),
+                          lse2_hi_ptr=coef, lse2_lo_ptr=coef, coef_ptr=coef, dq_ptr=dz, dz_ptr=dz,
+                          M=n, N=n, scale_log2=inv_t * LOG2E, self_offset=0, num_splits=splits,
+                          SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True,
+                          **_common(z, tma))
+    return dz

@@ -1,0 +1,32 @@
+"""Registers the Triton tile kernels as the CUDA (and, under Triton's interpreter, CPU) kernels
+of the ops that csrc/triton/supcon_triton.cpp calls. Importing it is what makes
+torch.ops.scl.supcon_triton runnable: scl_kernels.backends.triton.load_triton_backend does."""
+import torch
+
+from . import TRITON_CPU_NEEDS_INTERPRETER, triton_interpreter_enabled
+from .tiles import grad_tiles, lse_tiles
+
+_library = torch.library.Library("scl", "IMPL")
+
+
+def _on_cpu(fn):
+    def run(*args):
+        if not triton_interpreter_enabled():
+            raise ValueError(TRITON_CPU_NEEDS_INTERPRETER)
+        return fn(*args)
+    return run
+
+
+for _name, _fn in (("supcon_triton_lse_tiles", lse_tiles), ("supcon_triton_grad_tiles", grad_tiles)):
+    _library.impl(_name, _fn, "CUDA")
+    _library.impl(_name, _on_cpu(_fn), "CPU")
+
+
+def _host_may_wait(like):
+    """False while the stream of ``like``'s device captures a CUDA graph: the shared core then
+    leaves out the forward's NaN / inf check, the op's only host wait (csrc/core/tile_kernels.h)."""
+    with torch.cuda.device(like.device):
+        return not torch.cuda.is_current_stream_capturing()
+
+
+_library.impl("supcon_triton_host_may_wait", _host_may_wait, "CUDA")

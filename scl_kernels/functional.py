@@ -1,0 +1,154 @@
+"""supcon_loss: the views and layouts of a call, the backend that runs it, the reduction."""
+import warnings
+from typing import NamedTuple, Optional
+
+import torch
+
+from ._docstrings import fill_arguments
+from ._validation import (check_inputs, check_options, check_same_device, check_tensor,
+                          temperature_tensor)
+from .backends import resolve_backend
+
+
+def _flatten_views(features, labels):
+    """[B, V, D] -> [V*B, D] view-major (row v*B + b, as SupContrast); labels [B] -> [V*B]."""
+    if features.dim() == 2:
+        return features, labels, features.shape[0]
+    if features.dim() != 3:
+        raise ValueError(f"features must have shape [N, D] or [B, V, D], got {tuple(features.shape)}")
+    batch, views, dim = features.shape
+    rows = features.transpose(0, 1).reshape(views * batch, dim)
+    return rows, (None if labels is None else labels.repeat(views)), batch
+
+
+_SINGLE_VIEW_MESSAGE = (
+    "supcon_loss got no labels and a single view per sample (features of shape [N, D] or "
+    "[B, 1, D], and no contrast=): every row is then its own class, no anchor has a positive, "
+    "and the loss is 0 with a zero gradient. For SimCLR-style training with two augmented views "
+    "z1, z2 of shape [B, D], pass them as views of the same samples: "
+    "supcon_loss(torch.stack([z1, z2], dim=1)), features of shape [B, V, D] "
+    "(torch.cat([z1, z2]) makes 2B unrelated samples instead). For supervised training pass "
+    "labels. This warning is shown once per process.")
+
+_warned_single_view = False
+
+
+def _warn_single_view():
+    """Warns once per process that the call cannot have any positive pair."""
+    global _warned_single_view
+    # True only while Dynamo inlines this function (if torch stops honouring the mark below):
+    # warnings.warn cannot be traced, so the warning is left out rather than breaking the graph.
+    if torch.compiler.is_dynamo_compiling():
+        return
+    if _warned_single_view:
+        return
+    _warned_single_view = True
+    # stacklevel: past build_layout and supcon_loss, to the caller's line.
+    warnings.warn(_SINGLE_VIEW_MESSAGE, UserWarning, stacklevel=4)
+
+
+# torch.compile: Dynamo cannot trace warnings.warn, so under fullgraph=True the call above would
+# fail. Marked as having a constant result, the function is not traced but called once, for real,
+# while Dynamo traces supcon_loss, which is when the warning is due. The attribute is exactly
+# what torch.compiler.assume_constant_result sets; setting it here spares importing Dynamo (about
+# a second) with the package. python_tests/api/test_front_end.py checks that this keeps working.
+_warn_single_view._dynamo_marked_constant = True
+
+
+class Layout(NamedTuple):
+    """A call's tensors in the operator's conventions (docs/MATH.md section 8)."""
+    rows: torch.Tensor  # [R, D] the feature rows, views flattened view-major
+    labels: torch.Tensor  # [R]
+    contrast: Optional[torch.Tensor]  # [M, D] in the cross-set layout, else None
+    contrast_labels: Optional[torch.Tensor]  # [M] in the cross-set layout, else None
+    num_anchors: int  # the anchors are rows [0, num_anchors) of rows
+
+
+def build_layout(features, labels, contrast, contrast_labels, contrast_mode, *,
+                 allow_no_rows=False) -> Layout:
+    """Flattens views, checks the contrast set and makes the implicit labels explicit.
+
+    Without labels every sample gets its own id, its index b; ``allow_no_rows`` lets a rank of
+    a distributed call hold no rows.
+    """
+    rows, row_labels, batch = _flatten_views(features, labels)
+    if rows.shape[1] == 0 or (rows.shape[0] == 0 and not allow_no_rows):
+        raise ValueError(f"features must have at least one row and one column, got {tuple(features.shape)}")
+    if contrast is None:
+        if contrast_labels is not None:
+            raise ValueError("contrast_labels given without contrast")
+        if row_labels is None:
+            if features.dim() == 2 or features.shape[1] == 1:  # one view: no positive anywhere
+                _warn_single_view()
+            ids = torch.arange(batch, device=rows.device)
+            row_labels = ids.repeat(rows.shape[0] // batch) if batch else ids
+        num_anchors = batch if contrast_mode == "one" else rows.shape[0]
+        return Layout(rows, row_labels, None, None, num_anchors)
+    if contrast_mode == "one":
+        raise ValueError("contrast_mode='one' cannot be combined with contrast=")
+    check_tensor(contrast, "contrast", floating=True)
+    check_same_device(contrast, "contrast", features.device)
+    if contrast.dim() != 2:
+        raise ValueError(f"contrast must have shape [M, D], got {tuple(contrast.shape)}")
+    if contrast.shape[1] != rows.shape[1]:
+        raise ValueError(f"contrast has dimension {contrast.shape[1]} but features has {rows.shape[1]}")
+    if contrast.dtype != rows.dtype:
+        raise TypeError(f"contrast has dtype {contrast.dtype} but features has {rows.dtype}")
+    if contrast_labels is None:
+        if row_labels is not None:
+            raise ValueError("contrast_labels is required when labels is given with contrast=")
+        if contrast.shape[0] < rows.shape[0]:
+            raise ValueError(
+                f"without labels, anchor i's positive is contrast row i: contrast needs at least "
+                f"{rows.shape[0]} rows, got {contrast.shape[0]}")
+        row_labels = torch.arange(rows.shape[0], device=rows.device)
+        contrast_labels = torch.full((contrast.shape[0],), -1, dtype=torch.long, device=rows.device)
+        contrast_labels[: rows.shape[0]] = row_labels
+    else:
+        if row_labels is None:
+            raise ValueError("labels is required when contrast_labels is given")
+        check_tensor(contrast_labels, "contrast_labels", floating=False)
+        check_same_device(contrast_labels, "contrast_labels", features.device)
+        if contrast_labels.dim() != 1 or contrast_labels.shape[0] != contrast.shape[0]:
+            raise ValueError(f"contrast_labels must have shape [{contrast.shape[0]}], "
+                             f"got {tuple(contrast_labels.shape)}")
+    return Layout(rows, row_labels, contrast, contrast_labels, rows.shape[0])
+
+
+@fill_arguments
+def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
+                contrast_mode="all", normalize=True, reduction="mean", backend="auto"):
+    """Supervised contrastive loss (Khosla et al. 2020), fused: no N x N matrix is stored.
+
+    Args:
+        {arg:features}
+        {arg:labels}
+        {arg:temperature}
+        {arg:contrast}
+        {arg:contrast_labels}
+        {arg:contrast_mode}
+        {arg:normalize}
+        {arg:reduction}
+        {arg:backend}
+
+    Returns:
+        float32 loss (float64 for float64 features); gradients come back in the input dtype.
+
+    Raises:
+        TypeError / ValueError naming the argument, for bad shapes, dtypes, devices, values or
+        options.
+    """
+    check_inputs(features, labels)
+    check_options(temperature, contrast_mode, normalize, reduction, backend,
+                  check_tensor_value=False)
+    run = resolve_backend(backend, features.device).run
+    temperature = temperature_tensor(temperature, features.device)
+    layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode)
+    per_anchor, num_positives = run(layout.rows, layout.labels, layout.contrast,
+                                    layout.contrast_labels, temperature, layout.num_anchors,
+                                    normalize)
+    if reduction == "none":
+        return per_anchor
+    if reduction == "sum":
+        return per_anchor.sum()
+    return per_anchor.sum() / torch.count_nonzero(num_positives).clamp_min_(1)

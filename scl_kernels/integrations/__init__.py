@@ -1,0 +1,41 @@
+"""Training integrations: the Hugging Face Trainer (:class:`SupConTrainer`,
+:class:`SupConTrainingArguments`), sentence-transformers (:class:`SupConSentenceTransformerLoss`)
+and the pooling they share (:func:`sentence_embedding`).
+
+They need the optional dependencies: ``pip install "scl_kernels[finetune]"``. ``import
+scl_kernels`` never imports this package, and its names load on first use::
+
+    from scl_kernels.integrations import SupConTrainer, SupConTrainingArguments
+
+The torch-only pieces live in the library: :class:`scl_kernels.nn.SupConCrossEntropyLoss`,
+:class:`scl_kernels.GradientCache` and :class:`scl_kernels.ClassBalancedBatchSampler`.
+"""
+import importlib
+
+_EXPORTS = {
+    "EMBEDDINGS": "embeddings",
+    "sentence_embedding": "embeddings",
+    "SupConTrainer": "hf_trainer",
+    "SupConTrainingArguments": "hf_trainer",
+    "SupConSentenceTransformerLoss": "sentence_transformers_loss",
+}
+_INSTALL_HINT = 'the training integrations need their optional dependencies: pip install "scl_kernels[finetune]"'
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        module = importlib.import_module(f"{__name__}.{module_name}")
+    except ModuleNotFoundError as error:
+        if error.name and error.name.split(".")[0] in ("transformers", "sentence_transformers", "accelerate"):
+            raise ImportError(f"{_INSTALL_HINT} ({error.name} is missing)") from error
+        raise
+    return getattr(module, name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

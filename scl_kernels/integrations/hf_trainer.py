@@ -1,0 +1,357 @@
+"""A Hugging Face ``Trainer`` that fine-tunes a sequence classifier with cross-entropy plus SupCon.
+
+The objective is Gunel et al. (ICLR 2021), ``(1 - lam) * CE + lam * SCL`` on a sentence embedding
+taken from the classifier's own forward pass (:func:`~scl_kernels.integrations.sentence_embedding`),
+computed by :class:`~scl_kernels.nn.SupConCrossEntropyLoss`. Optional: class-balanced batches
+(:class:`~scl_kernels.sampling.ClassBalancedBatchSampler`) and a gradient cache
+(:class:`~scl_kernels.grad_cache.GradientCache`) for contrastive batches larger than the encoder's
+activations would allow.
+"""
+import math
+from dataclasses import dataclass, field
+from numbers import Real
+
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+from transformers import Trainer, TrainingArguments
+from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.utils import is_datasets_available
+
+from ..distributed import STRATEGIES
+from ..grad_cache import GradientCache
+from ..nn import SCL_REDUCTIONS, SupConCrossEntropyLoss
+from ..sampling import ClassBalancedBatchSampler
+from .embeddings import EMBEDDINGS, sentence_embedding
+
+# Where a data set keeps its class labels: the Trainer's name and the two that its data collators
+# rename to it.
+_LABEL_COLUMNS = ("labels", "label", "label_ids")
+
+
+def _check_optional_int(value, name, minimum):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be None or an int >= {minimum}, got {value!r}")
+
+
+@dataclass
+class SupConTrainingArguments(TrainingArguments):
+    """[`~transformers.TrainingArguments`] plus the options of the supervised contrastive term.
+
+    The training loss is ``(1 - scl_lambda) * CE + scl_lambda * SCL`` (Gunel et al., ICLR 2021),
+    where SCL is the supervised contrastive loss of each training batch on the sentence
+    embeddings picked by ``scl_embedding``.
+
+    Args:
+        scl_lambda (`float`, *optional*, defaults to 0.9):
+            Weight of the contrastive term, in [0, 1]: 0 is plain cross-entropy, 1 plain SCL.
+        scl_temperature (`float`, *optional*, defaults to 0.3):
+            Temperature of the contrastive softmax (positive).
+        scl_reduction (`str`, *optional*, defaults to `"mean"`):
+            `"mean"`: SCL averaged over the anchors that have a positive (most re-implementations;
+            ``scl_lambda`` is independent of the batch size). `"sum"`: the paper's formula, a sum
+            over anchors, whose effective weight grows with the batch size.
+        scl_embedding (`str`, *optional*, defaults to `"first_token"`):
+            The vector SCL sees, from the last layer: `"first_token"` ([CLS] / ``<s>``, the
+            paper's), `"mean"` (attention-masked mean of the tokens) or `"head"` (the
+            classification head's dense + tanh, or the pooler of BERT-style models). See
+            [`~scl_kernels.integrations.sentence_embedding`].
+        gradient_cache_chunk_size (`int`, *optional*):
+            Encode each training batch in chunks of this many examples through a gradient cache:
+            the contrastive set is the whole batch while the encoder holds one chunk's
+            activations. Costs a second forward pass. `None` (default): off.
+        samples_per_class (`int`, *optional*):
+            Draw training batches with
+            [`~scl_kernels.sampling.ClassBalancedBatchSampler`]: every batch holds at least this
+            many examples (>= 2) of each of its classes, so every anchor has a positive. `None`
+            (default): the Trainer's ordinary sampling.
+        scl_global_batch (`bool`, *optional*, defaults to `True`):
+            In distributed training (several processes, e.g. under `torchrun` or
+            `accelerate launch`), SCL contrasts the *global* batch: the training batches of all
+            processes together, ``per_device_train_batch_size * world_size`` examples, through
+            [`scl_kernels.distributed.supcon_loss`]; the update then equals that of one process
+            on the global batch. `False`: each process's batch is its own contrastive set.
+            Ignored in a single process.
+        scl_distributed_strategy (`str`, *optional*, defaults to `"gather"`):
+            How the global batch is contrasted: `"gather"` (each process gathers every
+            process's embeddings) or `"ring"` (they pass around the processes in blocks; less
+            memory per process, more messages). See docs/DISTRIBUTED.md.
+    """
+
+    scl_lambda: float = field(
+        default=0.9, metadata={"help": "Weight of the supervised contrastive term, in [0, 1]."})
+    scl_temperature: float = field(
+        default=0.3, metadata={"help": "Temperature of the supervised contrastive term."})
+    scl_reduction: str = field(
+        default="mean", metadata={"help": "Reduction of SCL over anchors: 'mean' or 'sum' (the paper's).",
+                                  "choices": list(SCL_REDUCTIONS)})
+    scl_embedding: str = field(
+        default="first_token", metadata={"help": "Sentence embedding SCL sees.", "choices": list(EMBEDDINGS)})
+    gradient_cache_chunk_size: int | None = field(
+        default=None, metadata={"help": "Examples per encoder pass of the gradient cache (None: off)."})
+    samples_per_class: int | None = field(
+        default=None, metadata={"help": "Class-balanced batches with this many examples per class (None: off)."})
+    scl_global_batch: bool = field(
+        default=True, metadata={"help": "In distributed training, SCL contrasts the batches of all "
+                                        "processes together (False: each process's batch on its own)."})
+    scl_distributed_strategy: str = field(
+        default="gather", metadata={"help": "How SCL contrasts the global batch: 'gather' or 'ring'.",
+                                    "choices": list(STRATEGIES)})
+
+    def __post_init__(self):
+        if isinstance(self.scl_lambda, bool) or not isinstance(self.scl_lambda, Real) or not (
+                math.isfinite(self.scl_lambda) and 0.0 <= self.scl_lambda <= 1.0):
+            raise ValueError(f"scl_lambda must be a number in [0, 1], got {self.scl_lambda!r}")
+        if isinstance(self.scl_temperature, bool) or not isinstance(self.scl_temperature, Real) or not (
+                math.isfinite(self.scl_temperature) and self.scl_temperature > 0):
+            raise ValueError(f"scl_temperature must be a positive finite number, got {self.scl_temperature!r}")
+        if self.scl_reduction not in SCL_REDUCTIONS:
+            raise ValueError(f"scl_reduction must be one of {SCL_REDUCTIONS}, got {self.scl_reduction!r}")
+        if self.scl_embedding not in EMBEDDINGS:
+            raise ValueError(f"scl_embedding must be one of {EMBEDDINGS}, got {self.scl_embedding!r}")
+        _check_optional_int(self.gradient_cache_chunk_size, "gradient_cache_chunk_size", 1)
+        _check_optional_int(self.samples_per_class, "samples_per_class", 2)
+        if self.samples_per_class is not None and self.per_device_train_batch_size < self.samples_per_class:
+            raise ValueError(f"per_device_train_batch_size ({self.per_device_train_batch_size}) must be at "
+                             f"least samples_per_class ({self.samples_per_class})")
+        if not isinstance(self.scl_global_batch, bool):
+            raise ValueError(f"scl_global_batch must be a bool, got {self.scl_global_batch!r}")
+        if self.scl_distributed_strategy not in STRATEGIES:
+            raise ValueError(f"scl_distributed_strategy must be one of {STRATEGIES}, got "
+                             f"{self.scl_distributed_strategy!r}")
+        if self.label_smoothing_factor != 0:
+            raise ValueError("label_smoothing_factor is not supported with the SupCon objective "
+                             f"(got {self.label_smoothing_factor}); leave it at 0")
+        super().__post_init__()
+
+
+def _is_hf_dataset(dataset):
+    if not is_datasets_available():
+        return False
+    import datasets
+    return isinstance(dataset, datasets.Dataset)
+
+
+def _dataset_labels(dataset):
+    """The class label of every example of ``dataset``, in its index order."""
+    if _is_hf_dataset(dataset):  # read the column, not every row
+        for name in _LABEL_COLUMNS:
+            if name in dataset.column_names:
+                return list(dataset[name])
+        raise ValueError(f"samples_per_class needs a label column ({' or '.join(_LABEL_COLUMNS)}) in the "
+                         f"training data set, whose columns are {dataset.column_names}")
+    labels = []
+    for index in range(len(dataset)):
+        example = dataset[index]
+        name = next((n for n in _LABEL_COLUMNS if n in example), None) if hasattr(example, "keys") else None
+        if name is None:
+            raise ValueError("samples_per_class needs every training example to be a mapping with a "
+                             f"label ({' or '.join(_LABEL_COLUMNS)}); example {index} is {type(example).__name__}")
+        labels.append(int(example[name]))
+    return labels
+
+
+class SupConTrainer(Trainer):
+    """[`~transformers.Trainer`] that fine-tunes a ``*ForSequenceClassification`` model with
+    ``(1 - lam) * CE + lam * SCL`` (Gunel et al., ICLR 2021).
+
+    Takes the arguments of [`~transformers.Trainer`]; ``args`` must be a
+    [`SupConTrainingArguments`] (default: one with ``output_dir="trainer_output"``). Examples need
+    integer class labels (a ``label`` or ``labels`` column).
+
+    Conventions:
+
+    * **Contrastive set.** Each training batch (``per_device_train_batch_size`` examples) is one
+      contrastive set, as in the paper. Gradient accumulation over ``k`` batches averages the
+      ``k`` per-batch losses (the update equals that of the mean of the ``k`` losses); it does
+      *not* enlarge the contrastive set. To contrast more examples per step, raise the batch size
+      and set ``gradient_cache_chunk_size`` so that memory stays that of one chunk.
+    * **Several processes.** Under ``torchrun`` / ``accelerate launch`` (DDP), SCL contrasts the
+      global batch, ``per_device_train_batch_size * world_size`` examples (unless
+      ``scl_global_batch=False``), while cross-entropy is each process's mean; DDP's gradient
+      average then makes the update that of one process on the global batch. The gradient cache
+      composes with it: each process re-encodes its own chunks, and gradients are all-reduced
+      once per batch, not per chunk.
+    * **Logged loss.** The training loss logged is the mean per-batch objective, whatever
+      ``gradient_accumulation_steps`` is.
+    * **Evaluation.** ``evaluate()`` reports the plain cross-entropy of the classifier as
+      ``eval_loss`` (comparable across ``scl_lambda`` values and independent of how the
+      evaluation set is batched); ``predict()`` returns the logits ``[N, num_labels]``. Hidden
+      states are requested only for training batches, so they never reach ``predict()`` or
+      ``compute_metrics``.
+
+    Attributes:
+        criterion ([`~scl_kernels.nn.SupConCrossEntropyLoss`]): the training objective.
+
+    Example:
+
+    ```python
+    args = SupConTrainingArguments(output_dir="out", per_device_train_batch_size=16,
+                                   scl_lambda=0.9, scl_temperature=0.3, samples_per_class=2)
+    trainer = SupConTrainer(model=model, args=args, train_dataset=train, eval_dataset=dev)
+    trainer.train()
+    ```
+    """
+
+    # transformers >= 5: the loss of compute_loss is a per-batch mean, which the Trainer must
+    # divide by the number of accumulated batches (it assumes models that take **kwargs already
+    # did, which doubled the loss at gradient_accumulation_steps=2).
+    loss_is_scaled_for_ga = False
+
+    def __init__(self, model=None, args=None, **kwargs):
+        """
+        Args:
+            model: the ``*ForSequenceClassification`` model (or use ``model_init``).
+            args ([`SupConTrainingArguments`], *optional*): the training arguments.
+            **kwargs: the other arguments of [`~transformers.Trainer`] (``train_dataset``,
+                ``eval_dataset``, ``data_collator``, ``compute_metrics``, ``optimizers``, ...);
+                ``compute_loss_func`` is not accepted, the loss is the SupCon objective.
+
+        Raises:
+            TypeError: ``args`` is not a [`SupConTrainingArguments`].
+            ValueError: ``compute_loss_func`` given, or a gradient cache asked for with DeepSpeed.
+        """
+        if args is None:
+            args = SupConTrainingArguments(output_dir="trainer_output")
+        if not isinstance(args, SupConTrainingArguments):
+            raise TypeError("args must be a SupConTrainingArguments (it carries the scl_* options), got "
+                            f"{type(args).__name__}")
+        if kwargs.get("compute_loss_func") is not None:
+            raise ValueError("SupConTrainer computes its own loss: compute_loss_func is not supported")
+        super().__init__(model=model, args=args, **kwargs)
+        # transformers 4.46 - 4.5x: the only switch that makes the Trainer divide a per-batch loss
+        # by gradient_accumulation_steps (and not count num_items_in_batch for it).
+        self.model_accepts_loss_kwargs = False
+        if args.gradient_cache_chunk_size is not None and self.is_deepspeed_enabled:
+            raise ValueError("gradient_cache_chunk_size is not supported with DeepSpeed, whose backward "
+                             "pass also steps the optimizer")
+        distributed = self._contrasts_global_batch()
+        self.criterion = SupConCrossEntropyLoss(
+            lam=args.scl_lambda, temperature=args.scl_temperature, scl_reduction=args.scl_reduction,
+            distributed=distributed,
+            strategy=args.scl_distributed_strategy if distributed else "gather")
+
+    def _contrasts_global_batch(self):
+        """Whether SCL contrasts the batches of all processes: a distributed run (more than one
+        process in an initialised process group) with ``scl_global_batch``."""
+        if not self.args.scl_global_batch or self.args.world_size <= 1:
+            return False
+        if not (dist.is_available() and dist.is_initialized()):
+            # TPU / XLA and SageMaker model parallelism run several processes without a
+            # torch.distributed group that scl_kernels.distributed can use.
+            raise ValueError(f"scl_global_batch needs a torch.distributed process group for its "
+                             f"{self.args.world_size} processes (torchrun / accelerate launch with "
+                             "DDP or FSDP); set scl_global_batch=False to contrast each process's "
+                             "batch on its own")
+        config = getattr(self.args, "parallelism_config", None)
+        replicated = ("tp_size", "cp_size", "sp_size")  # ranks that share their examples
+        if config is not None and any((getattr(config, name, None) or 1) > 1 for name in replicated):
+            raise ValueError("scl_global_batch contrasts the batches of all processes of the world, "
+                             "which tensor / context / sequence parallelism replicates across ranks; "
+                             "set scl_global_batch=False")
+        return True
+
+    @staticmethod
+    def _pop_labels(inputs):
+        inputs = dict(inputs)
+        labels = inputs.pop("labels", None)
+        if labels is None:
+            raise ValueError("SupConTrainer needs integer class labels in every batch (a 'label' or "
+                             f"'labels' column); the batch has {sorted(inputs)}")
+        return inputs, labels
+
+    def _encode(self, model, inputs):
+        """The model outputs and sentence embeddings of a training batch (hidden states are asked
+        for here only, never in evaluation)."""
+        outputs = model(**inputs, output_hidden_states=True)
+        embeddings = sentence_embedding(self.accelerator.unwrap_model(model), outputs,
+                                        inputs.get("attention_mask"), self.args.scl_embedding)
+        return outputs, embeddings
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None, **kwargs):
+        """The SupCon objective of a training batch, or the cross-entropy of an evaluation batch.
+
+        With ``args.gradient_cache_chunk_size``, a training batch goes through the gradient cache
+        (:meth:`~scl_kernels.grad_cache.GradientCache.loss`): its chunks are encoded without a
+        graph here, and the Trainer's backward pass of the returned loss
+        (``accelerator.backward``, after the gradient-accumulation scaling and with any
+        mixed-precision loss scaling) encodes each chunk again, with the same dropout masks,
+        and sends the loss's gradient into the parameters. The parameter gradients are those of
+        the uncached batch; the encoder holds one chunk's activations at a time.
+
+        Args:
+            model (`nn.Module`): the (possibly wrapped) model.
+            inputs (`dict[str, torch.Tensor]`): the batch, with integer ``labels``.
+            return_outputs (`bool`, *optional*, defaults to `False`): also return the model outputs.
+            num_items_in_batch (*optional*): ignored: the objective is a per-batch mean (see the
+                class docstring); accepted for the Trainer's signature.
+            **kwargs: ignored, for other transformers versions' signatures.
+
+        In distributed training with ``args.scl_global_batch`` the SCL term is the global
+        batch's (every process must call this for its training batch, as the Trainer does); the
+        cross-entropy term is this process's batch mean.
+
+        Returns:
+            The 0-dim loss, or ``(loss, outputs)``. In training mode the loss is
+            ``criterion(logits, embeddings, labels)`` and the outputs carry hidden states (only
+            the logits through the gradient cache); in evaluation mode it is
+            ``F.cross_entropy(logits, labels)`` and they do not.
+        """
+        inputs, labels = self._pop_labels(inputs)
+        if not model.training:
+            outputs = model(**inputs)
+            loss = F.cross_entropy(outputs.logits, labels)
+        elif self.args.gradient_cache_chunk_size is None:
+            outputs, embeddings = self._encode(model, inputs)
+            loss = self.criterion(outputs.logits, embeddings, labels)
+        else:
+            def encode(chunk):
+                # Also called from the backward pass, outside compute_loss's autocast context.
+                with self.compute_loss_context_manager():
+                    chunk_outputs, embeddings = self._encode(model, chunk)
+                return chunk_outputs.logits, embeddings
+
+            # Under DDP the chunks' re-encoding passes (in the backward pass) accumulate their
+            # gradients locally and only the last chunk's backward all-reduces them: one
+            # all-reduce per batch, as without the cache.
+            cache = GradientCache(encode, self.criterion, self.args.gradient_cache_chunk_size,
+                                  sync_context=lambda: self.accelerator.no_sync(model))
+            loss, (logits, _) = cache.loss(inputs, labels, return_outputs=True)
+            outputs = SequenceClassifierOutput(logits=logits)
+        return (loss, outputs) if return_outputs else loss
+
+    def get_train_dataloader(self):
+        """The training DataLoader; class-balanced batches when ``args.samples_per_class`` is set.
+
+        The batches then come from a
+        [`~scl_kernels.sampling.ClassBalancedBatchSampler`] over the training labels, with
+        ``per_device_train_batch_size`` examples and seed ``args.seed``, a new draw each epoch.
+        In distributed training the accelerator deals the batches out to the processes.
+
+        Returns:
+            `torch.utils.data.DataLoader`: prepared by the accelerator.
+        """
+        if self.args.samples_per_class is None:
+            return super().get_train_dataloader()
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        dataset = self.train_dataset
+        # num_replicas=1: accelerator.prepare below shards the batches across processes.
+        sampler = ClassBalancedBatchSampler(_dataset_labels(dataset), self._train_batch_size,
+                                            self.args.samples_per_class, seed=self.args.seed,
+                                            num_replicas=1, rank=0)
+        collator = self.data_collator
+        if _is_hf_dataset(dataset):
+            dataset = self._remove_unused_columns(dataset, description="Training")
+        else:
+            collator = self._get_collator_with_removed_columns(collator, description="Training")
+        options = {}
+        if self.args.dataloader_num_workers > 0:
+            options = {"persistent_workers": self.args.dataloader_persistent_workers,
+                       "prefetch_factor": self.args.dataloader_prefetch_factor}
+        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collator,
+                            num_workers=self.args.dataloader_num_workers,
+                            pin_memory=self.args.dataloader_pin_memory, **options)
+        return self.accelerator.prepare(loader)

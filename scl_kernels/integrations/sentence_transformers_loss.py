@@ -1,0 +1,172 @@
+"""The fused SupCon loss as a sentence-transformers loss, for ``SentenceTransformerTrainer``."""
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from ..grad_cache import GradientCache
+from .._validation import check_backend_name, check_normalize, check_temperature
+from ..functional import supcon_loss
+
+_SUPCON_CITATION = """
+@inproceedings{khosla2020supervised,
+    title={Supervised Contrastive Learning},
+    author={Prannay Khosla and Piotr Teterwak and Chen Wang and Aaron Sarna and Yonglong Tian and Phillip Isola and Aaron Maschinot and Ce Liu and Dilip Krishnan},
+    booktitle={Advances in Neural Information Processing Systems},
+    year={2020},
+    eprint={2004.11362},
+    archivePrefix={arXiv},
+    primaryClass={cs.LG}
+}
+"""
+_GRADIENT_CACHE_CITATION = """
+@misc{gao2021scaling,
+    title={Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup},
+    author={Luyu Gao and Yunyi Zhang and Jiawei Han and Jamie Callan},
+    year={2021},
+    eprint={2101.06983},
+    archivePrefix={arXiv},
+    primaryClass={cs.LG}
+}
+"""
+
+
+class SupConSentenceTransformerLoss(nn.Module):
+    """Supervised contrastive loss (Khosla et al. 2020) on a SentenceTransformer's embeddings,
+    fused (:func:`scl_kernels.supcon_loss`: no batch x batch matrix is stored).
+
+    Takes a data set of ``(text, label)`` rows, like ``BatchAllTripletLoss``: each text is an
+    anchor whose positives are the other texts of the batch with the same integer label, and
+    whose negatives are all the others. With several text columns, each column is another view
+    of the row (e.g. a paraphrase), with the row's label.
+
+    With ``mini_batch_size`` the loss uses a gradient cache
+    (:class:`~scl_kernels.grad_cache.GradientCache`), as ``CachedMultipleNegativesRankingLoss``
+    does: the contrastive set is the whole ``per_device_train_batch_size`` batch while the model
+    only ever holds the activations of ``mini_batch_size`` texts. The forward pass embeds the
+    batch in mini-batches without a graph and returns the loss; the backward pass re-embeds each
+    mini-batch with a graph, replaying the random state (dropout masks) of the forward pass, and
+    back-propagates the gradient of the loss with respect to the embeddings, scaled by what the
+    trainer's backward hands in (gradient accumulation, mixed-precision loss scaling). The
+    parameter gradients are those of the uncached loss. It costs two encoder forward passes per
+    step instead of one.
+
+    Requirements:
+        1. Every text has an integer class label.
+        2. A batch needs at least 2 texts of a class for them to have positives: use class-
+           balanced batches (e.g. ``batch_sampler=BatchSamplers.GROUP_BY_LABEL``) or large
+           batches. Anchors without a positive add nothing.
+
+    Inputs:
+        +---------------------------------------+--------+
+        | Texts                                 | Labels |
+        +=======================================+========+
+        | single sentences                      | class  |
+        +---------------------------------------+--------+
+        | (sentence, view_1, ..., view_n) rows  | class  |
+        +---------------------------------------+--------+
+
+    The cached form (``mini_batch_size``) runs the model again during the backward pass, so it
+    does not compose with losses that patch the model's forward for the forward pass only
+    (``MatryoshkaLoss``, ``AdaptiveLayerLoss``).
+
+    Example::
+
+        from datasets import Dataset
+        from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+        from scl_kernels.integrations import SupConSentenceTransformerLoss
+
+        model = SentenceTransformer("all-MiniLM-L6-v2")
+        train = Dataset.from_dict({"text": ["great film", "awful plot", "loved it", "boring"],
+                                   "label": [1, 0, 1, 0]})
+        loss = SupConSentenceTransformerLoss(model, temperature=0.1, mini_batch_size=32)
+        SentenceTransformerTrainer(model=model, train_dataset=train, loss=loss).train()
+    """
+
+    def __init__(self, model, temperature=0.1, mini_batch_size=None, *, normalize=True, backend="auto"):
+        """
+        Args:
+            model (`SentenceTransformer`): the model whose ``sentence_embedding`` is trained.
+            temperature (`float`, *optional*, defaults to 0.1): the softmax temperature
+                (positive; SupCon's usual range is 0.05 - 0.5).
+            mini_batch_size (`int`, *optional*): texts per encoder pass of the gradient cache;
+                `None` (default) embeds the batch in one pass, with a graph.
+            normalize (`bool`, *optional*, defaults to `True`): L2-normalise the embeddings
+                first (cosine similarities), as SupCon does.
+            backend (`str`, *optional*, defaults to `"auto"`): the SupCon backend, see
+                :func:`scl_kernels.supcon_loss`.
+
+        Raises:
+            TypeError / ValueError naming the argument.
+        """
+        super().__init__()
+        check_temperature(temperature, check_tensor_value=True)
+        if mini_batch_size is not None and (isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int)
+                                            or mini_batch_size < 1):
+            raise ValueError(f"mini_batch_size must be None or a positive int, got {mini_batch_size!r}")
+        check_normalize(normalize)
+        check_backend_name(backend)
+        # "model": the name SentenceTransformerTrainer looks for to swap in the wrapped (DDP) model.
+        self.model = model
+        self.temperature = temperature
+        self.mini_batch_size = mini_batch_size
+        self.normalize = normalize
+        self.backend = backend
+
+    @property
+    def uses_gradient_cache(self):
+        """Whether the backward pass re-runs the model (sentence-transformers' protocol, read by
+        its ``AdaptiveLayerLoss`` and ``MatryoshkaLoss``)."""
+        return self.mini_batch_size is not None
+
+    def _supcon(self, embeddings, labels):
+        return supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize, backend=self.backend)
+
+    def _embed_views(self, batch):
+        """``[n, views, dim]`` embeddings of a (chunk of a) batch keyed ``(view, feature name)``."""
+        views = sorted({view for view, _ in batch})
+        return torch.stack([self.model({name: value for (view, name), value in batch.items() if view == v})
+                            ["sentence_embedding"] for v in views], dim=1)
+
+    def forward(self, sentence_features, labels):
+        """The loss of a batch.
+
+        Args:
+            sentence_features (`Iterable[dict[str, torch.Tensor]]`): the tokenized texts, one dict
+                per text column (as ``SentenceTransformerTrainer`` passes them).
+            labels (`torch.Tensor`): integer class labels ``[batch]``, one per row.
+
+        Returns:
+            `torch.Tensor`: the 0-dim loss, the mean over anchors that have a positive.
+        """
+        sentence_features = list(sentence_features)
+        if not sentence_features:
+            raise ValueError("sentence_features is empty: the data set needs a text column")
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError("SupConSentenceTransformerLoss needs an integer class label per row (a "
+                            f"'label' column), got labels={labels!r}")
+        batch = {(view, name): value for view, features in enumerate(sentence_features)
+                 for name, value in features.items()}
+        if self.mini_batch_size is None:
+            return self._supcon(self._embed_views(batch), labels)
+
+        model = self.model
+        cache = GradientCache(self._embed_views, self._supcon, self.mini_batch_size,
+                              sync_context=model.no_sync if isinstance(model, DistributedDataParallel) else None)
+        return cache.loss(batch, labels)
+
+    def get_config_dict(self):
+        """The options shown in the model card.
+
+        Returns:
+            `dict`: ``temperature``, ``mini_batch_size`` and ``normalize``.
+        """
+        temperature = self.temperature
+        if isinstance(temperature, torch.Tensor):
+            temperature = float(temperature.detach())
+        return {"temperature": temperature, "mini_batch_size": self.mini_batch_size, "normalize": self.normalize}
+
+    @property
+    def citation(self):
+        """BibTeX of SupCon (and of the gradient cache when ``mini_batch_size`` is set), for the
+        model card."""
+        return _SUPCON_CITATION + (_GRADIENT_CACHE_CITATION if self.mini_batch_size is not None else "")

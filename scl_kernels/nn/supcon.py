@@ -1,0 +1,79 @@
+"""SupConLoss: supcon_loss as an nn.Module with its options fixed."""
+import torch
+from torch import nn
+
+from .._docstrings import fill_arguments
+from .._validation import check_options, has_values
+from ..functional import supcon_loss
+
+
+class SupConLoss(nn.Module):
+    """Supervised contrastive loss as a module: :func:`supcon_loss` with its options fixed.
+
+    The constructor takes (and checks) the options; each call takes the tensors::
+
+        criterion = SupConLoss(temperature=0.07)
+        loss = criterion(torch.stack([z1, z2], dim=1), labels)   # [B, 2, D] views, [B] labels
+
+    A learnable temperature is an ``nn.Parameter`` passed as ``temperature``: it is then
+    registered as a parameter of the module (and so seen by ``parameters()`` and optimisers).
+    """
+
+    @fill_arguments
+    def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, reduction="mean",
+                 backend="auto"):
+        """Checks and stores the options of every call.
+
+        Args:
+            {arg:temperature}
+            {arg:contrast_mode}
+            {arg:normalize}
+            {arg:reduction}
+            {arg:backend}
+
+        Raises:
+            TypeError: temperature is neither a real number nor a floating-point tensor, or
+                normalize is not a bool.
+            ValueError: temperature is not positive and finite or is a tensor with more than a
+                value; contrast_mode, reduction or backend is not one of the names above.
+        """
+        super().__init__()
+        check_options(temperature, contrast_mode, normalize, reduction, backend,
+                      check_tensor_value=True)
+        self.temperature = temperature
+        self.contrast_mode = contrast_mode
+        self.normalize = normalize
+        self.reduction = reduction
+        self.backend = backend
+
+    @fill_arguments
+    def forward(self, features, labels=None, contrast=None, contrast_labels=None):
+        """The loss of one batch, with the options given to the constructor.
+
+        Args:
+            {arg:features}
+            {arg:labels}
+            {arg:contrast}
+            {arg:contrast_labels}
+
+        Returns:
+            A 0-dim tensor for ``reduction="mean"`` / ``"sum"``, or ``[num_anchors]`` for
+            ``"none"`` (0 for anchors without a positive). float32 for float16, bfloat16 and
+            float32 features, float64 for float64 ones; gradients come back in the input dtype.
+
+        Raises:
+            TypeError / ValueError naming the argument (shapes, dtypes, devices, NaN or inf), as
+            :func:`supcon_loss`.
+        """
+        return supcon_loss(features, labels, self.temperature, contrast=contrast,
+                           contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
+                           normalize=self.normalize, reduction=self.reduction, backend=self.backend)
+
+    def extra_repr(self):
+        temperature = self.temperature
+        if isinstance(temperature, torch.Tensor):  # one line, not the tensor's own repr
+            value = f"{float(temperature.detach()):g}" if has_values(temperature) else "..."
+            kind = "Parameter" if isinstance(temperature, nn.Parameter) else "tensor"
+            temperature = f"{kind}({value})"
+        return (f"temperature={temperature}, contrast_mode={self.contrast_mode!r}, "
+                f"normalize={self.normalize}, reduction={self.reduction!r}, backend={self.backend!r}")
