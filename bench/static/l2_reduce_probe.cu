@@ -1,5 +1,5 @@
 // How fast can many programs add fp32 tiles into global memory on this GPU? The number that
-// decides whether a triangle backward (docs/CUDA_KERNELS.md, "Why the backward walks full rows")
+// decides whether a triangle backward (docs/CUDA_KERNELS.md, "The triangle backward")
 // can beat the full-row one: at N = 65,536, D = 128 and 128-row blocks, the triangle's column
 // side is 131,072 tiles of 128 x 128 fp32 (64 KiB each, 8.6 GB in all) added into the [N, D]
 // gradient, which stays in L2 (32 MiB). Each probe moves exactly that: every program walks its
