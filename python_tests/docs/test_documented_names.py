@@ -36,7 +36,13 @@ def _resolve(dotted):
                 raise
             continue  # no such module: the rest of the name may be attributes
         for attribute in parts[split:]:
-            target = getattr(target, attribute)
+            try:
+                target = getattr(target, attribute)
+            except ImportError as error:  # a lazily loaded name whose optional dependency is absent
+                cause = error.__cause__
+                if isinstance(cause, ModuleNotFoundError) and (cause.name or "").split(".")[0] in OPTIONAL:
+                    pytest.skip(f"{dotted} needs {cause.name}, not installed here")
+                raise
         return target
     raise ModuleNotFoundError(dotted)
 

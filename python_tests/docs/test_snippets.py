@@ -46,6 +46,17 @@ def _free_names(tree):
     return read - bound - set(dir(builtins))
 
 
+def _missing_optional_module(error):
+    """The optional package whose absence caused ``error`` (the integrations re-raise it as an
+    ImportError that says how to install it), or None."""
+    while error is not None:
+        name = getattr(error, "name", None)
+        if name and name.split(".")[0] in OPTIONAL:
+            return name
+        error = error.__cause__
+    return None
+
+
 def _run_imports(tree):
     imports = ast.Module([n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], [])
     exec(compile(imports, "<imports>", "exec"), {})
@@ -60,9 +71,10 @@ def test_documented_block_runs(source, given, tmp_path, monkeypatch):
             exec(compile(tree, "<block>", "exec"), {"__name__": "__snippet__"})
             return
         _run_imports(tree)
-    except ModuleNotFoundError as error:
-        if error.name and error.name.split(".")[0] in OPTIONAL:
-            pytest.skip(f"needs {error.name}, not installed here")
+    except ImportError as error:
+        missing = _missing_optional_module(error)
+        if missing:
+            pytest.skip(f"needs {missing}, not installed here")
         raise
     missing = _free_names(tree) - given
     assert not missing, f"the fragment uses {sorted(missing)} without importing or naming them"
