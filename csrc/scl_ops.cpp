@@ -44,6 +44,15 @@ const std::string kBackward =
     "Tensor? contrast_labels, Tensor temperature, int num_anchors, bool normalize, Tensor lse, "
     "int anchor_offset=0, bool temperature_grad=True) -> "
     "(Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)";
+// Per anchor (every feature row), its hardest positive (least similar row of its label) and
+// hardest negative (most similar row of another label): index (-1 for none) and cosine
+// similarity (dot product without normalize; NaN for none), ties to the lowest index. Single set:
+// the candidates are the other feature rows; cross set: the contrast rows. No gradient; values
+// are not checked here (scl_kernels.hard_pairs does). docs/MATH.md, "Hard pairs".
+const std::string kHardPairs =
+    "(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
+    "bool normalize) -> (Tensor positive_index, Tensor positive_similarity, "
+    "Tensor negative_index, Tensor negative_similarity)";
 
 }  // namespace
 
@@ -67,4 +76,8 @@ TORCH_LIBRARY(scl, m) {
   // being captured): TileKernels::host_may_wait, answered in Python because csrc/triton is
   // compiled without CUDA.
   m.def("supcon_triton_host_may_wait(Tensor like) -> bool");
+  // Hard-pair mining: the C++ CPU kernel (csrc/cpu/hard_pairs.cpp) and, under its own name,
+  // the Triton kernel (scl_kernels/backends/triton/hard_pairs.py).
+  m.def(("hard_pairs" + kHardPairs).c_str());
+  m.def(("hard_pairs_triton" + kHardPairs).c_str());
 }

@@ -1,7 +1,8 @@
 """scl_kernels: a fused, memory-frugal supervised contrastive (SupCon) loss for PyTorch.
 
 The public API: :func:`supcon_loss` (scl_kernels.functional), the modules in :mod:`scl_kernels.nn`,
-:class:`GradientCache`, :class:`ClassBalancedBatchSampler` and :func:`available_backends`.
+:func:`hard_pairs` (hard-pair mining), :class:`GradientCache`, :class:`ClassBalancedBatchSampler`
+and :func:`available_backends`.
 Imported on demand: :mod:`scl_kernels.distributed`, :mod:`scl_kernels.compat` (SupContrast and
 pytorch-metric-learning names), :mod:`scl_kernels.integrations` (Hugging Face Trainer,
 sentence-transformers) and the fine-tuning application :mod:`scl_kernels.finetune`.
@@ -11,8 +12,9 @@ from ._version import __version__
 from .backends import available_backends
 from .functional import supcon_loss
 from .grad_cache import GradientCache
+from .hard_pairs import HardPairs, hard_pairs
 from .nn import SupConCrossEntropyLoss, SupConLoss
 from .sampling import ClassBalancedBatchSampler
 
-__all__ = ["ClassBalancedBatchSampler", "GradientCache", "SupConCrossEntropyLoss", "SupConLoss",
-           "__version__", "available_backends", "nn", "supcon_loss"]
+__all__ = ["ClassBalancedBatchSampler", "GradientCache", "HardPairs", "SupConCrossEntropyLoss",
+           "SupConLoss", "__version__", "available_backends", "hard_pairs", "nn", "supcon_loss"]

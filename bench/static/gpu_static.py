@@ -43,16 +43,22 @@ def main(argv=None):
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    from bench.static.triton_kernels import (cases, compile_case, compile_reference,
-                                             problems, report, tile_text)
+    from bench.static.triton_kernels import (cases, compile_case, compile_hard_pairs,
+                                             compile_reference, problems, report, tile_text)
     dims = [int(d) for d in args.dims.split(",")]
     todo = list(cases(dims, args.dtypes.split(",")))
     with ProcessPoolExecutor(args.jobs) as pool:
         reference_future = pool.submit(compile_reference)
         results = list(pool.map(compile_case, todo))
         reference = reference_future.result()
-    bad = [(r, problems(r)) for r in results if problems(r)]
+        hard_pairs = list(pool.map(compile_hard_pairs, args.dtypes.split(",")))
+    bad = [(r, problems(r)) for r in results + hard_pairs if problems(r)]
     report(results, reference, dims)
+    print()
+    for r in hard_pairs:  # scl_kernels.hard_pairs: one tile per dtype, any D
+        print(f"hard_pairs {r['dtype']:<5} {r['tile_text']}: {r['registers']} registers, "
+              f"{r['spill_bytes']} B spilled ({r['spill_instructions']} STL/LDL), "
+              f"{r['shared_bytes'] / 1024:.0f} KiB shared memory")
     cuda_results = []
     if not args.no_cuda:
         tools, why_not = cuda_static.toolchain()
@@ -64,12 +70,13 @@ def main(argv=None):
             cuda_static.report(cuda_results)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"results": results, "reference": reference, "cuda": cuda_results}, f,
+            json.dump({"results": results, "reference": reference, "cuda": cuda_results,
+                       "hard_pairs": hard_pairs}, f,
                       indent=1)
     bad += [({"use": r["kernel"], "dtype": r["arch"], "d": "-", "tile": None}, cuda_static.problems(r))
             for r in cuda_results if cuda_static.problems(r)]
     for r, why in bad:
-        tile = tile_text(r["tile"]) if r["tile"] else ""
+        tile = tile_text(r["tile"]) if r["tile"] else r.get("tile_text", "")
         print(f"NOT FIT: {r['use']} {r['dtype']} D={r['d']} {tile}: {'; '.join(why)}",
               file=sys.stderr)
     return 1 if bad else 0

@@ -113,6 +113,32 @@ def compile_reference():
     return {"kernel": "attention_reference", **analyse(compiled, warps, 1)}
 
 
+def compile_hard_pairs(dtype):
+    """scl_kernels.hard_pairs's Triton kernel with its tile for this dtype (it has one per
+    element size, launched with masked pointer loads), single set and normalised."""
+    from scl_kernels.backends.triton import hard_pairs
+    tile = hard_pairs.TILES[ELEMENT_SIZE[dtype]]
+    kernel = hard_pairs.hard_pairs_kernel
+    constexprs = {**tile.meta(), "SINGLE_SET": True, "NORMALIZE": True,
+                  "PRECISION": _precision(dtype)}
+    rows = ("q_ptr", "z_ptr")
+    signature = {name: ("constexpr" if name in constexprs else
+                        f"*{dtype}" if name in rows else
+                        "*i64" if "labels" in name or "index" in name else
+                        "*fp32" if name.endswith("_ptr") else "i32") for name in kernel.arg_names}
+    compiled = _compile(kernel, signature, constexprs,
+                        [n for n in kernel.arg_names if n.endswith("_ptr")], tile.warps,
+                        tile.stages)
+    instructions, resources = sass.disassemble(compiled.asm["cubin"])
+    opcodes = [i.base for i in instructions]
+    return {"use": "hard_pairs", "dtype": dtype, "d": "any", "tile": None,
+            "tile_text": f"{tile.block_m}x{tile.block_n}x{tile.block_k} w{tile.warps} s{tile.stages}",
+            "registers": resources["registers"],
+            "spill_bytes": resources["local_bytes"] + resources["stack_bytes"],
+            "spill_instructions": sum(1 for op in opcodes if op in ("STL", "LDL")),
+            "shared_bytes": compiled.metadata.shared}
+
+
 def cases(dims, dtypes):
     for name, use in USES.items():
         for dtype in dtypes:

@@ -9,6 +9,7 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from .._extension import library_loaded, require_library
+from . import hard_pairs_ops  # noqa: F401  (registers the hard-pair ops' fake kernels)
 from .fused_ops import loss_dtype
 from .reference import supcon_reference
 from .triton import (TRITON_CPU_NEEDS_INTERPRETER, TRITON_MISSING, load_triton_backend,
@@ -46,6 +47,9 @@ class Backend:
     # Whether backend="auto" may choose it. False for a backend whose GPU tests have not yet
     # passed on real hardware (results under bench/results/); it stays selectable by name.
     auto_eligible: bool = True
+    # Its hard-pair mining op in torch.ops.scl (scl_kernels.hard_pairs); None: it has none
+    # (the dense reference has its own, backends/hard_pairs_reference.py).
+    hard_pairs_op_name: Optional[str] = None
 
     def available(self, device) -> bool:
         device = torch.device(device)
@@ -65,6 +69,13 @@ class Backend:
             return None
         self.prepare()
         return getattr(torch.ops.scl, self.op_name + suffix)
+
+    @property
+    def hard_pairs_op(self):
+        if self.hard_pairs_op_name is None:
+            return None
+        self.prepare()
+        return getattr(torch.ops.scl, self.hard_pairs_op_name)
 
     def computes_in(self, dtype: torch.dtype) -> torch.dtype:
         """The precision this backend really computes in for an input dtype."""
@@ -104,12 +115,14 @@ def _run_reference(features, labels, contrast, contrast_labels, temperature, num
 
 REGISTRY = {backend.name: backend for backend in (
     # fused C++ kernels: BLAS tiles, vectorised exp, symmetric schedule
-    Backend("cpu", ("cpu",), "supcon", lambda device: library_loaded()),
+    Backend("cpu", ("cpu",), "supcon", lambda device: library_loaded(),
+            hard_pairs_op_name="hard_pairs"),
     # fused Triton kernels (CPU tensors in Triton's interpreter, for tests)
     Backend("triton", ("cuda", "cpu"), "supcon_triton",
             lambda device: library_loaded() and triton_installed()
             and (device.type == "cuda" or triton_interpreter_enabled()),
-            prepare=load_triton_backend, float64_kernels=False),
+            prepare=load_triton_backend, float64_kernels=False,
+            hard_pairs_op_name="hard_pairs_triton"),
     # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
     # scl::supcon's CUDA key. Opt-in until its GPU tests have passed on hardware: flip
     # auto_eligible once bench/results/ holds such a run (docs/CUDA_KERNELS.md).

@@ -4,6 +4,7 @@ torch.ops.scl.supcon_triton runnable: scl_kernels.backends.triton.load_triton_ba
 import torch
 
 from . import TRITON_CPU_NEEDS_INTERPRETER, triton_interpreter_enabled
+from .hard_pairs import hard_pairs
 from .tiles import grad_tiles, lse_tiles
 
 _library = torch.library.Library("scl", "IMPL")
@@ -17,7 +18,8 @@ def _on_cpu(fn):
     return run
 
 
-for _name, _fn in (("supcon_triton_lse_tiles", lse_tiles), ("supcon_triton_grad_tiles", grad_tiles)):
+for _name, _fn in (("supcon_triton_lse_tiles", lse_tiles), ("supcon_triton_grad_tiles", grad_tiles),
+                   ("hard_pairs_triton", hard_pairs)):
     _library.impl(_name, _fn, "CUDA")
     _library.impl(_name, _on_cpu(_fn), "CPU")
 
