@@ -162,7 +162,9 @@ def test_symmetric_backward_triangle_against_full_rows(n, d, classes, dtype, cud
     triangle = _loss_and_grads("cuda", x, labels)
     monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", "rows")
     rows = _loss_and_grads("cuda", x, labels)
-    assert torch.equal(triangle[0], rows[0])  # the same forward
+    # The same forward, up to the order of its atomic adds (the symmetric forward is not
+    # bitwise reproducible outside deterministic mode).
+    torch.testing.assert_close(triangle[0], rows[0], rtol=1e-5, atol=0)
     scale = rows[1].float().abs().max().clamp_min(1e-30)
     assert ((triangle[1].float() - rows[1].float()).abs().max() / scale).item() <= 5e-2
 
