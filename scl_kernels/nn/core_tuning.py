@@ -122,7 +122,7 @@ class CoreTuningLoss(nn.Module):
     states ``[B, T, H]`` and reads token 0: with ``head_input="auto"`` any module whose class name
     ends in ``ClassificationHead`` gets ``embeddings.unsqueeze(1)``); for BERT, whose logits are
     ``classifier(dropout(pooler(hidden)))``, pass a callable doing that on the embedding, or use
-    :func:`scl_kernels.integrations.embeddings.classification_head`, which builds the right one
+    :func:`scl_kernels.integrations.classification_head`, which builds the right one
     for both families and for the ``"head"`` embedding. An ``nn.Module`` head is registered as a
     submodule (its parameters are the model's: build the optimiser from the model's).
 
