@@ -301,3 +301,17 @@ def test_runs_still_selects_the_objectives(assets, tmp_path):
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text(encoding="utf-8"))
     assert [run["arm"] for run in metrics["runs"]] == ["CE"]
     assert metrics["options"]["objectives"] == ["ce"]
+
+
+def test_objectives_share_examples_heads_batches_and_dropout(assets, tmp_path):
+    """Focal loss with gamma 0 is cross-entropy: its run then repeats the CE run of the same
+    seed (same training set, head initialisation, batches and dropout masks), up to rounding."""
+    output = tmp_path / "out"
+    assert cli.main(common(assets, output) + [
+        "--epochs", "2", "--seeds", "2,", "--batch-size", "8", "--no-plot", "--sampler", "random",
+        "--objectives", "ce,focal", "--focal-gamma", "0"]) == 0
+    ce, focal = json.loads((output / "metrics.json").read_text(encoding="utf-8"))["runs"]
+    assert (ce["arm"], focal["arm"]) == ("CE", "Focal")
+    for key in ("train_loss", "train_cross_entropy", "train_supcon", "accuracy", "ece"):
+        assert [h[key] for h in focal["history"]] == pytest.approx([h[key] for h in ce["history"]],
+                                                                   rel=1e-4, abs=1e-6), key
