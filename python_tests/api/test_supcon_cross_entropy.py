@@ -1,4 +1,5 @@
 """SupConCrossEntropyLoss: the formula (1 - lam) * CE + lam * SCL, its options and errors."""
+import inspect
 import math
 
 import pytest
@@ -112,3 +113,28 @@ def test_bad_inputs_name_the_argument():
         criterion(logits, embeddings, labels[:, None])
     with pytest.raises(ValueError, match="labels"):  # checked by supcon_loss
         criterion(logits, embeddings[:-1], labels)
+
+
+def _supcon_has_focal_gamma():
+    return "focal_gamma" in inspect.signature(supcon_loss).parameters
+
+
+def test_focal_gamma_is_passed_to_the_contrastive_term():
+    if not _supcon_has_focal_gamma():
+        pytest.skip("supcon_loss has no focal_gamma yet (the focal SupCon branch)")
+    logits, embeddings, labels = batch(seed=9)
+    loss = SupConCrossEntropyLoss(0.6, 0.3, focal_gamma=2.0, backend="reference")(
+        logits, embeddings, labels)
+    expected = (0.4 * F.cross_entropy(logits, labels)
+                + 0.6 * supcon_loss(embeddings, labels, 0.3, focal_gamma=2.0, backend="reference"))
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+    plain = SupConCrossEntropyLoss(0.6, 0.3, backend="reference")(logits, embeddings, labels)
+    assert float(loss) < float(plain)  # (1 - pi)^2 < 1 on every positive pair
+
+
+def test_focal_gamma_options():
+    with pytest.raises(ValueError, match="focal_gamma"):
+        SupConCrossEntropyLoss(focal_gamma=-1.0)
+    with pytest.raises(ValueError, match="focal_gamma applies to distributed=False"):
+        SupConCrossEntropyLoss(focal_gamma=1.0, distributed=True)
+    assert "focal_gamma=2" in repr(SupConCrossEntropyLoss(focal_gamma=2.0))

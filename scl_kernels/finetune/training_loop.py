@@ -1,6 +1,7 @@
-"""One fine-tuning run of the script: a Hugging Face sequence classifier trained with
-cross-entropy plus the supervised contrastive term, in a plain PyTorch loop built on the
-library's pieces (:class:`~scl_kernels.nn.SupConCrossEntropyLoss`,
+"""One fine-tuning run of the script: a Hugging Face sequence classifier trained with one of the
+objectives of :mod:`~scl_kernels.finetune.objectives` (cross-entropy, CE + SCL, Core-tuning, the
+cross-entropy alternatives), in a plain PyTorch loop built on the library's pieces
+(:class:`~scl_kernels.nn.SupConCrossEntropyLoss`, :class:`~scl_kernels.nn.CoreTuningLoss`,
 :class:`~scl_kernels.sampling.ClassBalancedBatchSampler`,
 :class:`~scl_kernels.grad_cache.GradientCache`, :func:`~scl_kernels.finetune.sentence_embedding`).
 """
@@ -19,7 +20,9 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler
 from ..grad_cache import GradientCache
 from ..nn import SupConCrossEntropyLoss
 from ..sampling import ClassBalancedBatchSampler
+from .calibration import expected_calibration_error
 from .data import InputError, hub_offline, hub_reachable
+from .objectives import ObjectiveOptions, build_criterion
 from .progress import progress_bar
 from ..integrations.embeddings import sentence_embedding
 
@@ -29,12 +32,10 @@ SAMPLERS = ("balanced", "random")
 
 @dataclass
 class TrainingOptions:
-    """The settings shared by every run of a comparison (all but ``lam`` and the seed).
+    """The settings shared by every run of a comparison (all but the objective, its settings and
+    the seed).
 
     Attributes:
-        temperature: SCL's temperature.
-        scl_reduction: ``"mean"`` or ``"sum"`` over anchors (see
-            :class:`~scl_kernels.nn.SupConCrossEntropyLoss`).
         embedding: the vector SCL sees, one of :data:`~scl_kernels.finetune.EMBEDDINGS`.
         batch_size: examples per optimiser step: the contrastive batch.
         chunk_size: examples per encoder pass; smaller than ``batch_size`` runs the batch
@@ -52,8 +53,6 @@ class TrainingOptions:
         scl_strategy: under ``torchrun`` (several processes), how SCL contrasts the global
             batch: ``"gather"`` or ``"ring"`` (:func:`scl_kernels.distributed.supcon_loss`).
     """
-    temperature: float = 0.3
-    scl_reduction: str = "mean"
     embedding: str = "first_token"
     batch_size: int = 16
     chunk_size: Optional[int] = None
@@ -76,21 +75,25 @@ class RunResult:
     """What one run measured.
 
     Attributes:
-        lam, seed: the run's weight of SCL and seed.
-        history: one dict per evaluated epoch: ``epoch``, ``train_loss``,
-            ``train_cross_entropy``, ``train_supcon`` (means over the epoch's batches, both terms
-            unweighted whatever ``lam`` is), ``accuracy``, ``macro_f1``, ``seconds`` (since the
-            start of training).
-        accuracy, macro_f1: on the test set after the last epoch.
+        objective, seed: the run's objective (a name of
+            :data:`~scl_kernels.finetune.objectives.OBJECTIVES`) and seed.
+        history: one dict per evaluated epoch: ``epoch``, ``train_loss`` (the objective's),
+            ``train_cross_entropy``, ``train_supcon`` (means over the epoch's batches of plain
+            cross-entropy and plain SCL at the run's temperature, logged for every objective as
+            diagnostics), ``accuracy``, ``macro_f1``, ``ece``, ``seconds`` (since the start of
+            training).
+        accuracy, macro_f1, ece: on the test set after the last epoch (ECE: expected
+            calibration error, 15 bins).
         seconds: wall time of the run (training and evaluation).
         test_embeddings: ``[n_test, H]`` embeddings of the test set after training (CPU), when
             asked for.
     """
-    lam: float
+    objective: str
     seed: int
     history: list = field(default_factory=list)
     accuracy: float = float("nan")
     macro_f1: float = float("nan")
+    ece: float = float("nan")
     seconds: float = 0.0
     test_embeddings: Optional[torch.Tensor] = None
 
@@ -299,7 +302,8 @@ def _to_device(batch, device):
 
 @torch.no_grad()
 def evaluate(model, tokenizer, data, options, *, return_embeddings=False, desc="eval"):
-    """Accuracy and macro-F1 of ``model`` on ``data``, and optionally its embeddings.
+    """Accuracy, macro-F1 and expected calibration error of ``model`` on ``data``, and
+    optionally its embeddings.
 
     Args:
         model, tokenizer: the classifier and its tokenizer.
@@ -309,7 +313,8 @@ def evaluate(model, tokenizer, data, options, *, return_embeddings=False, desc="
         return_embeddings: also return the ``[n, H]`` embeddings SCL sees, on the CPU.
 
     Returns:
-        ``(metrics, embeddings)``: ``metrics`` has ``accuracy`` and ``macro_f1`` (fractions);
+        ``(metrics, embeddings)``: ``metrics`` has ``accuracy``, ``macro_f1`` and ``ece``
+        (fractions; ECE over 15 equal-width bins of the largest softmax probability);
         ``embeddings`` is None unless asked for.
     """
     from sklearn.metrics import f1_score
@@ -320,6 +325,7 @@ def evaluate(model, tokenizer, data, options, *, return_embeddings=False, desc="
     # Texts sorted by length, so each batch pads to about its own length (tweets vary 5x).
     order = sorted(range(len(data)), key=lambda i: len(data.texts[i]))
     predictions = torch.empty(len(data), dtype=torch.long)
+    confidences = torch.empty(len(data), dtype=torch.float64)
     embeddings = None
     starts = range(0, len(order), options.eval_batch_size)
     bar = progress_bar(len(starts), desc, options.progress, leave=False)
@@ -328,7 +334,8 @@ def evaluate(model, tokenizer, data, options, *, return_embeddings=False, desc="
         batch, _ = collate([(data.texts[i], 0) for i in rows])
         batch = _to_device(batch, options.device)
         outputs = model(**batch, output_hidden_states=return_embeddings)
-        predictions[rows] = outputs.logits.argmax(dim=-1).cpu()
+        top = torch.softmax(outputs.logits.double(), dim=-1).max(dim=-1)
+        predictions[rows], confidences[rows] = top.indices.cpu(), top.values.cpu()
         if return_embeddings:
             vectors = sentence_embedding(model, outputs, batch.get("attention_mask"),
                                          options.embedding).float().cpu()
@@ -338,22 +345,25 @@ def evaluate(model, tokenizer, data, options, *, return_embeddings=False, desc="
         bar.update()
     bar.close()
     model.train(was_training)
-    labels = torch.tensor(data.labels)
+    correct = predictions == torch.tensor(data.labels)
     metrics = {
-        "accuracy": (predictions == labels).double().mean().item(),
+        "accuracy": correct.double().mean().item(),
         "macro_f1": float(f1_score(data.labels, predictions.tolist(), average="macro",
                                    labels=list(range(len(data.label_names))), zero_division=0)),
+        "ece": expected_calibration_error(confidences, correct),
     }
     return metrics, embeddings
 
 
-def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options,
-                       keep_embeddings=False, save_dir=None, desc=None):
+def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, options,
+                       objective_options=ObjectiveOptions(), keep_embeddings=False,
+                       save_dir=None, desc=None):
     """Fine-tunes a fresh copy of ``model_path`` on ``train`` and scores it on ``test``.
 
     The run is reproducible for its seed, which fixes the new head's initialisation, the batches
-    and the dropout masks: two runs with the same seed and different ``lam`` differ only in the
-    loss, which makes their difference a paired comparison.
+    and the dropout masks (and Core-tuning's mixing draws): two runs with the same seed and
+    different objectives differ only in the loss, which makes their difference a paired
+    comparison.
 
     In a process group (``torchrun``, see :func:`start_processes`) every rank calls it: each
     step's batch is the one-process batch, split across the ranks; the model is wrapped in
@@ -366,9 +376,10 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
         model_path: a local model directory (or a Hub name).
         tokenizer: its tokenizer.
         train, test: :class:`~scl_kernels.finetune.data.TextClassificationData`.
-        lam: the weight of SCL (0: cross-entropy alone).
+        objective: a name of :data:`~scl_kernels.finetune.objectives.OBJECTIVES`.
         seed: the run's seed.
         options: :class:`TrainingOptions`.
+        objective_options: :class:`~scl_kernels.finetune.objectives.ObjectiveOptions`.
         keep_embeddings: keep the test embeddings after training in the result (for a plot).
         save_dir: if given, save the trained model and tokenizer there.
         desc: the progress bar's label.
@@ -381,16 +392,25 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
     _transformers().set_seed(seed)
     model = load_model(model_path, len(train.label_names), options.device)
     model.train()
-    criterion = SupConCrossEntropyLoss(lam, options.temperature, scl_reduction=options.scl_reduction,
-                                       distributed=world > 1,
-                                       strategy=options.scl_strategy if world > 1 else "gather")
+    loader, sampler = _train_loader(train, tokenizer, options, seed, rank, world)
+    strategy = options.scl_strategy if world > 1 else "gather"
+    criterion = build_criterion(objective, objective_options, model=model,
+                                embedding=options.embedding,
+                                total_steps=options.epochs * len(loader), seed=seed,
+                                distributed=world > 1, strategy=strategy)
+    # Plain CE and SCL of every batch, logged whatever the objective, as diagnostics.
+    diagnostics = SupConCrossEntropyLoss(0.5, objective_options.temperature,
+                                         scl_reduction=objective_options.scl_reduction,
+                                         distributed=world > 1, strategy=strategy)
     forward, sync_context = model, None
     if world > 1:
         device = torch.device(options.device)
-        # lam = 1: the classifier head has no gradient, which DDP must be told to expect.
+        # SCL alone (lam = 1): the classifier head has no gradient, which DDP must be told to
+        # expect.
+        scl_alone = objective == "scl" and objective_options.lam == 1.0
         forward = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device] if device.type == "cuda" else None,
-            find_unused_parameters=lam == 1.0)
+            find_unused_parameters=scl_alone)
         sync_context = forward.no_sync
 
     def encode(chunk):
@@ -402,8 +422,7 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
     cache = GradientCache(encode, criterion, chunk_size, sync_context=sync_context)
     optimizer = torch.optim.AdamW(model.parameters(), lr=options.lr,
                                   weight_decay=options.weight_decay)
-    loader, sampler = _train_loader(train, tokenizer, options, seed, rank, world)
-    result = RunResult(lam=lam, seed=seed)
+    result = RunResult(objective=objective, seed=seed)
     bar = progress_bar(options.epochs * len(loader), desc, options.progress and rank == 0)
     for epoch in range(1, options.epochs + 1):
         if sampler is not None:
@@ -415,9 +434,8 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
             torch.nn.utils.clip_grad_norm_(model.parameters(), options.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            # Both terms are logged for every run, the one lam switches off too, as a diagnostic.
             with torch.no_grad():
-                parts = criterion.parts(logits, embeddings, labels)
+                parts = diagnostics.parts(logits, embeddings, labels)
             sums += torch.tensor([loss.item(), parts.cross_entropy.item(), parts.supcon.item()],
                                  dtype=torch.float64)
             # The postfix before the update, so that a plain log line shows this step's loss.
@@ -440,7 +458,8 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, lam, seed, options
                                **metrics, "seconds": time.perf_counter() - started})
         bar.set_postfix(loss=f"{means[0]:.3f}", acc=f"{100 * metrics['accuracy']:.1f}")
         if last:
-            result.accuracy, result.macro_f1 = metrics["accuracy"], metrics["macro_f1"]
+            result.accuracy, result.macro_f1, result.ece = (metrics["accuracy"], metrics["macro_f1"],
+                                                            metrics["ece"])
             result.test_embeddings = vectors
     bar.close()
     if save_dir is not None and rank == 0:

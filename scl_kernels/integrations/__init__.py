@@ -14,6 +14,7 @@ import importlib
 
 _EXPORTS = {
     "EMBEDDINGS": "embeddings",
+    "classification_head": "embeddings",
     "sentence_embedding": "embeddings",
     "SupConTrainer": "hf_trainer",
     "SupConTrainingArguments": "hf_trainer",

@@ -55,3 +55,71 @@ def sentence_embedding(model, outputs, attention_mask=None, kind="first_token"):
     raise ValueError(f"{type(model).__name__} has no classification head with a hidden layer "
                      "(RoBERTa's classifier.dense, DistilBERT's pre_classifier) and no pooler "
                      "(BERT-style): use kind='first_token' or 'mean'")
+
+
+class _FirstTokenHead(torch.nn.Module):
+    """A head that reads token 0 of ``[B, T, H]`` hidden states (RoBERTa's
+    ``RobertaClassificationHead``, BERT's pooler path), fed one embedding per example."""
+
+    def __init__(self, read_sequence):
+        super().__init__()
+        self.read_sequence = read_sequence
+
+    def forward(self, embeddings):
+        return self.read_sequence(embeddings.unsqueeze(1))
+
+
+class _BertHead(torch.nn.Module):
+    """BERT's logits from a pooled vector: ``classifier(dropout(pooled))``."""
+
+    def __init__(self, dropout, classifier, pooler=None):
+        super().__init__()
+        self.dropout, self.classifier, self.pooler = dropout, classifier, pooler
+
+    def forward(self, embeddings):
+        pooled = embeddings if self.pooler is None else self.pooler(embeddings.unsqueeze(1))
+        return self.classifier(self.dropout(pooled))
+
+
+class _RobertaOutput(torch.nn.Module):
+    """RoBERTa's logits from the head's dense + tanh vector: ``out_proj(dropout(x))``."""
+
+    def __init__(self, head):
+        super().__init__()
+        self.head = head
+
+    def forward(self, embeddings):
+        return self.head.out_proj(self.head.dropout(embeddings))
+
+
+def classification_head(model, kind="first_token"):
+    """The part of ``model`` that maps the ``kind`` embedding of :func:`sentence_embedding` to
+    the model's logits, as a module sharing the model's parameters (for
+    :class:`~scl_kernels.nn.CoreTuningLoss`, whose classifier sees mixed embeddings).
+
+    * RoBERTa-style heads (``classifier.dense`` and ``classifier.out_proj``):
+      ``"first_token"`` -> the head itself on ``embeddings.unsqueeze(1)``; ``"head"`` (its
+      dense + tanh) -> dropout and ``out_proj``.
+    * BERT-style models (a base-model pooler, ``dropout`` and a linear ``classifier``):
+      ``"first_token"`` -> pooler, dropout, classifier; ``"head"`` (the pooler's output) ->
+      dropout, classifier.
+
+    Raises:
+        ValueError: ``kind`` is ``"mean"`` (no head of the model reads a mean of tokens) or
+            unknown, or the model has neither head.
+    """
+    if kind not in EMBEDDINGS:
+        raise ValueError(f"kind must be one of {EMBEDDINGS}, got {kind!r}")
+    if kind == "mean":
+        raise ValueError("no classification head reads the mean over tokens: the classifier "
+                         "of mixed embeddings needs kind='first_token' or 'head'")
+    classifier = getattr(model, "classifier", None)
+    if getattr(classifier, "dense", None) is not None and getattr(classifier, "out_proj", None) is not None:
+        return _FirstTokenHead(classifier) if kind == "first_token" else _RobertaOutput(classifier)
+    pooler = getattr(getattr(model, "base_model", None), "pooler", None)
+    dropout = getattr(model, "dropout", None)
+    if isinstance(classifier, torch.nn.Linear) and pooler is not None and dropout is not None:
+        return _BertHead(dropout, classifier, pooler if kind == "first_token" else None)
+    raise ValueError(f"{type(model).__name__} has neither a RoBERTa-style classification head "
+                     "(classifier.dense, classifier.out_proj) nor BERT's pooler + dropout + "
+                     "linear classifier")

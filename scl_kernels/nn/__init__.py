@@ -1,5 +1,14 @@
-"""Loss modules: :class:`SupConLoss` and the fine-tuning objective :class:`SupConCrossEntropyLoss`."""
+"""Loss modules: :class:`SupConLoss`, the fine-tuning objectives :class:`SupConCrossEntropyLoss`
+and :class:`CoreTuningLoss`, and the cross-entropy alternatives :class:`FocalLoss`,
+:class:`SelfAdjustingDiceLoss` and :class:`MixedCrossEntropyLoss` (usable alone or as the ``ce=``
+term of both objectives)."""
+from .core_tuning import CoreTuningLoss, CoreTuningParts, GeneratedRows
+from .dice_loss import SelfAdjustingDiceLoss
+from .focal_loss import FocalLoss
+from .mixed_cross_entropy import MixedCrossEntropyLoss
 from .supcon import SupConLoss
 from .supcon_cross_entropy import SCL_REDUCTIONS, SupConCrossEntropyLoss, SupConCrossEntropyParts
 
-__all__ = ["SCL_REDUCTIONS", "SupConCrossEntropyLoss", "SupConCrossEntropyParts", "SupConLoss"]
+__all__ = ["CoreTuningLoss", "CoreTuningParts", "FocalLoss", "GeneratedRows",
+           "MixedCrossEntropyLoss", "SCL_REDUCTIONS", "SelfAdjustingDiceLoss",
+           "SupConCrossEntropyLoss", "SupConCrossEntropyParts", "SupConLoss"]

@@ -9,6 +9,7 @@ from torch import nn
 
 from .._validation import check_options, check_tensor
 from ..functional import supcon_loss
+from .focal_loss import check_gamma
 
 SCL_REDUCTIONS = ("mean", "sum")
 
@@ -18,6 +19,12 @@ class SupConCrossEntropyParts(NamedTuple):
     loss: torch.Tensor
     cross_entropy: torch.Tensor
     supcon: torch.Tensor
+
+
+def focal_options(gamma):
+    """supcon_loss's focal argument for ``gamma``: none at 0, which is plain SupCon, so that
+    the call stays the plain one (the distributed loss takes no focal_gamma)."""
+    return {"focal_gamma": gamma} if gamma else {}
 
 
 def _check_lam(lam):
@@ -36,6 +43,11 @@ class SupConCrossEntropyLoss(nn.Module):
     Fine-tuning" (ICLR 2021), where the embeddings are the L2-normalised first-token ([CLS] /
     ``<s>``) vectors of the encoder's last layer. SCL is the fused :func:`~scl_kernels.supcon_loss`
     (no N x N matrix is stored), with ``normalize=True`` doing the L2 normalisation.
+
+    The cross-entropy term can be replaced (``ce=``) by any ``ce(logits, labels)`` loss, e.g.
+    ``SupConCrossEntropyLoss(0.9, ce=FocalLoss(gamma=2.0))``; by default it is
+    ``F.cross_entropy`` with torch's own ``label_smoothing``. ``focal_gamma`` makes the
+    contrastive term the focal SupCon.
 
     Cross-entropy is a mean over the batch. The paper writes SCL as a *sum* over the N anchors,
     which makes its effective weight N times larger than the same ``lam`` on a mean: at batch 16
@@ -62,7 +74,8 @@ class SupConCrossEntropyLoss(nn.Module):
     """
 
     def __init__(self, lam=0.9, temperature=0.3, *, scl_reduction="mean", normalize=True,
-                 backend="auto", distributed=False, strategy="gather", group=None):
+                 backend="auto", distributed=False, strategy="gather", group=None, ce=None,
+                 label_smoothing=0.0, focal_gamma=0.0):
         """Checks and stores the options.
 
         Args:
@@ -86,6 +99,17 @@ class SupConCrossEntropyLoss(nn.Module):
             strategy: with ``distributed``: ``"gather"`` (default) or ``"ring"``, as in
                 :func:`scl_kernels.distributed.supcon_loss`.
             group: with ``distributed``: the process group (default: the world).
+            ce: the cross-entropy term, a callable ``ce(logits, labels)`` returning a 0-dim loss,
+                e.g. :class:`FocalLoss`, :class:`SelfAdjustingDiceLoss` or
+                :class:`MixedCrossEntropyLoss` (an ``nn.Module`` is registered as a submodule:
+                it follows ``.to()``, ``train()`` / ``eval()`` and the state dict). None
+                (default): ``F.cross_entropy`` with ``label_smoothing``. With ``distributed`` it
+                stays this rank's loss, like the default.
+            label_smoothing: passed to ``F.cross_entropy`` (torch's label smoothing, in
+                [0, 1)); default 0. Only with ``ce=None``: give a custom term its own smoothing.
+            focal_gamma: the focal exponent of the contrastive term (the focal SupCon of
+                :func:`~scl_kernels.supcon_loss`, ``(1 - pi)^gamma`` weighting each positive
+                pair's term); default 0, plain SupCon. Not with ``distributed``.
 
         Raises:
             TypeError / ValueError naming the argument.
@@ -105,7 +129,23 @@ class SupConCrossEntropyLoss(nn.Module):
         elif strategy != "gather" or group is not None:
             raise ValueError("strategy and group apply to distributed=True only, got "
                              f"strategy={strategy!r}, group={group!r} with distributed=False")
+        if ce is not None and not callable(ce):
+            raise TypeError(f"ce must be a callable ce(logits, labels), got {type(ce).__name__}")
+        if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, Real):
+            raise TypeError(f"label_smoothing must be a float in [0, 1), got "
+                            f"{type(label_smoothing).__name__}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        if ce is not None and label_smoothing:
+            raise ValueError("label_smoothing applies to the default cross-entropy (ce=None); "
+                             "pass a custom ce its own smoothing")
+        check_gamma(focal_gamma, "focal_gamma")
+        if distributed and focal_gamma:
+            raise ValueError("focal_gamma applies to distributed=False only")
         self.lam = float(lam)
+        self.ce = ce
+        self.label_smoothing = float(label_smoothing)
+        self.focal_gamma = float(focal_gamma)
         self.temperature = temperature
         self.scl_reduction = scl_reduction
         self.normalize = normalize
@@ -119,7 +159,9 @@ class SupConCrossEntropyLoss(nn.Module):
         if logits.dim() != 2 or logits.shape[0] != labels.shape[0]:
             raise ValueError(f"logits must have shape [N, num_classes] with N = {labels.shape[0]} "
                              f"(the labels), got {tuple(logits.shape)}")
-        return F.cross_entropy(logits, labels)
+        if self.ce is not None:
+            return self.ce(logits, labels)
+        return F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
 
     def _supcon(self, embeddings, labels):
         if embeddings.dim() != 2:
@@ -134,7 +176,8 @@ class SupConCrossEntropyLoss(nn.Module):
                                       strategy=self.strategy, gradients_averaged=True,
                                       group=self.group)
         return supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize,
-                           reduction=self.scl_reduction, backend=self.backend)
+                           reduction=self.scl_reduction, backend=self.backend,
+                           **focal_options(self.focal_gamma))
 
     def _check_labels(self, labels):
         check_tensor(labels, "labels", floating=False)
@@ -184,6 +227,10 @@ class SupConCrossEntropyLoss(nn.Module):
             temperature = f"{type(temperature).__name__}(...)"
         text = (f"lam={self.lam}, temperature={temperature}, scl_reduction={self.scl_reduction!r}, "
                 f"normalize={self.normalize}, backend={self.backend!r}")
+        if self.label_smoothing:
+            text += f", label_smoothing={self.label_smoothing:g}"
+        if self.focal_gamma:
+            text += f", focal_gamma={self.focal_gamma:g}"
         if self.distributed:
             text += f", distributed=True, strategy={self.strategy!r}"
         return text
