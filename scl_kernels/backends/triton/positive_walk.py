@@ -175,14 +175,30 @@ def walk_contrast_kernel(q_desc, z_desc, qo_desc, q_ptr, z_ptr, rq_ptr, rz_ptr, 
              mask=col_exists[:, None] & (douts < D)[None, :])
 
 
-def walk_tile(element_size):
-    """Row and column blocks of both walks (the K and output widths follow from D:
-    launch.row_width). Fixed rather than autotuned: the walk visits only the positive blocks, a
-    small share of the softmax tiles' work; bench.static checks them for spills. The interpreter
-    takes the smallest blocks tl.dot allows, so that small tests cross tile boundaries."""
+# Blocks of the two walks, fixed rather than autotuned: the walk visits only the positive blocks,
+# a small share of the softmax tiles' work. The per-pair terms hold more registers than a softmax
+# tile, so the tiles are narrower than kernels.py's and the output chunks at most WALK_MAX_DO
+# columns by element size: all compile for Hopper without spills (bench.static checks). Each walk's
+# accumulator rows (anchors, contrast rows) are 64, as wgmma needs. The interpreter takes the
+# smallest blocks tl.dot allows, so that small tests cross tile boundaries.
+ANCHOR_TILE = launch.Tile(64, 32, 4, 2)
+CONTRAST_TILE = launch.Tile(32, 64, 4, 2)
+INTERPRETER_TILE = launch.Tile(16, 16, 1, 1)
+WALK_MAX_DO = {2: 64, 4: 32}
+
+
+def walk_tiles():
+    """(tile of the anchor walk, tile of the contrast walk)."""
     if launch.INTERPRET:
-        return launch.Tile(16, 16, 1, 1)
-    return launch.Tile(64, 64, 4, 2) if element_size == 2 else launch.Tile(64, 32, 4, 2)
+        return INTERPRETER_TILE, INTERPRETER_TILE
+    return ANCHOR_TILE, CONTRAST_TILE
+
+
+def walk_width(d, element_size):
+    """launch.row_width with the output chunk capped at WALK_MAX_DO."""
+    width = launch.row_width(d, element_size)
+    return launch.RowWidth(width.block_k, width.resident,
+                           min(width.block_do, WALK_MAX_DO[element_size]))
 
 
 def _sorted_by_class(classes):
@@ -232,36 +248,40 @@ def positive_walk(q, z, q_inv_norm, z_inv_norm, inv_t, self_offset, anchor_class
     contrast_sorted, contrast_order, contrast_rows = _sorted_by_class(contrast_class)
     lse2_hi, lse2_lo = launch._base2_split(lse_hi, lse_lo)
     tma = launch.use_tma(q.device)
-    tile = walk_tile(q.element_size())
-    meta = {**tile.meta(walk_anchors_kernel), **launch._common(q, tma)}
+    anchor_tile, contrast_tile = walk_tiles()
+    width = walk_width(d, q.element_size())
     rows = launch._row_args(q.index_select(0, anchor_order), z.index_select(0, contrast_order),
                             tma, grad=True)
-    launch._set_descriptor_blocks({**rows, **meta})
     gathered = grad_weight.float()[anchor_order] if backward else lse2_hi
     args = dict(**rows, rq_ptr=q_scale[anchor_order], rz_ptr=z_scale[contrast_order],
                 anchor_row_ptr=anchor_rows, anchor_class_ptr=anchor_sorted,
                 contrast_row_ptr=contrast_rows, contrast_class_ptr=contrast_sorted,
                 lse2_hi_ptr=lse2_hi[anchor_order], lse2_lo_ptr=lse2_lo[anchor_order],
-                grad_weight_ptr=gathered, M=m, N=n, scale_log2=float(inv_t) * launch.LOG2E,
+                grad_weight_ptr=gathered, M=m, N=n, D=d,
+                # both sides' rows are padded alike when descriptors need it
+                stride=rows["q_ptr"].stride(0), scale_log2=float(inv_t) * launch.LOG2E,
                 gamma=float(gamma), self_offset=max(int(self_offset), 0),
-                SELF_COLUMN=self_offset >= 0, num_warps=tile.warps, num_stages=tile.stages,
-                **meta)
-    # The tiles' stride is q's: both sides' rows are padded alike when descriptors need it.
-    args["stride"] = rows["q_ptr"].stride(0)
+                SELF_COLUMN=self_offset >= 0, USE_TMA=tma, PRECISION=launch._precision(q.dtype),
+                **width.meta())
     empty = torch.empty(0, dtype=torch.float32, device=q.device)
-    chunks = triton.cdiv(d, meta["BLOCK_DO"]) if backward else 1
+    chunks = triton.cdiv(d, width.block_do) if backward else 1
     per_anchor = launch.uninitialized((m,), q.device)
     dq = launch.uninitialized((m, d), q.device) if backward else empty
     anchor_lo, anchor_hi = _segments(contrast_sorted, anchor_sorted)
-    walk_anchors_kernel[(triton.cdiv(m, tile.block_m), chunks)](
+    launch._set_descriptor_blocks({**args, **anchor_tile.meta(walk_anchors_kernel)})
+    walk_anchors_kernel[(triton.cdiv(m, anchor_tile.block_m), chunks)](
         **{k: v for k, v in args.items() if k != "qo_desc"}, segment_lo_ptr=anchor_lo,
         segment_hi_ptr=anchor_hi, loss_ptr=per_anchor, hterm_ptr=per_anchor,
-        dq_ptr=dq if backward else per_anchor, BACKWARD=backward)
+        dq_ptr=dq if backward else per_anchor, BACKWARD=backward,
+        **anchor_tile.meta(walk_anchors_kernel), num_warps=anchor_tile.warps,
+        num_stages=anchor_tile.stages)
     if not backward:
         return per_anchor, empty, empty, empty
     dz = launch.uninitialized((n, d), q.device)
     contrast_lo, contrast_hi = _segments(anchor_sorted, contrast_sorted)
-    walk_contrast_kernel[(triton.cdiv(n, tile.block_n), chunks)](
+    launch._set_descriptor_blocks({**args, **contrast_tile.meta(walk_contrast_kernel)})
+    walk_contrast_kernel[(triton.cdiv(n, contrast_tile.block_n), chunks)](
         **{k: v for k, v in args.items() if k != "zo_desc"}, segment_lo_ptr=contrast_lo,
-        segment_hi_ptr=contrast_hi, dz_ptr=dz)
+        segment_hi_ptr=contrast_hi, dz_ptr=dz, **contrast_tile.meta(walk_contrast_kernel),
+        num_warps=contrast_tile.warps, num_stages=contrast_tile.stages)
     return empty, per_anchor, dq, dz
