@@ -103,10 +103,13 @@ def test_op_schemas(op_backend):
 
 
 def test_op_schemas_trailing_defaults(op_backend):
-    """anchor_offset=0 ends the forward; the backward adds temperature_grad=True after it."""
-    for op, trailing in ((op_backend.forward_op, [("anchor_offset", "int", 0)]),
+    """anchor_offset=0 and focal_gamma=0.0 end the forward; the backward has
+    temperature_grad=True between them."""
+    for op, trailing in ((op_backend.forward_op, [("anchor_offset", "int", 0),
+                                                  ("focal_gamma", "float", 0.0)]),
                          (op_backend.backward_op, [("anchor_offset", "int", 0),
-                                                   ("temperature_grad", "bool", True)])):
+                                                   ("temperature_grad", "bool", True),
+                                                   ("focal_gamma", "float", 0.0)])):
         schema = op.default._schema
         found = [(a.name, str(a.type), a.default_value) for a in schema.arguments[-len(trailing):]]
         assert found == trailing, f"{schema}"
