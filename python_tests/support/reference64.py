@@ -262,6 +262,23 @@ def flush_floor(ref, t_value, dtype):
     return tiny * max(columns.shape[0], 1) * max(1.0, magnitude) / t_value
 
 
+def _focal_weight_sensitivity(ref):
+    """|d hterm / dx| (1 + |LSE_i| + |s_ip|) per positive pair (0 elsewhere): how much the pair's
+    gradient weight hterm = u^gamma (1 + gamma pi x / u) moves per unit of relative rounding of
+    the two terms of x = LSE_i - s_ip (u = 1 - pi, pi = e^-x). With f = u^gamma x, hterm = f' and
+    f'' = gamma u^(gamma - 2) pi ((gamma - 1) pi x - u x + 2 u); x is held at least at that
+    rounding's size, where f'' of gamma < 1 would be infinite at 0."""
+    gamma = ref.focal_gamma
+    logits = ref.logits.detach()
+    lse = torch.where(torch.isfinite(ref.lse), ref.lse, torch.zeros_like(ref.lse))[:, None]
+    size = 1 + lse.abs() + logits.abs()
+    x = torch.maximum(lse - logits, size * torch.finfo(torch.float64).eps)
+    x = torch.where(ref.positive, x, torch.ones_like(x))
+    pi, u = torch.exp(-x), -torch.expm1(-x)
+    slope = gamma * u ** (gamma - 2) * pi * ((gamma - 1) * pi * x - u * x + 2 * u)
+    return torch.where(ref.positive, slope.abs() * size, torch.zeros_like(x))
+
+
 def gradient_scales(ref, t_value, anchor_grads, normalize):
     """Per-row magnitudes that bound the rounding error of any sane implementation.
 
@@ -271,13 +288,19 @@ def gradient_scales(ref, t_value, anchor_grads, normalize):
     Returns (features scale [rows], contrast scale [M] or None, temperature scale).
     """
     g = anchor_grads.detach().abs() * (ref.num_positives > 0)
-    # The focal loss weighs both parts by factors up to 1 + gamma: (1 - pi)^gamma <= 1 and
-    # pi (-log pi) / (1 - pi) <= 1.
-    g = g * (1 + ref.focal_gamma)
     p = torch.where(ref.allowed, torch.exp(ref.logits.detach() - torch.where(
         torch.isfinite(ref.lse), ref.lse, torch.zeros_like(ref.lse))[:, None]), torch.zeros(()))
-    w = g / ref.num_positives.clamp_min(1)
-    a = g[:, None] * p + w[:, None] * ref.positive                        # |G|_ij bound
+    # The focal loss weighs both parts by factors up to 1 + gamma: (1 - pi)^gamma <= 1 and
+    # pi (-log pi) / (1 - pi) <= 1.
+    w = g * (1 + ref.focal_gamma) / ref.num_positives.clamp_min(1)
+    a = g[:, None] * p * (1 + ref.focal_gamma) + w[:, None] * ref.positive  # |G|_ij bound
+    if ref.focal_gamma:
+        # hterm(x) is steep near x = 0 for gamma < 1, and x = LSE - s carries an absolute
+        # rounding error of the size of its terms: that error, through hterm, moves H_i (the
+        # softmax part's factor) and the positive pair's own weight.
+        moved = _focal_weight_sensitivity(ref)
+        per_positive = moved / ref.num_positives.clamp_min(1)[:, None]
+        a = a + g[:, None] * (p * per_positive.sum(dim=1, keepdim=True) + per_positive)
     anchor_side = a @ ref.columns.abs() / t_value                          # [A, D]
     column_side = a.T @ ref.anchors.abs() / t_value                        # [C, D]
 
