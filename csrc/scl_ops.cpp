@@ -33,16 +33,19 @@ namespace {
 // anchor i never sees its own row. Cross set: the anchors are all feature rows, the contrast set
 // is `contrast`, no self column (anchor_offset 0). Returns the loss per anchor (0 for anchors
 // without positives), the float64 log-sum-exp per anchor that backward needs, and |P(i)|.
+// focal_gamma > 0: the focal contrastive loss, (1/|P(i)|) sum_p (1 - pi_ip)^gamma (-log pi_ip)
+// (docs/MATH.md, "Focal contrastive loss"); 0 is SupCon.
 const std::string kForward =
     "(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
-    "Tensor temperature, int num_anchors, bool normalize, int anchor_offset=0) -> "
+    "Tensor temperature, int num_anchors, bool normalize, int anchor_offset=0, "
+    "float focal_gamma=0.0) -> "
     "(Tensor loss, Tensor lse, Tensor num_positives)";
 // Gradients w.r.t. features, contrast ([0, D] without a contrast set) and temperature (zeros
 // when temperature_grad is false: autograd asks only when the temperature requires grad).
 const std::string kBackward =
     "(Tensor grad_loss, Tensor features, Tensor labels, Tensor? contrast, "
     "Tensor? contrast_labels, Tensor temperature, int num_anchors, bool normalize, Tensor lse, "
-    "int anchor_offset=0, bool temperature_grad=True) -> "
+    "int anchor_offset=0, bool temperature_grad=True, float focal_gamma=0.0) -> "
     "(Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)";
 // Per anchor (every feature row), its hardest positive (least similar row of its label) and
 // hardest negative (most similar row of another label): index (-1 for none) and cosine
@@ -72,6 +75,12 @@ TORCH_LIBRARY(scl, m) {
   m.def("supcon_triton_grad_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
         "float inv_t, int self_offset, bool symmetric, Tensor coef, Tensor lse_hi, "
         "Tensor lse_lo) -> (Tensor dq, Tensor dz)");
+  // The focal loss's walk over positive pairs (scl::TileKernels::positive_walk; registered from
+  // Python like the tiles). An empty grad_weight asks for the forward only.
+  m.def("supcon_triton_positive_walk(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
+        "float inv_t, int self_offset, Tensor anchor_class, Tensor contrast_class, "
+        "Tensor lse_hi, Tensor lse_lo, float gamma, Tensor grad_weight) -> "
+        "(Tensor loss_sum, Tensor hterm_sum, Tensor dq, Tensor dz)");
   // Whether the host may wait for values on `like`'s device now (false while a CUDA graph is
   // being captured): TileKernels::host_may_wait, answered in Python because csrc/triton is
   // compiled without CUDA.

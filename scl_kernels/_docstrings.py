@@ -31,6 +31,12 @@ ARGUMENTS = {
     "normalize": """normalize: L2-normalise the rows of ``features`` and ``contrast`` first (eps 1e-12, as
     ``F.normalize``; default True); ``False`` for rows that are unit already or should keep their
     norms.""",
+    "focal_gamma": """focal_gamma: ``0`` (default) for SupCon; ``gamma > 0`` for the focal contrastive loss,
+    which weights each positive pair's term ``-log p_ip`` by ``(1 - p_ip)^gamma`` (p_ip the
+    softmax probability of positive p for anchor i), so that pairs the model already matches well
+    count less (docs/MATH.md, "Focal contrastive loss"). A finite float >= 0. It adds a walk over
+    the positive pairs, about ``N^2 / classes`` of them; backends ``"cpu"``, ``"triton"`` and
+    ``"reference"`` run it (``"cuda"`` does not: ``"auto"`` then chooses another).""",
     "reduction": """reduction: ``"mean"`` (default) over the anchors that have a positive, 0 when none has;
     ``"sum"`` over all anchors; ``"none"`` for one value per anchor (0 for anchors without a
     positive).""",

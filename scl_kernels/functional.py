@@ -5,8 +5,8 @@ from typing import NamedTuple, Optional
 import torch
 
 from ._docstrings import fill_arguments
-from ._validation import (check_inputs, check_options, check_same_device, check_tensor,
-                          temperature_tensor)
+from ._validation import (check_focal_gamma, check_inputs, check_options, check_same_device,
+                          check_tensor, temperature_tensor)
 from .backends import resolve_backend
 
 
@@ -117,7 +117,8 @@ def build_layout(features, labels, contrast, contrast_labels, contrast_mode, *,
 
 @fill_arguments
 def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
-                contrast_mode="all", normalize=True, reduction="mean", backend="auto"):
+                contrast_mode="all", normalize=True, focal_gamma=0.0, reduction="mean",
+                backend="auto"):
     """Supervised contrastive loss (Khosla et al. 2020), fused: no N x N matrix is stored.
 
     Args:
@@ -128,6 +129,7 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
         {arg:contrast_labels}
         {arg:contrast_mode}
         {arg:normalize}
+        {arg:focal_gamma}
         {arg:reduction}
         {arg:backend}
 
@@ -141,12 +143,13 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     check_inputs(features, labels)
     check_options(temperature, contrast_mode, normalize, reduction, backend,
                   check_tensor_value=False)
-    run = resolve_backend(backend, features.device).run
+    focal_gamma = check_focal_gamma(focal_gamma)
+    run = resolve_backend(backend, features.device, focal_gamma).run
     temperature = temperature_tensor(temperature, features.device)
     layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode)
     per_anchor, num_positives = run(layout.rows, layout.labels, layout.contrast,
                                     layout.contrast_labels, temperature, layout.num_anchors,
-                                    normalize)
+                                    normalize, focal_gamma=focal_gamma)
     if reduction == "none":
         return per_anchor
     if reduction == "sum":

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace scl {
 namespace {
@@ -39,6 +40,14 @@ void check_lse(const SupConProblem& p, const at::Tensor& lse) {
                     " but features is on ", p.z.device());
 }
 
+// The float64 lse as hi + lo in the kernels' dtype (tile_kernels.h, GradCoefficients).
+std::pair<at::Tensor, at::Tensor> split_lse(const at::Tensor& lse, at::ScalarType kernel_type) {
+  const at::Tensor hi = lse.to(kernel_type);
+  // -inf - -inf is NaN: rows without columns have coef 0 and never read their lse.
+  const at::Tensor lo = at::where(at::isfinite(lse), lse - hi.to(at::kDouble), 0.0);
+  return {hi, lo.to(kernel_type)};
+}
+
 // The per-anchor scalars of the backward tiles (tile_kernels.h), from float64 g and lse.
 GradCoefficients grad_coefficients(const SupConProblem& p, Schedule schedule,
                                    const at::Tensor& g, const at::Tensor& lse,
@@ -49,10 +58,41 @@ GradCoefficients grad_coefficients(const SupConProblem& p, Schedule schedule,
     const at::Tensor coef = at::where(g64 != 0, g64 * (p.inv_t - lse).exp_() * p.inv_t, 0.0);
     return {coef.to(kernel_type), {}, {}};
   }
-  const at::Tensor hi = lse.to(kernel_type);
-  // -inf - -inf is NaN: rows without columns have coef 0 and never read their lse.
-  const at::Tensor lo = at::where(at::isfinite(lse), lse - hi.to(at::kDouble), 0.0);
-  return {(g64 * p.inv_t).to(kernel_type), hi, lo.to(kernel_type)};
+  auto [hi, lo] = split_lse(lse, kernel_type);
+  return {(g64 * p.inv_t).to(kernel_type), hi, lo};
+}
+
+// Whether the call is the focal loss (focal_gamma > 0), after checking focal_gamma and that the
+// backend can walk the positive pairs.
+bool is_focal(const TileKernels& kernels, const SupConArgs& args) {
+  const double gamma = args.focal_gamma;
+  TORCH_CHECK_VALUE(std::isfinite(gamma) && gamma >= 0,
+                    "focal_gamma must be finite and >= 0, got ", gamma);
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      gamma == 0 || kernels.positive_walk,
+      "focal_gamma=", gamma, " (the focal contrastive loss) is not implemented by this backend's "
+      "kernels; the backends that have it are cpu, triton and reference");
+  return gamma > 0;
+}
+
+// The walk's inputs: anchors without positives are left out (class -1); an undefined
+// grad_weight asks for the forward only.
+PositiveWalkInputs walk_inputs(const SupConProblem& p, const at::Tensor& lse,
+                               at::ScalarType kernel_type, double gamma,
+                               const at::Tensor& grad_weight) {
+  auto [hi, lo] = split_lse(lse, kernel_type);
+  const at::Tensor anchor_class = at::where(p.num_positives > 0, p.anchor_class, -1);
+  return {anchor_class, p.contrast_class, hi, lo, gamma,
+          grad_weight.defined() ? grad_weight : at::empty({0}, hi.options())};
+}
+
+// Per-anchor focal loss l_i = loss_sum_i / |P(i)| (0 without positives), in the loss dtype.
+at::Tensor focal_anchor_losses(const TileKernels& kernels, const SupConProblem& p,
+                               const TileInputs& in, const at::Tensor& lse, double gamma) {
+  const PositiveWalkOutputs walk = kernels.positive_walk(
+      in, walk_inputs(p, lse, kernels.compute_type(p.z.scalar_type()), gamma, {}));
+  const at::Tensor mean = walk.loss_sum.to(at::kDouble) / p.num_positives.clamp_min(1);
+  return at::where(p.num_positives > 0, mean, 0.0).to(p.compute_type);
 }
 
 // Below this many multiply-adds in the tiles, a call is a few dozen small ATen steps whose cost
@@ -83,9 +123,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   DeferredValueChecks value_checks;
   const bool check_values = !kernels.host_may_wait || kernels.host_may_wait(args.features);
   const SupConProblem p = prepare_problem(args, check_values ? &value_checks : nullptr);
-  const at::Tensor lse = kernels.lse(tile_inputs(p, choose_schedule(p, kernels, true)));
+  const bool focal = is_focal(kernels, args);
+  const TileInputs in = tile_inputs(p, choose_schedule(p, kernels, true));
+  const at::Tensor lse = kernels.lse(in);
   TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
-  at::Tensor losses = anchor_losses(p, lse);
+  at::Tensor losses =
+      focal ? focal_anchor_losses(kernels, p, in, lse, args.focal_gamma) : anchor_losses(p, lse);
   // Last, once all the work is queued (on the CPU the checks have already run).
   value_checks.raise_first_failure();
   offer_prepared(p);
@@ -98,6 +141,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
                                                                const at::Tensor& lse,
                                                                bool temperature_grad) {
   const c10::ParallelGuard serial(run_serially(args));
+  const bool focal = is_focal(kernels, args);
   // The forward's own problem when its autograd node kept it (prepared_handoff.h): the same
   // inputs, so the same terms.
   const SupConProblem* kept = prepared_for_backward();
@@ -106,13 +150,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   const at::Tensor g = effective_anchor_grads(p, grad_loss);
   const Schedule schedule = choose_schedule(p, kernels, false);
   const at::ScalarType kernel_type = kernels.compute_type(p.z.scalar_type());
-  const TileGrads tiles = kernels.grad(
-      tile_inputs(p, schedule), grad_coefficients(p, schedule, g, lse.to(at::kDouble), kernel_type));
+  const TileInputs in = tile_inputs(p, schedule);
+  const at::Tensor lse64 = lse.to(at::kDouble);
+  // The focal loss (docs/MATH.md, "Focal contrastive loss"): one walk over the positive pairs
+  // gives their part of the gradient and H_i = mean_p hterm_ip, which scales the softmax part.
+  PositiveWalkOutputs walk;
+  at::Tensor softmax_g = g;
+  if (focal) {
+    const at::Tensor positives = p.num_positives.clamp_min(1).to(g.scalar_type());
+    walk = kernels.positive_walk(
+        in, walk_inputs(p, lse64, kernel_type, args.focal_gamma, (g / positives).to(kernel_type)));
+    softmax_g = g * walk.hterm_sum.to(g.scalar_type()) / positives;
+  }
+  const TileGrads tiles =
+      kernels.grad(in, grad_coefficients(p, schedule, softmax_g, lse64, kernel_type));
   const at::Tensor dz = tiles.dz.to(p.compute_type);
   const bool symmetric = schedule == Schedule::kSymmetric;
   // The symmetric kernels sum both sides into dz; dq is then the same buffer.
   const at::Tensor dq = symmetric ? dz : tiles.dq.to(p.compute_type);
-  add_positive_grads(p, g, dq, dz);
+  if (focal) {
+    dq.add_(walk.dq);
+    dz.add_(walk.dz);
+  } else {
+    add_positive_grads(p, g, dq, dz);
+  }
   const at::Tensor& t = args.temperature;
   // Computed only when asked: a temperature on the host (a float's) would otherwise cost a read
   // of the device's result on every call.

@@ -31,19 +31,19 @@ struct FusedOpKernels {
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(
       const at::Tensor& features, const at::Tensor& labels, const std::optional<at::Tensor>& contrast,
       const std::optional<at::Tensor>& contrast_labels, const at::Tensor& temperature,
-      int64_t num_anchors, bool normalize, int64_t anchor_offset) {
+      int64_t num_anchors, bool normalize, int64_t anchor_offset, double focal_gamma) {
     return supcon_forward(kKernels(), {features, labels, contrast, contrast_labels, temperature,
-                                       num_anchors, normalize, anchor_offset});
+                                       num_anchors, normalize, anchor_offset, focal_gamma});
   }
 
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
       const at::Tensor& grad_loss, const at::Tensor& features, const at::Tensor& labels,
       const std::optional<at::Tensor>& contrast, const std::optional<at::Tensor>& contrast_labels,
       const at::Tensor& temperature, int64_t num_anchors, bool normalize, const at::Tensor& lse,
-      int64_t anchor_offset, bool temperature_grad) {
+      int64_t anchor_offset, bool temperature_grad, double focal_gamma) {
     return supcon_backward(kKernels(), grad_loss,
                            {features, labels, contrast, contrast_labels, temperature, num_anchors,
-                            normalize, anchor_offset},
+                            normalize, anchor_offset, focal_gamma},
                            lse, temperature_grad);
   }
 };

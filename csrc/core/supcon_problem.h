@@ -22,6 +22,7 @@ struct SupConArgs {
   int64_t num_anchors;
   bool normalize;
   int64_t anchor_offset;
+  double focal_gamma;  // 0: SupCon; > 0: the focal contrastive loss
 };
 
 // Which rows of a problem: the anchors q or the contrast rows z.

@@ -1,5 +1,6 @@
-// What a backend supplies to the shared SupCon core: the two tiled O(N^2) steps, nothing else
-// (docs/MATH.md, sections "Forward" and "Backward"). Everything O(N*D) (checks, norms, labels,
+// What a backend supplies to the shared SupCon core: the two tiled O(N^2) steps, and for the focal
+// loss a walk over the positive pairs (docs/MATH.md, sections "Forward", "Backward" and "Focal
+// contrastive loss"). Everything O(N*D) (checks, norms, labels,
 // positives, gradient assembly) lives in supcon_problem.* and supcon_orchestration.*.
 #pragma once
 
@@ -50,6 +51,28 @@ struct GradCoefficients {
   at::Tensor lse_lo;
 };
 
+// The focal loss's walk over the positive pairs (docs/MATH.md, "Focal contrastive loss"). With
+// x_ip = lse_i - s_ip, u_ip = 1 - exp(-x_ip) and w_i = grad_weight_i it gives, summed over anchor
+// i's positives p (its class's columns but its own):
+//   forward only (grad_weight empty): loss_sum_i = sum_p u_ip^gamma x_ip
+//   with grad_weight: hterm_sum_i = sum_p hterm_ip, hterm_ip = u_ip^gamma (1 + gamma pi_ip x_ip / u_ip),
+//     dq_i = -(1/t) sum_p w_i hterm_ip z_p  and  dz_p = -(1/t) sum_i w_i hterm_ip q_i
+// in the kernels' compute dtype; the outputs not asked for are undefined or empty.
+struct PositiveWalkInputs {
+  at::Tensor anchor_class;    // [m] int64 compact class id; -1: no positives, never walked
+  at::Tensor contrast_class;  // [n] int64 compact class id >= 0
+  at::Tensor lse_hi, lse_lo;  // [m] lse = hi + lo, split as in GradCoefficients
+  double gamma;               // > 0
+  at::Tensor grad_weight;     // [m] g_i / |P(i)| (0 without positives); empty: forward only
+};
+
+struct PositiveWalkOutputs {
+  at::Tensor loss_sum;   // [m]
+  at::Tensor hterm_sum;  // [m]
+  at::Tensor dq;         // [m, d]
+  at::Tensor dz;         // [n, d]
+};
+
 struct TileKernels {
   // Precision the kernels compute in for an input dtype (float64 stays float64 only where the
   // kernels support it); it decides the fixed shift's range.
@@ -64,6 +87,9 @@ struct TileKernels {
   // says no while the current stream captures a CUDA graph: the forward then leaves out its
   // NaN / inf check, which a replay on new values would not repeat anyway.
   std::function<bool(const at::Tensor& like)> host_may_wait;
+  // The focal loss's positive walk (empty: this backend has no focal loss, and focal_gamma != 0
+  // is refused).
+  std::function<PositiveWalkOutputs(const TileInputs&, const PositiveWalkInputs&)> positive_walk;
 };
 
 }  // namespace scl

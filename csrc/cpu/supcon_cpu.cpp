@@ -6,6 +6,7 @@
 
 #include "../core/supcon_orchestration.h"
 #include "blas.h"
+#include "positive_walk.h"
 #include "supcon_tiles.h"
 
 namespace scl::cpu {
@@ -83,7 +84,7 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
 const TileKernels& cpu_kernels() {
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/true, lse_tiles,
-                                   grad_tiles};
+                                   grad_tiles, /*host_may_wait=*/{}, positive_walk};
   return kernels;
 }
 

@@ -1,6 +1,7 @@
 // scl::supcon_triton: the shared core (csrc/core) with tile kernels written in Triton. Triton
-// launches from Python, so the tiles are the ops scl::supcon_triton_{lse,grad}_tiles, whose
-// kernels scl_kernels/backends/triton registers; this file calls them through the dispatcher.
+// launches from Python, so the tiles (and the focal loss's positive walk) are the ops
+// scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk}, whose kernels
+// scl_kernels/backends/triton registers; this file calls them through the dispatcher.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -52,6 +53,22 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   return {symmetric ? at::Tensor() : dq, dz};
 }
 
+PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs& walk) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("scl::supcon_triton_positive_walk", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
+              int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              double, const at::Tensor&)>();
+  require_tile_kernel("scl::supcon_triton_positive_walk", in.z);
+  auto [loss_sum, hterm_sum, dq, dz] =
+      op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.inv_t, in.self_offset,
+              walk.anchor_class, walk.contrast_class, walk.lse_hi, walk.lse_lo, walk.gamma,
+              walk.grad_weight);
+  return {loss_sum, hterm_sum, dq, dz};
+}
+
 bool host_may_wait(const at::Tensor& like) {
   if (!like.is_cuda()) return true;  // Triton's interpreter: nothing to capture
   static const auto op = c10::Dispatcher::singleton()
@@ -65,7 +82,7 @@ const TileKernels& triton_kernels() {
   // The symmetric forward sums a row's tiles by atomics: not reproducible.
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false, lse_tiles,
-                                   grad_tiles, host_may_wait};
+                                   grad_tiles, host_may_wait, positive_walk};
   return kernels;
 }
 

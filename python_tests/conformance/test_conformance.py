@@ -5,7 +5,8 @@ support/backend_matrix.py generates the ``backend`` argument and each backend's 
 
 Every layout, awkward sizes around the tiles, fp32 / fp64 / fp16 / bf16, reductions, a
 temperature tensor, label patterns, degenerate values, non-contiguous inputs, anchors without
-positives, the module form, the numerical contract at large logits, and gradcheck.
+positives, the module form, the numerical contract at large logits, and gradcheck; each of them
+for SupCon and the focal contrastive loss (focal_gamma, FOCAL_GAMMAS).
 Backend-specific behaviour is in backends/ (test_cpu_backend.py, test_triton_*.py, ...)."""
 
 import pytest
@@ -18,10 +19,21 @@ from support.reference64 import check_against_reference, supcon_reference64
 
 FLOATS = [torch.float32, torch.float64]
 HALVES = [torch.float16, torch.bfloat16]
+# SupCon (0) and the focal contrastive loss, with gamma below and above 1 (u^gamma is concave,
+# then convex). Every matrix below runs them all: the CPU budget's full product triples these
+# tests' cases (a few seconds each on the fused CPU backend); slow backends take the pairwise
+# subset, which still runs every value of every other argument with each gamma.
+FOCAL_GAMMAS = [0.0, 0.5, 2.0]
+
+
+def _needs_focal(backend, focal_gamma):
+    if not backend.info.runs(focal_gamma):
+        pytest.skip(f"{backend} does not implement focal_gamma={focal_gamma} (Backend.focal)")
 
 
 def _run(backend, kw, gen, **extra):
     """check_against_reference on the backend's device, with its compute precision."""
+    _needs_focal(backend, extra.get("focal_gamma", 0.0))
     kw = backend.put(dict(kw))
     features = kw.pop("features")
     return check_against_reference(backend.name, features, generator=gen,
@@ -30,6 +42,7 @@ def _run(backend, kw, gen, **extra):
 
 
 def _loss(backend, **kw):
+    _needs_focal(backend, kw.get("focal_gamma", 0.0))
     return scl_kernels.supcon_loss(**backend.put(kw), backend=backend.name)
 
 
@@ -38,11 +51,13 @@ def _loss(backend, **kw):
 # each): 7-row chunks at D = 20 split anchors, contrast rows and the gradient assembly.
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"])
-def test_row_chunks_of_the_linear_terms(backend, layout, randn, randint, gen, monkeypatch):
+@pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"], focal_gamma=FOCAL_GAMMAS)
+def test_row_chunks_of_the_linear_terms(backend, layout, focal_gamma, randn, randint, gen,
+                                        monkeypatch):
     monkeypatch.setenv("SCL_CHUNK_ELEMENTS", str(7 * 20))
     kw = make_layout(layout, randn, randint, n=40, d=20)
-    _run(backend, kw, gen, temperature=torch.tensor(0.1, requires_grad=True))
+    _run(backend, kw, gen, temperature=torch.tensor(0.1, requires_grad=True),
+         focal_gamma=focal_gamma)
 
 
 # ------------------------------------------------------------------------------------------
@@ -51,20 +66,21 @@ def test_row_chunks_of_the_linear_terms(backend, layout, randn, randint, gen, mo
 # interpreter's 32-wide tiles.
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.matrix(layout=LAYOUTS, dtype=FLOATS, temperature=[0.02, 0.1, 10.0], quick="each")
-def test_layouts(backend, layout, dtype, temperature, randn, randint, gen):
+@pytest.mark.matrix(layout=LAYOUTS, dtype=FLOATS, temperature=[0.02, 0.1, 10.0],
+                    focal_gamma=FOCAL_GAMMAS, quick="each")
+def test_layouts(backend, layout, dtype, temperature, focal_gamma, randn, randint, gen):
     kw = make_layout(layout, randn, randint, dtype=dtype, n=45, d=37)
-    res = _run(backend, kw, gen, temperature=temperature)
+    res = _run(backend, kw, gen, temperature=temperature, focal_gamma=focal_gamma)
     assert res.loss.dim() == 0
     assert float(res.ref.loss.detach()) > 0  # a real loss, not the degenerate 0
 
 
-@pytest.mark.matrix(layout=LAYOUTS, reduction=["sum", "none"])
-def test_reductions(backend, layout, reduction, randn, randint, gen):
+@pytest.mark.matrix(layout=LAYOUTS, reduction=["sum", "none"], focal_gamma=FOCAL_GAMMAS)
+def test_reductions(backend, layout, reduction, focal_gamma, randn, randint, gen):
     # few classes among many rows would give every anchor a positive: use more classes so that
     # some anchors have none and must carry exactly 0
     kw = make_layout(layout, randn, randint, n=20, d=6, classes=12)
-    res = _run(backend, kw, gen, temperature=0.1, reduction=reduction)
+    res = _run(backend, kw, gen, temperature=0.1, reduction=reduction, focal_gamma=focal_gamma)
     if reduction == "none":
         assert res.loss.shape == (num_anchor_rows(kw),)
         assert res.loss.dtype == torch.float32
@@ -72,12 +88,12 @@ def test_reductions(backend, layout, reduction, randn, randint, gen):
         assert res.loss.dim() == 0
 
 
-@pytest.mark.matrix(layout=LAYOUTS)
-def test_reductions_are_consistent(backend, layout, randn, randint):
+@pytest.mark.matrix(layout=LAYOUTS, focal_gamma=FOCAL_GAMMAS)
+def test_reductions_are_consistent(backend, layout, focal_gamma, randn, randint):
     kw = make_layout(layout, randn, randint, n=20, d=6, classes=12)
-    per_anchor = _loss(backend, **kw, reduction="none")
-    total = _loss(backend, **kw, reduction="sum")
-    mean = _loss(backend, **kw, reduction="mean")
+    per_anchor = _loss(backend, **kw, reduction="none", focal_gamma=focal_gamma)
+    total = _loss(backend, **kw, reduction="sum", focal_gamma=focal_gamma)
+    mean = _loss(backend, **kw, reduction="mean", focal_gamma=focal_gamma)
     ref = supcon_reference64(**kw, reduction="none", full=True)
     valid = int((ref.num_positives > 0).sum())
     assert valid > 0
@@ -94,12 +110,14 @@ T_DTYPES = [("f32-t32", torch.float32, torch.float32), ("f64-t64", torch.float64
             ("f32-tbf16", torch.float32, torch.bfloat16)]
 
 
-@pytest.mark.matrix(layout=LAYOUTS, temperature=[0.02, 0.3], dtypes=T_DTYPES)
-def test_temperature_tensor_grad(backend, layout, temperature, dtypes, randn, randint, gen):
+@pytest.mark.matrix(layout=LAYOUTS, temperature=[0.02, 0.3], dtypes=T_DTYPES,
+                    focal_gamma=FOCAL_GAMMAS)
+def test_temperature_tensor_grad(backend, layout, temperature, dtypes, focal_gamma, randn, randint,
+                                 gen):
     _, dtype, t_dtype = dtypes
     kw = make_layout(layout, randn, randint, dtype=dtype, n=18, d=5)
     t = torch.tensor(temperature, dtype=t_dtype, requires_grad=True)
-    res = _run(backend, kw, gen, temperature=t, reduction="none")
+    res = _run(backend, kw, gen, temperature=t, reduction="none", focal_gamma=focal_gamma)
     assert "temperature" in res.grads
     assert res.grads["temperature"].shape == ()
     assert res.grads["temperature"].dtype == t_dtype
@@ -126,8 +144,8 @@ AWKWARD_DIMS = [1, 3, 37, 130]
 
 @pytest.mark.matrix(n=AWKWARD_ROWS, d=AWKWARD_DIMS,
                     case=["single_sym", "single_plain", "multiview_one", "cross", "cross_narrow"],
-                    quick="each")
-def test_awkward_shapes(backend, n, d, case, randn, randint, gen):
+                    focal_gamma=FOCAL_GAMMAS, quick="each")
+def test_awkward_shapes(backend, n, d, case, focal_gamma, randn, randint, gen):
     classes = max(2, n // 5)
     if case in ("single_sym", "single_plain"):
         kw = dict(features=randn(n, d), labels=randint(0, classes, (n,)))
@@ -142,7 +160,8 @@ def test_awkward_shapes(backend, n, d, case, randn, randint, gen):
         kw = dict(features=randn(n, d), labels=randint(0, classes, (n,)),
                   contrast=randn(m, d), contrast_labels=randint(0, classes, (m,)))
         t = 0.1
-    res = _run(backend, kw, gen, temperature=torch.tensor(t, requires_grad=True), reduction="none")
+    res = _run(backend, kw, gen, temperature=torch.tensor(t, requires_grad=True), reduction="none",
+               focal_gamma=focal_gamma)
     assert res.loss.shape == (num_anchor_rows(kw),)
 
 
@@ -150,40 +169,45 @@ def test_awkward_shapes(backend, n, d, case, randn, randint, gen):
     ("t0.005-f32", 0.005, torch.float32), ("t0.0235-f32", 0.0235, torch.float32),
     ("t0.0245-f32", 0.0245, torch.float32), ("t0.03-f32", 0.03, torch.float32),
     ("t0.0025-f64", 0.0025, torch.float64), ("t0.0035-f64", 0.0035, torch.float64),
-    ("t100-f32", 100.0, torch.float32), ("t1e4-f64", 1e4, torch.float64)])
-def test_temperature_range(backend, case, randn, randint, gen):
+    ("t100-f32", 100.0, torch.float32), ("t1e4-f64", 1e4, torch.float64)],
+    focal_gamma=FOCAL_GAMMAS)
+def test_temperature_range(backend, case, focal_gamma, randn, randint, gen):
     """Either side of the fixed-shift threshold (t ~ 0.024 in fp32, ~0.003 in fp64) and far out."""
     _, temperature, dtype = case
     n = backend.budget.rows(150)
     kw = dict(features=randn(n, 12, dtype=dtype), labels=randint(0, 6, (n,)))
-    _run(backend, kw, gen, temperature=torch.tensor(temperature, dtype=dtype, requires_grad=True))
+    _run(backend, kw, gen, temperature=torch.tensor(temperature, dtype=dtype, requires_grad=True),
+         focal_gamma=focal_gamma)
 
 
 # ------------------------------------------------------------------------------------------
 # Label patterns
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.matrix(layout=["single_all", "multiview_all", "multiview_one", "cross_labels"])
-def test_one_class_for_all(backend, layout, randn, randint, gen):
+@pytest.mark.matrix(layout=["single_all", "multiview_all", "multiview_one", "cross_labels"],
+                    focal_gamma=FOCAL_GAMMAS)
+def test_one_class_for_all(backend, layout, focal_gamma, randn, randint, gen):
     kw = make_layout(layout, randn, randint, n=30, d=7, classes=1)
-    res = _run(backend, kw, gen, reduction="none")
+    res = _run(backend, kw, gen, reduction="none", focal_gamma=focal_gamma)
     assert (res.ref.num_positives > 0).all()
 
 
-def test_all_labels_distinct_multiview(backend, randn, gen):
+@pytest.mark.matrix(focal_gamma=FOCAL_GAMMAS)
+def test_all_labels_distinct_multiview(backend, focal_gamma, randn, gen):
     # distinct labels with two views: each anchor's only positive is its other view
     b = 13
     kw = dict(features=randn(b, 2, 5), labels=torch.randperm(100, generator=gen)[:b])
-    res = _run(backend, kw, gen, reduction="none")
+    res = _run(backend, kw, gen, reduction="none", focal_gamma=focal_gamma)
     assert (res.ref.num_positives == 1).all()
     # the same as labels=None (SimCLR)
-    same = _loss(backend, features=kw["features"], labels=None, reduction="none")
+    same = _loss(backend, features=kw["features"], labels=None, reduction="none",
+                 focal_gamma=focal_gamma)
     torch.testing.assert_close(res.loss.detach(), same, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.matrix(layout=["single_all", "multiview_all", "multiview_one", "cross_labels",
-                            "cross_multiview"])
-def test_negative_labels(backend, layout, randn, randint, gen):
+                            "cross_multiview"], focal_gamma=FOCAL_GAMMAS)
+def test_negative_labels(backend, layout, focal_gamma, randn, randint, gen):
     kw = make_layout(layout, randn, randint, n=30, d=7, classes=4)
     # about a third of the labels become "no class" (-1, -5, ...), on both sides
     kw["labels"] = torch.where(randint(0, 3, kw["labels"].shape) == 0,
@@ -191,7 +215,7 @@ def test_negative_labels(backend, layout, randn, randint, gen):
     if kw.get("contrast_labels") is not None:
         cl = kw["contrast_labels"]
         kw["contrast_labels"] = torch.where(randint(0, 3, cl.shape) == 0, -randint(1, 6, cl.shape), cl)
-    res = _run(backend, kw, gen, reduction="none")
+    res = _run(backend, kw, gen, reduction="none", focal_gamma=focal_gamma)
     ref = res.ref
     # anchors without class carry no loss, and their rows never count as positives
     assert (ref.num_positives == 0).any() and (ref.num_positives > 0).any()
@@ -199,12 +223,13 @@ def test_negative_labels(backend, layout, randn, randint, gen):
     assert (loss[ref.num_positives == 0] == 0).all()
 
 
-@pytest.mark.matrix(reduction=["mean", "sum", "none"])
-def test_negative_labels_with_zero_rows(backend, reduction, randn, randint, gen):
+@pytest.mark.matrix(reduction=["mean", "sum", "none"], focal_gamma=FOCAL_GAMMAS)
+def test_negative_labels_with_zero_rows(backend, reduction, focal_gamma, randn, randint, gen):
     x = randn(40, 33)
     x[3] = 0.0
     labels = randint(-1, 3, (40,))
-    _run(backend, dict(features=x, labels=labels), gen, temperature=0.5, reduction=reduction)
+    _run(backend, dict(features=x, labels=labels), gen, temperature=0.5, reduction=reduction,
+         focal_gamma=focal_gamma)
 
 
 def test_negative_labels_are_still_negatives(backend, randn, gen):
@@ -239,8 +264,9 @@ def test_label_dtypes_and_extreme_values(backend, dtype, randn, gen):
 # Degenerate values
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"], temperature=[0.02, 0.1])
-def test_zero_rows_normalized(backend, layout, temperature, randn, randint, gen):
+@pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"], temperature=[0.02, 0.1],
+                    focal_gamma=FOCAL_GAMMAS)
+def test_zero_rows_normalized(backend, layout, temperature, focal_gamma, randn, randint, gen):
     kw = make_layout(layout, randn, randint, n=20, d=6, classes=3)
     f = kw["features"].clone()
     f.view(-1, f.shape[-1])[[0, 3, 7]] = 0
@@ -249,43 +275,48 @@ def test_zero_rows_normalized(backend, layout, temperature, randn, randint, gen)
         c = kw["contrast"].clone()
         c[[1, 2, 20]] = 0
         kw["contrast"] = c
-    res = _run(backend, kw, gen, temperature=temperature)
+    res = _run(backend, kw, gen, temperature=temperature, focal_gamma=focal_gamma)
     # F.normalize semantics: an all-zero row gets dz / eps, huge but finite
     g = res.grads["features"].reshape(-1, f.shape[-1])
     assert torch.isfinite(g).all()
 
 
 @pytest.mark.matrix(layout=["single_all", "multiview_all", "multiview_one", "clip", "cross_labels"],
-                    dtype=FLOATS, temperature=[1.0, 10.0], d=[1, 5])
-def test_large_norms_without_normalize(backend, layout, dtype, temperature, d, randn, randint, gen):
+                    dtype=FLOATS, temperature=[1.0, 10.0], d=[1, 5], focal_gamma=FOCAL_GAMMAS)
+def test_large_norms_without_normalize(backend, layout, dtype, temperature, d, focal_gamma, randn,
+                                       randint, gen):
     # D = 1 only without normalisation: unit rows of width 1 are +-1 and their gradient is 0
     kw = make_layout(layout, randn, randint, dtype=dtype, n=20, d=d)
     kw["features"] = (kw["features"].double() * 12).to(dtype)
     if kw.get("contrast") is not None:
         kw["contrast"] = (kw["contrast"].double() * 12).to(dtype)
     res = _run(backend, kw, gen, temperature=torch.tensor(temperature, dtype=dtype,
-                                                          requires_grad=True), normalize=False)
+                                                          requires_grad=True), normalize=False,
+               focal_gamma=focal_gamma)
     if d > 1 or temperature == 1.0:
         assert float(res.ref.logits.detach().abs().max()) > 50  # far beyond the fixed-shift range
 
 
-@pytest.mark.matrix(layout=LAYOUTS)
-def test_small_norms_without_normalize(backend, layout, randn, randint, gen):
+@pytest.mark.matrix(layout=LAYOUTS, focal_gamma=FOCAL_GAMMAS)
+def test_small_norms_without_normalize(backend, layout, focal_gamma, randn, randint, gen):
     kw = make_layout(layout, randn, randint, n=20, d=5)
     kw["features"] = kw["features"] * 0.3
     if kw.get("contrast") is not None:
         kw["contrast"] = kw["contrast"] * 0.3
-    _run(backend, kw, gen, temperature=0.1, normalize=False, reduction="none")
+    _run(backend, kw, gen, temperature=0.1, normalize=False, reduction="none",
+         focal_gamma=focal_gamma)
 
 
 # ------------------------------------------------------------------------------------------
 # 16-bit inputs: float32 loss, gradients in the input dtype
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.matrix(layout=LAYOUTS, dtype=HALVES, temperature=[0.02, 0.1], quick="each")
-def test_half_precision(backend, layout, dtype, temperature, randn, randint, gen):
+@pytest.mark.matrix(layout=LAYOUTS, dtype=HALVES, temperature=[0.02, 0.1], focal_gamma=FOCAL_GAMMAS,
+                    quick="each")
+def test_half_precision(backend, layout, dtype, temperature, focal_gamma, randn, randint, gen):
     kw = make_layout(layout, randn, randint, dtype=dtype, n=40, d=24)
-    res = _run(backend, kw, gen, temperature=torch.tensor(temperature, requires_grad=True))
+    res = _run(backend, kw, gen, temperature=torch.tensor(temperature, requires_grad=True),
+               focal_gamma=focal_gamma)
     assert res.loss.dtype == torch.float32
     assert res.grads["features"].dtype == dtype
     if "contrast" in res.grads:
@@ -310,21 +341,24 @@ CONTRACT_CASES = [
 ]
 
 
-@pytest.mark.matrix(case=CONTRACT_CASES, quick="all")
-def test_float32_accuracy_contract(backend, case):
+@pytest.mark.matrix(case=CONTRACT_CASES, focal_gamma=FOCAL_GAMMAS,
+                    quick=lambda case, focal_gamma: focal_gamma == 0)
+def test_float32_accuracy_contract(backend, case, focal_gamma):
+    _needs_focal(backend, focal_gamma)
     _, scale, temperature, normalize = case
     g = torch.Generator().manual_seed(1)  # the same numbers as torch.manual_seed(1)
     x = torch.randn(64, 1, 16, generator=g) * scale
     labels = torch.randint(0, 10, (64,), generator=g)
     x64 = x.double().requires_grad_(True)
-    want = supcon_reference64(x64, labels, temperature, normalize=normalize)
+    want = supcon_reference64(x64, labels, temperature, normalize=normalize,
+                              focal_gamma=focal_gamma)
     want_grad, = torch.autograd.grad(want, [x64])
     want = want.detach()
     assert abs(float(want)) < torch.finfo(torch.float32).max  # representable in float32
 
     features = backend.put(x).requires_grad_(True)
     loss = scl_kernels.supcon_loss(features, backend.put(labels), temperature, normalize=normalize,
-                                   backend=backend.name)
+                                   backend=backend.name, focal_gamma=focal_gamma)
     grad, = torch.autograd.grad(loss, [features])
     loss = loss.detach()
     assert loss.dtype == torch.float32 and grad.dtype == torch.float32
@@ -357,8 +391,8 @@ def _strided(randn, shape, kind, device):
     return x
 
 
-@pytest.mark.matrix(layout=LAYOUTS, kind=["transposed", "strided"])
-def test_non_contiguous(backend, layout, kind, randn, randint, gen):
+@pytest.mark.matrix(layout=LAYOUTS, kind=["transposed", "strided"], focal_gamma=FOCAL_GAMMAS)
+def test_non_contiguous(backend, layout, kind, focal_gamma, randn, randint, gen):
     kw = make_layout(layout, randn, randint, n=22, d=7)
     kw["features"] = _strided(randn, kw["features"].shape, kind, backend.device)
     if kw.get("contrast") is not None:
@@ -369,10 +403,10 @@ def test_non_contiguous(backend, layout, kind, randn, randint, gen):
             kw[key] = randint(0, 4, (2 * n,)).to(backend.device)[::2]
             assert not kw[key].is_contiguous()
     res = _run(backend, kw, gen, temperature=torch.tensor(0.1, requires_grad=True),
-               reduction="none")
+               reduction="none", focal_gamma=focal_gamma)
     # same values as with contiguous copies
     contiguous = {k: (v.contiguous() if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
-    again = _loss(backend, **contiguous, reduction="none")
+    again = _loss(backend, **contiguous, reduction="none", focal_gamma=focal_gamma)
     torch.testing.assert_close(res.loss.detach(), again, rtol=1e-6, atol=1e-6)
 
 
@@ -410,9 +444,12 @@ NO_VALID_CASES = ["distinct_labels", "distinct_labels_40", "no_labels_2d", "all_
 
 
 @pytest.mark.matrix(case=NO_VALID_CASES, reduction=["mean", "sum", "none"], normalize=[True, False],
-                    quick=lambda case, reduction, normalize: reduction == "mean" and normalize
+                    focal_gamma=FOCAL_GAMMAS,
+                    quick=lambda case, reduction, normalize, focal_gamma: reduction == "mean"
+                    and normalize and focal_gamma == 0
                     and case in ("distinct_labels", "single_row", "cross_disjoint"))
-def test_no_valid_anchor(backend, case, reduction, normalize, randn, randint):
+def test_no_valid_anchor(backend, case, reduction, normalize, focal_gamma, randn, randint):
+    _needs_focal(backend, focal_gamma)
     kw = backend.put(_no_valid_anchor_case(case, randn, randint))
     x = kw.pop("features").requires_grad_()
     c = kw.pop("contrast", None)
@@ -420,7 +457,8 @@ def test_no_valid_anchor(backend, case, reduction, normalize, randn, randint):
         c.requires_grad_()
     t = torch.tensor(0.07, requires_grad=True)
     out = scl_kernels.supcon_loss(x, temperature=t, contrast=c, reduction=reduction,
-                                  normalize=normalize, backend=backend.name, **kw)
+                                  normalize=normalize, backend=backend.name,
+                                  focal_gamma=focal_gamma, **kw)
     assert out.dtype == torch.float32
     assert torch.isfinite(out).all()
     assert (out == 0).all()
@@ -435,8 +473,9 @@ def test_no_valid_anchor(backend, case, reduction, normalize, randn, randint):
         assert torch.isfinite(g).all() and (g == 0).all()
 
 
-@pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"])
-def test_nan_upstream_on_anchors_without_positives(backend, layout, randn, randint, gen, reproducible):
+@pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"], focal_gamma=FOCAL_GAMMAS)
+def test_nan_upstream_on_anchors_without_positives(backend, layout, focal_gamma, randn, randint, gen,
+                                                   reproducible):
     """Anchors without positives are constant zeros: a NaN upstream gradient there must not
     leak into the inputs' gradients (as autograd through torch.where behaves)."""
     kw = make_layout(layout, randn, randint, n=20, d=6, classes=12)
@@ -446,17 +485,19 @@ def test_nan_upstream_on_anchors_without_positives(backend, layout, randn, randi
     assert no_pos.any() and (~no_pos).any()
     upstream = torch.randn(no_pos.shape, generator=gen)
     poisoned = upstream.masked_fill(no_pos, float("nan"))
-    res = _run(backend, kw, gen, reduction="none", upstream=poisoned)
-    clean = _run(backend, kw, gen, reduction="none", upstream=upstream.masked_fill(no_pos, 0))
+    res = _run(backend, kw, gen, reduction="none", upstream=poisoned, focal_gamma=focal_gamma)
+    clean = _run(backend, kw, gen, reduction="none", upstream=upstream.masked_fill(no_pos, 0),
+                 focal_gamma=focal_gamma)
     for name in res.grads:
         assert torch.equal(res.grads[name], clean.grads[name]), name
 
 
-def test_single_row_clip(backend, randn, gen):
-    # N = M = 1 without labels: the positive is the only column, so the loss is exactly 0
-    # but the anchor is valid (it counts in the mean)
+@pytest.mark.matrix(focal_gamma=FOCAL_GAMMAS)
+def test_single_row_clip(backend, focal_gamma, randn, gen):
+    # N = M = 1 without labels: the positive is the only column (pi = 1), so the loss is exactly
+    # 0 but the anchor is valid (it counts in the mean)
     kw = dict(features=randn(1, 5), contrast=randn(1, 5))
-    res = _run(backend, kw, gen, reduction="none")
+    res = _run(backend, kw, gen, reduction="none", focal_gamma=focal_gamma)
     assert res.ref.num_positives.tolist() == [1]
     assert abs(float(res.loss.detach())) < 1e-6
 
@@ -531,11 +572,13 @@ GRADCHECK_CASES = {
 
 
 @pytest.mark.matrix(name=sorted(GRADCHECK_CASES), reduction=["mean", "none"],
-                    normalize=[True, False],
-                    quick=lambda name, reduction, normalize: name in ("single_all_sym", "cross_labels")
-                    and reduction == "mean" and normalize)
-def test_gradcheck_features_contrast_temperature(backend, name, reduction, normalize):
+                    normalize=[True, False], focal_gamma=FOCAL_GAMMAS,
+                    quick=lambda name, reduction, normalize, focal_gamma: name in (
+                        "single_all_sym", "cross_labels")
+                    and reduction == "mean" and normalize and focal_gamma == 0)
+def test_gradcheck_features_contrast_temperature(backend, name, reduction, normalize, focal_gamma):
     _needs_float64(backend)
+    _needs_focal(backend, focal_gamma)
     build, t0 = GRADCHECK_CASES[name]
     kw = backend.put(build(torch.Generator().manual_seed(len(name))))
     x = kw.pop("features").requires_grad_()
@@ -551,21 +594,23 @@ def test_gradcheck_features_contrast_temperature(backend, name, reduction, norma
         contrast = args[2] if len(args) > 2 else None
         return scl_kernels.supcon_loss(args[0], temperature=args[1], contrast=contrast,
                                        reduction=reduction, normalize=normalize,
-                                       backend=backend.name, **kw)
+                                       backend=backend.name, focal_gamma=focal_gamma, **kw)
 
     assert gradcheck(fn, inputs, eps=1e-6, atol=1e-7, rtol=1e-6)
 
 
-@pytest.mark.matrix(temperature=[0.002, 0.02, 0.1])
-def test_gradcheck_temperature_paths(backend, temperature):
+@pytest.mark.matrix(temperature=[0.002, 0.02, 0.1], focal_gamma=FOCAL_GAMMAS)
+def test_gradcheck_temperature_paths(backend, temperature, focal_gamma):
     """Single set "all" in fp64 across the fixed-shift threshold (symmetric vs running max)."""
     _needs_float64(backend)
+    _needs_focal(backend, focal_gamma)
     g = torch.Generator().manual_seed(7)
     x = backend.put(_x(g, 8, 3)).requires_grad_()
     y = backend.put(torch.tensor([0, 1, 1, 0, 2, 2, 0, 1]))
     t = torch.tensor(temperature, dtype=torch.float64, requires_grad=True)
     # tiny temperatures make the loss steep: scale the finite-difference step with t
-    assert gradcheck(lambda a, b: scl_kernels.supcon_loss(a, y, b, backend=backend.name), (x, t),
+    assert gradcheck(lambda a, b: scl_kernels.supcon_loss(a, y, b, backend=backend.name,
+                                                          focal_gamma=focal_gamma), (x, t),
                      eps=1e-6 * temperature / 0.1, atol=1e-6, rtol=1e-5)
 
 

@@ -12,11 +12,14 @@ from support.layouts import LAYOUTS, make_layout, num_anchor_rows, op_args
 from support.reference64 import check_op_against_reference, poison_free_memory
 
 FLOATS = [torch.float32, torch.float64]
+FOCAL_GAMMAS = [0.0, 0.5, 2.0]  # as test_conformance.py: SupCon and the focal loss
 OP_ARGUMENTS = ["features", "labels", "contrast", "contrast_labels", "temperature", "num_anchors",
                 "normalize"]
 
 
 def _check(op_backend, args, gen, **kw):
+    if not op_backend.info.runs(kw.get("focal_gamma") or 0.0):
+        pytest.skip(f"{op_backend} does not implement focal_gamma={kw['focal_gamma']}")
     args = op_backend.put(tuple(args))
     return check_op_against_reference(op_backend.forward_op, op_backend.backward_op, args,
                                       compute_dtype=op_backend.computes_in(args[0].dtype),
@@ -60,20 +63,23 @@ def test_get_backend(backend):
 # ------------------------------------------------------------------------------------------
 
 @pytest.mark.matrix(layout=LAYOUTS, dtype=FLOATS, temperature=[0.02, 0.1], normalize=[True, False],
-                    quick="each")
-def test_raw_op_outputs(op_backend, layout, dtype, temperature, normalize, randn, randint, gen):
+                    focal_gamma=FOCAL_GAMMAS, quick="each")
+def test_raw_op_outputs(op_backend, layout, dtype, temperature, normalize, focal_gamma, randn,
+                        randint, gen):
     kw = make_layout(layout, randn, randint, dtype=dtype, n=op_backend.budget.rows(140), d=9,
                      classes=40)
-    res = _check(op_backend, op_args(kw, temperature, normalize), gen)
+    res = _check(op_backend, op_args(kw, temperature, normalize), gen, focal_gamma=focal_gamma)
     assert res.outputs[0].shape == (num_anchor_rows(kw),)
 
 
 @pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"],
-                    dtype=[torch.float16, torch.bfloat16], temperature=[0.02, 0.1])
-def test_raw_op_outputs_16_bit(op_backend, layout, dtype, temperature, randn, randint, gen):
+                    dtype=[torch.float16, torch.bfloat16], temperature=[0.02, 0.1],
+                    focal_gamma=FOCAL_GAMMAS)
+def test_raw_op_outputs_16_bit(op_backend, layout, dtype, temperature, focal_gamma, randn, randint,
+                               gen):
     """16-bit inputs: float32 loss, float64 lse, gradients in the input dtype."""
     kw = make_layout(layout, randn, randint, dtype=dtype, n=40, d=24, classes=10)
-    res = _check(op_backend, op_args(kw, temperature), gen)
+    res = _check(op_backend, op_args(kw, temperature), gen, focal_gamma=focal_gamma)
     assert res.outputs[0].dtype == torch.float32
     assert res.grads[0].dtype == dtype
 
@@ -103,10 +109,13 @@ def test_op_schemas(op_backend):
 
 
 def test_op_schemas_trailing_defaults(op_backend):
-    """anchor_offset=0 ends the forward; the backward adds temperature_grad=True after it."""
-    for op, trailing in ((op_backend.forward_op, [("anchor_offset", "int", 0)]),
+    """anchor_offset=0 and focal_gamma=0.0 end the forward; the backward has
+    temperature_grad=True between them."""
+    for op, trailing in ((op_backend.forward_op, [("anchor_offset", "int", 0),
+                                                  ("focal_gamma", "float", 0.0)]),
                          (op_backend.backward_op, [("anchor_offset", "int", 0),
-                                                   ("temperature_grad", "bool", True)])):
+                                                   ("temperature_grad", "bool", True),
+                                                   ("focal_gamma", "float", 0.0)])):
         schema = op.default._schema
         found = [(a.name, str(a.type), a.default_value) for a in schema.arguments[-len(trailing):]]
         assert found == trailing, f"{schema}"
@@ -189,14 +198,16 @@ OFFSET_CASES = [
 
 
 @pytest.mark.matrix(case=OFFSET_CASES, dtype=FLOATS, normalize=[True, False],
-                    temperature=[0.02, 0.1], sizes={"case": lambda c: (c[1], 0)}, quick="each")
-def test_anchor_offset(op_backend, case, dtype, normalize, temperature, randn, randint, gen):
+                    temperature=[0.02, 0.1], focal_gamma=FOCAL_GAMMAS,
+                    sizes={"case": lambda c: (c[1], 0)}, quick="each")
+def test_anchor_offset(op_backend, case, dtype, normalize, temperature, focal_gamma, randn, randint,
+                       gen):
     _, n, num_anchors, offset = case
     x = randn(n, 37, dtype=dtype)
     labels = randint(-1, 5, (n,))
     t = torch.tensor(temperature, dtype=torch.float64)
     res = _check(op_backend, (x, labels, None, None, t, num_anchors, normalize), gen,
-                 anchor_offset=offset)
+                 anchor_offset=offset, focal_gamma=focal_gamma)
     assert res.outputs[0].shape == (num_anchors,)
     assert res.grads[0].shape == (n, 37)
 
@@ -215,22 +226,26 @@ def test_anchor_offset_zero_is_the_default(op_backend, dtype, randn, randint, re
         assert torch.equal(a, b)
 
 
-def test_anchor_offset_blocks_add_up(op_backend, randn, randint):
+@pytest.mark.matrix(focal_gamma=FOCAL_GAMMAS)
+def test_anchor_offset_blocks_add_up(op_backend, focal_gamma, randn, randint):
     """Anchor blocks that tile the rows give the losses and summed gradients of the whole set."""
+    if not op_backend.info.runs(focal_gamma):
+        pytest.skip(f"{op_backend} does not implement focal_gamma={focal_gamma}")
     n = 45
     args = op_backend.put((randn(n, 11, dtype=torch.float64), randint(0, 4, (n,)), None, None,
                            torch.tensor(0.2, dtype=torch.float64), n, True))
-    whole_loss, whole_lse, _ = op_backend.forward_op(*args)
+    focal = {"focal_gamma": focal_gamma}
+    whole_loss, whole_lse, _ = op_backend.forward_op(*args, **focal)
     grad = torch.linspace(-1, 1, n, dtype=torch.float64, device=whole_loss.device)
-    whole = op_backend.backward_op(grad.to(whole_loss.dtype), *args, whole_lse)
+    whole = op_backend.backward_op(grad.to(whole_loss.dtype), *args, whole_lse, **focal)
     losses, grads = [], [torch.zeros_like(whole[0]), None, torch.zeros_like(whole[2])]
     for start, count in ((0, 17), (17, 1), (18, 27)):
         block = list(args)
         block[5] = count
-        loss, lse, _ = op_backend.forward_op(*block, anchor_offset=start)
+        loss, lse, _ = op_backend.forward_op(*block, anchor_offset=start, **focal)
         losses.append(loss)
         g = op_backend.backward_op(grad[start:start + count].to(loss.dtype), *block, lse,
-                                   anchor_offset=start)
+                                   anchor_offset=start, **focal)
         grads[0] += g[0]
         grads[2] += g[2]
     float64 = op_backend.computes_in(torch.float64) == torch.float64
@@ -312,6 +327,33 @@ def test_opcheck_backward(op_backend, layout, randn, randint):
     _, lse, _ = op_backend.forward_op(*args)
     grad_loss = op_backend.put(randn(lse.shape[0]))
     _assert_opcheck(op_backend.backward_op.default, (grad_loss, *args, lse))
+
+
+@pytest.mark.matrix(layout=["single_all", "cross_labels"], direction=["forward", "backward"])
+def test_opcheck_focal(op_backend, layout, direction, randn, randint):
+    """focal_gamma through opcheck: schema, autograd registration, fakes, AOT dispatch."""
+    kw = make_layout(layout, randn, randint, n=10, d=4)
+    args = op_backend.put(op_args(kw, 0.1))
+    if direction == "forward":
+        _assert_opcheck(op_backend.forward_op.default, args, {"focal_gamma": 2.0})
+    else:
+        _, lse, _ = op_backend.forward_op(*args, focal_gamma=2.0)
+        grad_loss = torch.linspace(0.5, 1.5, lse.shape[0], device=lse.device)
+        _assert_opcheck(op_backend.backward_op.default, (grad_loss, *args, lse),
+                        {"focal_gamma": 2.0})
+
+
+@pytest.mark.matrix(value=[-1.0, -1e-300, math.nan, math.inf], direction=["forward", "backward"])
+def test_raw_op_rejects_focal_gamma(op_backend, value, direction, randn, randint):
+    args = op_backend.put((randn(6, 4), randint(0, 3, (6,)), None, None,
+                           torch.tensor(0.1, dtype=torch.float64), 6, True))
+    with pytest.raises(ValueError, match="focal_gamma"):
+        if direction == "forward":
+            op_backend.forward_op(*args, focal_gamma=value)
+        else:
+            lse = torch.zeros(6, dtype=torch.float64, device=args[0].device)
+            op_backend.backward_op(torch.ones(6, device=args[0].device), *args, lse,
+                                   focal_gamma=value)
 
 
 @pytest.mark.matrix(direction=["forward", "backward"], normalize=[True, False])
@@ -539,12 +581,22 @@ LOSS_CASES = [
      r"contrast_mode"),
     ("reduction-unknown", dict(features=X, labels=Y, reduction="avg"), ValueError, r"reduction"),
     ("reduction-none-object", dict(features=X, labels=Y, reduction=None), ValueError, r"reduction"),
+    ("focal-gamma-negative", dict(features=X, labels=Y, focal_gamma=-0.5), ValueError,
+     r"focal_gamma"),
+    ("focal-gamma-nan", dict(features=X, labels=Y, focal_gamma=math.nan), ValueError,
+     r"focal_gamma"),
+    ("focal-gamma-inf", dict(features=X, labels=Y, focal_gamma=math.inf), ValueError,
+     r"focal_gamma"),
+    ("focal-gamma-str", dict(features=X, labels=Y, focal_gamma="2"), TypeError, r"focal_gamma"),
+    ("focal-gamma-bool", dict(features=X, labels=Y, focal_gamma=True), TypeError, r"focal_gamma"),
+    ("focal-gamma-tensor", dict(features=X, labels=Y, focal_gamma=torch.tensor(2.0)), TypeError,
+     r"focal_gamma"),
 ]
 
 # one case per argument and kind of check, for the quick subset
 QUICK_LOSS_CASES = {"features-int", "features-1d", "labels-short", "temperature-negative",
                     "temperature-tensor-nan", "features-nan", "contrast-nan", "contrast-wrong-dim",
-                    "contrast-labels-short", "reduction-unknown"}
+                    "contrast-labels-short", "reduction-unknown", "focal-gamma-negative"}
 
 # backend is part of the case for these (they are not about the computation)
 OPTION_CASES = [

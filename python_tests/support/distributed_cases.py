@@ -40,7 +40,7 @@ def _close(actual, expected, dtype, what):
 def compare(rank, world, *, dim=5, dtype=torch.float64, views=0, labels="classes",
             contrast=False, contrast_labels=True, extra_contrast=0, reduction="mean",
             contrast_mode="all", normalize=True, strategy="gather", learnable_temperature=False,
-            seed=0):
+            seed=0, focal_gamma=0.0):
     """Loss, feature (and contrast, temperature) gradients of the distributed call on every
     rank against the single-process call on the concatenated global batch."""
     sizes = SIZES[world]
@@ -60,7 +60,7 @@ def compare(rank, world, *, dim=5, dtype=torch.float64, views=0, labels="classes
     temperature = torch.tensor(0.3, dtype=torch.float64, requires_grad=True) \
         if learnable_temperature else 0.3
     options = dict(contrast_mode=contrast_mode, normalize=normalize, reduction=reduction,
-                   backend="cpu")
+                   backend="cpu", focal_gamma=focal_gamma)
 
     # The single-process call on the global batch. Without contrast labels and with extra
     # contrast rows per rank, a rank's anchor i pairs with its own contrast row i: the single
@@ -235,6 +235,15 @@ def _errors_of(call):
 
 
 @case
+def focal_loss(rank, world):
+    """The gather strategy passes focal_gamma to the op (ring refuses it: test_focal_options)."""
+    for reduction in ("mean", "none"):
+        compare(rank, world, focal_gamma=2.0, reduction=reduction, learnable_temperature=True)
+    compare(rank, world, focal_gamma=0.5, contrast=True, extra_contrast=2, labels="with_none")
+    compare(rank, world, focal_gamma=2.0, views=2, contrast_mode="one")
+
+
+@case
 def disagreements_raise_on_every_rank(rank, world):
     features = torch.randn(3, 4, dtype=torch.float64)
     labels = torch.tensor([0, 1, 0])
@@ -248,6 +257,7 @@ def disagreements_raise_on_every_rank(rank, world):
         "temperature": lambda: sd.supcon_loss(features, labels, temperature=0.1 + 0.1 * rank),
         "strategy": lambda: sd.supcon_loss(features, labels,
                                            strategy="ring" if rank else "gather"),
+        "focal_gamma": lambda: sd.supcon_loss(features, labels, focal_gamma=float(rank)),
         "NaN": lambda: sd.supcon_loss(features * (float("nan") if rank == 1 else 1.0), labels),
         # One rank's own argument check fails; the others must not wait for it.
         "rejected": lambda: sd.supcon_loss(features, labels[:2] if rank == 1 else labels),

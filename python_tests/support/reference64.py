@@ -1,4 +1,5 @@
-"""An independent float64 dense SupCon reference and a backend-vs-reference checker.
+"""An independent float64 dense SupCon reference (and focal contrastive loss) and a
+backend-vs-reference checker.
 
 Written from the public contract (docs/MATH.md and the supcon_loss docstring), without importing
 scl_kernels.backends.reference: every mask is built explicitly and every value is float64, so
@@ -80,12 +81,16 @@ class RefResult:
     contrast_norms: torch.Tensor = field(repr=False)  # [M] ||contrast|| or None
     single_set: bool = True
     batch: int = 0                    # B of a [B, V, D] input (N for [N, D])
+    focal_gamma: float = 0.0
 
 
 def supcon_reference64(features, labels=None, temperature=0.1, *, contrast=None,
                        contrast_labels=None, contrast_mode="all", normalize=True,
-                       reduction="mean", full=False):
+                       reduction="mean", full=False, focal_gamma=0.0):
     """Dense float64 SupCon loss. Differentiable w.r.t. features, contrast and a tensor temperature.
+
+    ``focal_gamma`` > 0: the focal contrastive loss (docs/MATH.md, "Focal contrastive loss"),
+    l_i = (1/|P(i)|) sum_p (1 - pi_ip)^gamma (-log pi_ip) with pi_ip = exp(s_ip - LSE_i).
 
     With ``full=True`` returns a :class:`RefResult` (per-anchor loss, LSE, |P(i)|, logits).
     """
@@ -135,9 +140,13 @@ def supcon_reference64(features, labels=None, temperature=0.1, *, contrast=None,
     lse = row_max + torch.log(safe_sums)
     lse_report = torch.where(has_col, lse, neg_inf)
 
-    pos_sum = torch.where(positive, logits, torch.zeros_like(logits)).sum(dim=1)
     denom = num_pos.clamp_min(1).to(torch.float64)
-    per_anchor = torch.where(num_pos > 0, lse - pos_sum / denom, torch.zeros_like(lse))
+    if focal_gamma == 0:
+        pos_sum = torch.where(positive, logits, torch.zeros_like(logits)).sum(dim=1)
+        per_anchor = torch.where(num_pos > 0, lse - pos_sum / denom, torch.zeros_like(lse))
+    else:
+        focal_sum = _focal_pair_terms(logits, lse, positive, focal_gamma).sum(dim=1)
+        per_anchor = torch.where(num_pos > 0, focal_sum / denom, torch.zeros_like(lse))
 
     valid = (num_pos > 0)
     if reduction == "none":
@@ -154,8 +163,21 @@ def supcon_reference64(features, labels=None, temperature=0.1, *, contrast=None,
                          q.detach(), cz.detach(),
                          torch.linalg.vector_norm(rows.detach(), dim=1),
                          None if c is None else torch.linalg.vector_norm(c.detach(), dim=1),
-                         c is None, features.shape[0])
+                         c is None, features.shape[0], focal_gamma)
     return loss
+
+
+def _focal_pair_terms(logits, lse, positive, gamma):
+    """(1 - pi)^gamma * (-log pi) per positive pair, 0 elsewhere, pi = exp(s - LSE).
+
+    1 - pi is -expm1(log pi), exact for pi near 1. A pair with log pi = 0 (the anchor's only
+    column) has the term 0 and, for gamma > 0, the derivative 0 (it is (-log pi)^(1 + gamma) to
+    first order); it is held out of the graph, where u^gamma would give 0 * inf."""
+    log_pi = logits - lse[:, None]
+    live = positive & (log_pi < 0)
+    log_pi = torch.where(live, log_pi, torch.full_like(log_pi, -1.0))
+    one_minus_pi = -torch.expm1(log_pi)
+    return torch.where(live, one_minus_pi ** gamma * -log_pi, torch.zeros_like(log_pi))
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,6 +262,23 @@ def flush_floor(ref, t_value, dtype):
     return tiny * max(columns.shape[0], 1) * max(1.0, magnitude) / t_value
 
 
+def _focal_weight_sensitivity(ref):
+    """|d hterm / dx| (1 + |LSE_i| + |s_ip|) per positive pair (0 elsewhere): how much the pair's
+    gradient weight hterm = u^gamma (1 + gamma pi x / u) moves per unit of relative rounding of
+    the two terms of x = LSE_i - s_ip (u = 1 - pi, pi = e^-x). With f = u^gamma x, hterm = f' and
+    f'' = gamma u^(gamma - 2) pi ((gamma - 1) pi x - u x + 2 u); x is held at least at that
+    rounding's size, where f'' of gamma < 1 would be infinite at 0."""
+    gamma = ref.focal_gamma
+    logits = ref.logits.detach()
+    lse = torch.where(torch.isfinite(ref.lse), ref.lse, torch.zeros_like(ref.lse))[:, None]
+    size = 1 + lse.abs() + logits.abs()
+    x = torch.maximum(lse - logits, size * torch.finfo(torch.float64).eps)
+    x = torch.where(ref.positive, x, torch.ones_like(x))
+    pi, u = torch.exp(-x), -torch.expm1(-x)
+    slope = gamma * u ** (gamma - 2) * pi * ((gamma - 1) * pi * x - u * x + 2 * u)
+    return torch.where(ref.positive, slope.abs() * size, torch.zeros_like(x))
+
+
 def gradient_scales(ref, t_value, anchor_grads, normalize):
     """Per-row magnitudes that bound the rounding error of any sane implementation.
 
@@ -251,8 +290,17 @@ def gradient_scales(ref, t_value, anchor_grads, normalize):
     g = anchor_grads.detach().abs() * (ref.num_positives > 0)
     p = torch.where(ref.allowed, torch.exp(ref.logits.detach() - torch.where(
         torch.isfinite(ref.lse), ref.lse, torch.zeros_like(ref.lse))[:, None]), torch.zeros(()))
-    w = g / ref.num_positives.clamp_min(1)
-    a = g[:, None] * p + w[:, None] * ref.positive                        # |G|_ij bound
+    # The focal loss weighs both parts by factors up to 1 + gamma: (1 - pi)^gamma <= 1 and
+    # pi (-log pi) / (1 - pi) <= 1.
+    w = g * (1 + ref.focal_gamma) / ref.num_positives.clamp_min(1)
+    a = g[:, None] * p * (1 + ref.focal_gamma) + w[:, None] * ref.positive  # |G|_ij bound
+    if ref.focal_gamma:
+        # hterm(x) is steep near x = 0 for gamma < 1, and x = LSE - s carries an absolute
+        # rounding error of the size of its terms: that error, through hterm, moves H_i (the
+        # softmax part's factor) and the positive pair's own weight.
+        moved = _focal_weight_sensitivity(ref)
+        per_positive = moved / ref.num_positives.clamp_min(1)[:, None]
+        a = a + g[:, None] * (p * per_positive.sum(dim=1, keepdim=True) + per_positive)
     anchor_side = a @ ref.columns.abs() / t_value                          # [A, D]
     column_side = a.T @ ref.anchors.abs() / t_value                        # [C, D]
 
@@ -314,12 +362,13 @@ def _leaf(x):
 def check_against_reference(backend, features, labels=None, temperature=0.1, *, contrast=None,
                             contrast_labels=None, contrast_mode="all", normalize=True,
                             reduction="mean", generator=None, grads=True, tol=None,
-                            upstream=None, compute_dtype=None):
+                            upstream=None, compute_dtype=None, focal_gamma=0.0):
     """Runs supcon_loss(backend=backend) and supcon_reference64 on the same inputs and compares
     the loss and, when ``grads``, the gradients w.r.t. features, contrast (if given) and
     temperature (if it is a tensor that requires grad). ``upstream``: the gradient fed to the
     output (random by default). ``compute_dtype``: what the backend computes ``features.dtype``
     in (``Backend.computes_in``); a coarser one than the input's sets the tolerances.
+    ``focal_gamma``: passed to both (the focal contrastive loss when > 0).
     Returns a :class:`Checked`."""
     import scl_kernels
 
@@ -335,7 +384,7 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
 
     out = scl_kernels.supcon_loss(f, labels, t, contrast=c, contrast_labels=contrast_labels,
                                   contrast_mode=contrast_mode, normalize=normalize,
-                                  reduction=reduction, backend=backend)
+                                  reduction=reduction, backend=backend, focal_gamma=focal_gamma)
     # reference on the very same (already rounded) values, in float64
     f64 = _leaf(features.detach().to(device="cpu", dtype=torch.float64))
     c64 = None if contrast is None else _leaf(contrast.detach().to(device="cpu", dtype=torch.float64))
@@ -343,7 +392,7 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
         temperature.detach().cpu() if isinstance(temperature, torch.Tensor) else temperature)
     ref = supcon_reference64(f64, labels, t64, contrast=c64, contrast_labels=contrast_labels,
                              contrast_mode=contrast_mode, normalize=normalize,
-                             reduction=reduction, full=True)
+                             reduction=reduction, full=True, focal_gamma=focal_gamma)
 
     assert out.dtype == loss_dtype_for(dtype), f"loss dtype {out.dtype} for {dtype} input"
     assert out.shape == ref.loss.shape, f"loss shape {tuple(out.shape)} != {tuple(ref.loss.shape)}"
@@ -424,7 +473,7 @@ class OpRef:
 
 
 def op_reference64(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                   normalize, anchor_offset=0, grad_loss=None):
+                   normalize, anchor_offset=0, grad_loss=None, focal_gamma=0.0):
     """The raw op's contract in float64, from :func:`supcon_reference64` of the whole set.
 
     Single set (contrast None): the reference with every row an anchor, restricted to the anchor
@@ -439,7 +488,7 @@ def op_reference64(features, labels, contrast, contrast_labels, temperature, num
     c = None
     if contrast is None:
         ref = supcon_reference64(x, labels.cpu(), t, normalize=normalize, reduction="none",
-                                 full=True)
+                                 full=True, focal_gamma=focal_gamma)
         block = slice(anchor_offset, anchor_offset + num_anchors)
         assert 0 <= anchor_offset and block.stop <= x.shape[0], "anchor block outside the rows"
     else:
@@ -447,7 +496,7 @@ def op_reference64(features, labels, contrast, contrast_labels, temperature, num
         c = contrast.detach().to(device="cpu", dtype=torch.float64).requires_grad_(True)
         ref = supcon_reference64(x, labels.cpu(), t, contrast=c,
                                  contrast_labels=contrast_labels.cpu(), normalize=normalize,
-                                 reduction="none", full=True)
+                                 reduction="none", full=True, focal_gamma=focal_gamma)
         block = slice(0, x.shape[0])
     result = OpRef(ref.per_anchor[block].detach(), ref.lse[block], ref.num_positives[block], ref,
                    block)
@@ -484,15 +533,17 @@ class OpChecked:
 
 def check_op_against_reference(forward_op, backward_op, args, *, anchor_offset=None,
                                compute_dtype=None, grad_loss=None, generator=None,
-                               backward=True, lse_float64=True):
+                               backward=True, lse_float64=True, focal_gamma=None):
     """Runs a backend's raw ops (``forward_op`` / ``backward_op``, OpOverloadPackets) on
     ``args`` = (features, labels, contrast, contrast_labels, temperature, num_anchors, normalize),
     with ``anchor_offset`` when not None, and compares every output with
     :func:`op_reference64`. Free memory is poisoned with NaN before each call, so outputs must
     be written in full. ``lse_float64``: the contract that lse is float64 for every input dtype
-    (checked last, after every value)."""
+    (checked last, after every value). ``focal_gamma``: passed to both ops when not None."""
     features, labels, contrast, contrast_labels, temperature, num_anchors, normalize = args
     kwargs = {} if anchor_offset is None else {"anchor_offset": anchor_offset}
+    if focal_gamma is not None:
+        kwargs["focal_gamma"] = focal_gamma
     offset = anchor_offset or 0
     dtype = features.dtype
     tol_dtype = tolerance_dtype(dtype, compute_dtype)
@@ -507,7 +558,7 @@ def check_op_against_reference(forward_op, backward_op, args, *, anchor_offset=N
             grad_loss = torch.randn(a, generator=generator, dtype=torch.float64)
         grad_loss = grad_loss.to(device=features.device, dtype=loss_dtype_for(dtype))
     want = op_reference64(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                          normalize, offset, grad_loss)
+                          normalize, offset, grad_loss, focal_gamma or 0.0)
 
     for name, out in (("loss", loss), ("lse", lse), ("num_positives", num_positives)):
         assert out.shape == (a,), f"{name} has shape {tuple(out.shape)}, expected ({a},)"

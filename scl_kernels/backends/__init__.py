@@ -50,6 +50,9 @@ class Backend:
     # Its hard-pair mining op in torch.ops.scl (scl_kernels.hard_pairs); None: it has none
     # (the dense reference has its own, backends/hard_pairs_reference.py).
     hard_pairs_op_name: Optional[str] = None
+    # Whether it runs the focal contrastive loss (focal_gamma > 0: its kernels supply the positive
+    # walk, csrc/core/tile_kernels.h). backend="auto" never picks one that cannot run the call.
+    focal: bool = True
 
     def available(self, device) -> bool:
         device = torch.device(device)
@@ -81,15 +84,19 @@ class Backend:
         """The precision this backend really computes in for an input dtype."""
         return loss_dtype(dtype) if self.float64_kernels else torch.float32
 
+    def runs(self, focal_gamma) -> bool:
+        """Whether its kernels compute a call with this focal_gamma."""
+        return self.focal or focal_gamma == 0
+
     def run(self, features, labels, contrast, contrast_labels, temperature, num_anchors,
-            normalize, anchor_offset=0):
+            normalize, anchor_offset=0, focal_gamma=0.0):
         """(per-anchor loss, |P(i)|) with the op's argument conventions."""
         if self.op_name is None:
             return _run_reference(features, labels, contrast, contrast_labels, temperature,
-                                  num_anchors, normalize, anchor_offset)
+                                  num_anchors, normalize, anchor_offset, focal_gamma)
         loss, _lse, num_positives = self.forward_op(features, labels, contrast, contrast_labels,
                                                     temperature, num_anchors, normalize,
-                                                    anchor_offset)
+                                                    anchor_offset, focal_gamma)
         return loss, num_positives
 
 
@@ -107,10 +114,10 @@ def _check_reference_values(features, contrast, temperature):
 
 
 def _run_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                   normalize, anchor_offset):
+                   normalize, anchor_offset, focal_gamma):
     _check_reference_values(features, contrast, temperature)
     return supcon_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                            normalize, anchor_offset)
+                            normalize, anchor_offset, focal_gamma)
 
 
 REGISTRY = {backend.name: backend for backend in (
@@ -126,8 +133,9 @@ REGISTRY = {backend.name: backend for backend in (
     # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
     # scl::supcon's CUDA key. Opt-in until its GPU tests have passed on hardware: flip
     # auto_eligible once bench/results/ holds such a run (docs/CUDA_KERNELS.md).
+    # No focal loss: its kernels have no positive walk yet.
     Backend("cuda", ("cuda",), "supcon", lambda device: cuda_kernels_built(),
-            float64_kernels=False, auto_eligible=False),
+            float64_kernels=False, auto_eligible=False, focal=False),
     # dense PyTorch: the whole N x N logit matrix, for tests and tiny batches
     Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True),
 )}
@@ -152,22 +160,29 @@ def _fused(backend: Backend) -> bool:
 _warned_dense_devices = set()
 
 
-def auto_backend(device) -> str:
+def auto_backend(device, focal_gamma=0.0) -> str:
     """The name of the backend that ``backend="auto"`` runs on ``device`` in this installation:
-    the first fused backend that may be chosen automatically and can run there, else
-    "reference". Unlike ``available_backends(device)[0]``, never an opt-in backend ("cuda")."""
+    the first fused backend that may be chosen automatically, can run there and computes
+    ``focal_gamma``, else "reference". Unlike ``available_backends(device)[0]``, never an opt-in
+    backend ("cuda")."""
     device = torch.device(device)
     if device.type == "meta":
         # Shapes only: every fused op's fake kernel serves meta tensors, no kernel runs.
         return "cpu" if library_loaded() else "reference"
     for backend in REGISTRY.values():
-        if _fused(backend) and backend.auto_eligible and backend.available(device):
+        if (_fused(backend) and backend.auto_eligible and backend.runs(focal_gamma)
+                and backend.available(device)):
             return backend.name
     return "reference"
 
 
-def _auto(device: torch.device) -> Backend:
-    name = auto_backend(device)
+def focal_backends():
+    """The names of the backends that compute focal_gamma > 0."""
+    return [name for name, backend in REGISTRY.items() if backend.focal]
+
+
+def _auto(device: torch.device, focal_gamma) -> Backend:
+    name = auto_backend(device, focal_gamma)
     if name != "reference" or device.type == "meta":
         return REGISTRY[name]
     if device.type not in _warned_dense_devices:
@@ -181,11 +196,15 @@ def _auto(device: torch.device) -> Backend:
     return REGISTRY["reference"]
 
 
-def resolve_backend(name, device) -> Backend:
-    """The backend that runs ``name`` on ``device``, or a ValueError that says why none can."""
+def resolve_backend(name, device, focal_gamma=0.0) -> Backend:
+    """The backend that runs ``name`` on ``device`` (with ``focal_gamma``, already checked), or a
+    ValueError that says why none can."""
     if name == "auto":
-        return _auto(device)
+        return _auto(device, focal_gamma)
     backend = get_backend(name)
+    if not backend.runs(focal_gamma):
+        raise ValueError(f"backend={name!r} does not implement the focal contrastive loss "
+                         f"(focal_gamma={focal_gamma}); backends that do: {focal_backends()}")
     if device.type not in backend.device_types:
         raise ValueError(f"backend={name!r} runs on {' and '.join(backend.device_types)} tensors, "
                          f"but features is on {device}; available there: "

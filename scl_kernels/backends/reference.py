@@ -7,7 +7,7 @@ from .fused_ops import loss_dtype
 
 
 def supcon_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                     normalize, anchor_offset=0):
+                     normalize, anchor_offset=0, focal_gamma=0.0):
     """Same arguments and per-anchor semantics as torch.ops.scl.supcon; returns (loss, |P(i)|)."""
     dtype = loss_dtype(features.dtype)
     rows = features.to(dtype)
@@ -31,7 +31,22 @@ def supcon_reference(features, labels, contrast, contrast_labels, temperature, n
     positive = ((anchor_labels[:, None] == other_labels[None, :]) & (anchor_labels[:, None] >= 0)
                 & ~self_column)
     num_positives = positive.sum(dim=1)
-    positive_sum = logits.masked_fill(~positive, 0.0).sum(dim=1)
-    loss = torch.where(num_positives > 0, lse - positive_sum / num_positives.clamp_min(1),
+    if focal_gamma == 0:
+        positive_sum = logits.masked_fill(~positive, 0.0).sum(dim=1)
+        per_anchor = lse - positive_sum / num_positives.clamp_min(1)
+    else:
+        focal_sum = _focal_terms(lse[:, None] - logits, positive, focal_gamma).sum(dim=1)
+        per_anchor = focal_sum / num_positives.clamp_min(1)
+    loss = torch.where(num_positives > 0, per_anchor,
                        torch.zeros((), dtype=dtype, device=rows.device))
     return loss, num_positives
+
+
+def _focal_terms(x, positive, gamma):
+    """(1 - pi)^gamma * x with x = -log pi, on the positive pairs (0 elsewhere). Where x is 0 (pi
+    = 1: the anchor's only column) the term is x^(1 + gamma) to first order and its gradient 0,
+    which autograd through u^gamma would make 0 * inf = NaN: such pairs take the constant 0."""
+    terms = positive & (x > 0)
+    safe = torch.where(terms, x, torch.ones((), dtype=x.dtype, device=x.device))
+    focal = (-torch.expm1(-safe)).pow(gamma) * safe
+    return torch.where(terms, focal, torch.zeros((), dtype=x.dtype, device=x.device))

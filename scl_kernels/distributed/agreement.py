@@ -18,8 +18,8 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # The columns of the exchanged table; the ones in AGREED must be equal on every rank.
 COLUMNS = ("failed", "samples", "rows", "contrast_rows", "requires_grad", "views", "dim", "dtype",
            "labels", "contrast", "contrast_labels", "contrast_mode", "normalize", "reduction",
-           "strategy", "gradients_averaged", "finite", "temperature")
-AGREED = COLUMNS[5:16] + ("temperature",)
+           "strategy", "gradients_averaged", "focal_gamma", "finite", "temperature")
+AGREED = COLUMNS[5:17] + ("temperature",)
 STRATEGIES = ("gather", "ring")
 # The options that are one of a few names travel as the name's index.
 CHOICES = {"contrast_mode": CONTRAST_MODES, "reduction": REDUCTIONS, "strategy": STRATEGIES}
@@ -55,7 +55,7 @@ def _describe(column, value):
         return repr(CHOICES[column][int(value)])
     if column == "views":
         return "[N, D] features" if value == 0 else f"{int(value)} views"
-    if column == "temperature":
+    if column in ("temperature", "focal_gamma"):
         return repr(value)
     return str(int(value))
 
@@ -78,7 +78,7 @@ def _describe_call(features, rows, labels, contrast, contrast_labels, temperatur
         contrast_labels is not None,
         *(CHOICES[name].index(options[name]) if name in CHOICES else options[name]
           for name in ("contrast_mode", "normalize", "reduction", "strategy",
-                       "gradients_averaged"))]
+                       "gradients_averaged", "focal_gamma"))]
     device = features.device
     finite = torch.isfinite(rows).all()
     if contrast is not None:
@@ -95,8 +95,8 @@ def agree_on_call(local_error, features, rows, labels, contrast, contrast_labels
     """Exchanges the sizes and the call's options, and raises on every rank if a rank rejected
     its inputs (``local_error``, re-raised there), holds NaN or inf, or disagrees with the others.
 
-    ``options`` maps contrast_mode, normalize, reduction, strategy and gradients_averaged to
-    their values.
+    ``options`` maps contrast_mode, normalize, reduction, strategy, gradients_averaged and
+    focal_gamma to their values.
     """
     world = dist.get_world_size(group)
     if local_error is None:

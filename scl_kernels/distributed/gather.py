@@ -24,7 +24,7 @@ def _no_anchors(gathered, layout: Layout, temperature):
 
 
 def gathered_supcon(layout: Layout, temperature, normalize, backend, plan: CallPlan, group,
-                    graph_anchor):
+                    graph_anchor, focal_gamma=0.0):
     """(per-anchor loss of this rank's anchors, their |P(i)|) against the global contrast set."""
     if layout.contrast is None:
         features = gather_rows_with_grad(layout.rows, plan.rows, plan.rank, group, graph_anchor)
@@ -32,11 +32,11 @@ def gathered_supcon(layout: Layout, temperature, normalize, backend, plan: CallP
         if layout.num_anchors == 0:
             return _no_anchors(features, layout, temperature)
         return backend.run(features, labels, None, None, temperature, layout.num_anchors,
-                           normalize, plan.offset(plan.rows))
+                           normalize, plan.offset(plan.rows), focal_gamma)
     contrast = gather_rows_with_grad(layout.contrast, plan.contrast_rows, plan.rank, group,
                                      graph_anchor)
     contrast_labels = gather_rows(layout.contrast_labels, plan.contrast_rows, group)
     if layout.num_anchors == 0:
         return _no_anchors(contrast, layout, temperature)
     return backend.run(layout.rows, layout.labels, contrast, contrast_labels, temperature,
-                       layout.num_anchors, normalize)
+                       layout.num_anchors, normalize, focal_gamma=focal_gamma)

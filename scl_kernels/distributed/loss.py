@@ -2,7 +2,7 @@
 import torch
 import torch.distributed as dist
 
-from .._validation import check_inputs, check_options, temperature_tensor
+from .._validation import check_focal_gamma, check_inputs, check_options, temperature_tensor
 from ..functional import build_layout
 from ..nn.supcon import SupConLoss as SingleProcessSupConLoss
 from ..backends import resolve_backend
@@ -75,8 +75,8 @@ def _global_reduction(per_anchor, num_positives, reduction, plan, group, gradien
 
 
 def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
-                contrast_mode="all", normalize=True, reduction="mean", backend="auto",
-                strategy="gather", gradients_averaged=False, group=None):
+                contrast_mode="all", normalize=True, focal_gamma=0.0, reduction="mean",
+                backend="auto", strategy="gather", gradients_averaged=False, group=None):
     """Supervised contrastive loss of the global batch: the concatenation, in rank order, of
     every rank's local batch. Each rank passes its own rows; the ranks must all call it.
 
@@ -88,7 +88,9 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
             ``O(N_global * D)`` memory per rank, and runs the fused op on its own anchors
             against it. ``"ring"``: the contrast set passes around the ranks in blocks, so no
             rank holds more than its rows and two blocks; same results, more messages
-            (docs/DISTRIBUTED.md has the memory and communication arithmetic).
+            (docs/DISTRIBUTED.md has the memory and communication arithmetic). The focal loss
+            (``focal_gamma > 0``) needs ``"gather"``: its walk over positive pairs needs every
+            column of the anchor's class at once.
         gradients_averaged: ``True`` when the parameters' gradients are averaged over the ranks
             after backward, as ``DistributedDataParallel`` does: the gradient is then multiplied
             by the world size, so that the average is the gradient of the global loss. With
@@ -124,7 +126,11 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
         check_options(temperature, contrast_mode, normalize, reduction, backend,
                       check_tensor_value=False)
         _check_distributed_options(strategy, gradients_averaged)
-        chosen = resolve_backend(backend, features.device)
+        focal_gamma = check_focal_gamma(focal_gamma)
+        if strategy == "ring" and focal_gamma != 0:
+            raise ValueError(f"focal_gamma={focal_gamma} needs strategy='gather': the ring strategy "
+                             "computes SupCon's positive terms only (focal_gamma=0)")
+        chosen = resolve_backend(backend, features.device, focal_gamma)
         temperature = temperature_tensor(temperature, features.device)
         if strategy == "ring" and chosen.op_name is None:
             raise ValueError("strategy='ring' needs a fused backend ('cpu', 'triton' or 'cuda'), "
@@ -134,7 +140,8 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     except (TypeError, ValueError) as caught:
         error = caught
     options = {"contrast_mode": contrast_mode, "normalize": normalize, "reduction": reduction,
-               "strategy": strategy, "gradients_averaged": gradients_averaged}
+               "strategy": strategy, "gradients_averaged": gradients_averaged,
+               "focal_gamma": focal_gamma}
     plan = agree_on_call(error, features, None if layout is None else layout.rows, labels,
                          contrast, contrast_labels, temperature, options, group)
     _check_global_sizes(plan, contrast)
@@ -143,8 +150,9 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     if plan.any_requires_grad and torch.is_grad_enabled() and not (
             layout.rows.requires_grad or (contrast is not None and contrast.requires_grad)):
         graph_anchor = torch.zeros((), device=features.device, requires_grad=True)
+    focal = {"focal_gamma": focal_gamma} if strategy == "gather" else {}
     per_anchor, num_positives = _STRATEGY_FUNCTIONS[strategy](
-        layout, temperature, normalize, chosen, plan, group, graph_anchor)
+        layout, temperature, normalize, chosen, plan, group, graph_anchor, **focal)
     return _global_reduction(per_anchor, num_positives, reduction, plan, group, gradients_averaged)
 
 
@@ -157,12 +165,16 @@ class SupConLoss(SingleProcessSupConLoss):
     A learnable temperature passed as an ``nn.Parameter`` becomes a parameter of the module.
     """
 
-    def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, reduction="mean",
-                 backend="auto", strategy="gather", gradients_averaged=False, group=None):
+    def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, focal_gamma=0.0,
+                 reduction="mean", backend="auto", strategy="gather", gradients_averaged=False,
+                 group=None):
         """Checks and stores the options (see :func:`supcon_loss`)."""
         super().__init__(temperature, contrast_mode=contrast_mode, normalize=normalize,
-                         reduction=reduction, backend=backend)
+                         focal_gamma=focal_gamma, reduction=reduction, backend=backend)
         _check_distributed_options(strategy, gradients_averaged)
+        if strategy == "ring" and self.focal_gamma != 0:
+            raise ValueError(f"focal_gamma={self.focal_gamma} needs strategy='gather': the ring "
+                             "strategy computes SupCon's positive terms only (focal_gamma=0)")
         self.strategy = strategy
         self.gradients_averaged = gradients_averaged
         self.group = group
@@ -171,8 +183,8 @@ class SupConLoss(SingleProcessSupConLoss):
         """The global loss of this step; every rank calls it with its local batch."""
         return supcon_loss(features, labels, self.temperature, contrast=contrast,
                            contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
-                           normalize=self.normalize, reduction=self.reduction,
-                           backend=self.backend, strategy=self.strategy,
+                           normalize=self.normalize, focal_gamma=self.focal_gamma,
+                           reduction=self.reduction, backend=self.backend, strategy=self.strategy,
                            gradients_averaged=self.gradients_averaged, group=self.group)
 
     def extra_repr(self):

@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from .._docstrings import fill_arguments
-from .._validation import check_options, has_values
+from .._validation import check_focal_gamma, check_options, has_values
 from ..functional import supcon_loss
 
 
@@ -20,22 +20,24 @@ class SupConLoss(nn.Module):
     """
 
     @fill_arguments
-    def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, reduction="mean",
-                 backend="auto"):
+    def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, focal_gamma=0.0,
+                 reduction="mean", backend="auto"):
         """Checks and stores the options of every call.
 
         Args:
             {arg:temperature}
             {arg:contrast_mode}
             {arg:normalize}
+            {arg:focal_gamma}
             {arg:reduction}
             {arg:backend}
 
         Raises:
-            TypeError: temperature is neither a real number nor a floating-point tensor, or
-                normalize is not a bool.
+            TypeError: temperature is neither a real number nor a floating-point tensor,
+                normalize is not a bool, or focal_gamma is not a real number.
             ValueError: temperature is not positive and finite or is a tensor with more than a
-                value; contrast_mode, reduction or backend is not one of the names above.
+                value; focal_gamma is negative or not finite; contrast_mode, reduction or backend
+                is not one of the names above.
         """
         super().__init__()
         check_options(temperature, contrast_mode, normalize, reduction, backend,
@@ -43,6 +45,7 @@ class SupConLoss(nn.Module):
         self.temperature = temperature
         self.contrast_mode = contrast_mode
         self.normalize = normalize
+        self.focal_gamma = check_focal_gamma(focal_gamma)
         self.reduction = reduction
         self.backend = backend
 
@@ -67,7 +70,8 @@ class SupConLoss(nn.Module):
         """
         return supcon_loss(features, labels, self.temperature, contrast=contrast,
                            contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
-                           normalize=self.normalize, reduction=self.reduction, backend=self.backend)
+                           normalize=self.normalize, focal_gamma=self.focal_gamma,
+                           reduction=self.reduction, backend=self.backend)
 
     def extra_repr(self):
         temperature = self.temperature
@@ -75,5 +79,7 @@ class SupConLoss(nn.Module):
             value = f"{float(temperature.detach()):g}" if has_values(temperature) else "..."
             kind = "Parameter" if isinstance(temperature, nn.Parameter) else "tensor"
             temperature = f"{kind}({value})"
+        focal = f", focal_gamma={self.focal_gamma:g}" if self.focal_gamma else ""
         return (f"temperature={temperature}, contrast_mode={self.contrast_mode!r}, "
-                f"normalize={self.normalize}, reduction={self.reduction!r}, backend={self.backend!r}")
+                f"normalize={self.normalize}{focal}, reduction={self.reduction!r}, "
+                f"backend={self.backend!r}")
