@@ -86,8 +86,8 @@ class TerminalProgress:
         self.line_start = "\r"
 
     def begin(self):
-        self._say("compiling the C++ extension: 3-5 minutes on two cores (MAX_JOBS: parallel "
-                  "compiles)")
+        self._say("building the C++ extension with ninja (from scratch: 3-5 minutes on two cores; "
+                  "MAX_JOBS: parallel compiles)")
 
     def line(self, text):
         """Reads one line of the build's output."""
@@ -100,7 +100,7 @@ class TerminalProgress:
             self._say("every object file is up to date, nothing to compile")
 
     def end(self):
-        self._say("compiled; linking and installing")
+        self._say("ninja done; linking and installing")
 
 
 def tee_stdout(progress, run):

@@ -34,12 +34,12 @@ def test_one_line_per_finished_step_with_the_source_and_the_time():
     for line in NINJA_OUTPUT:
         progress.line(line)
     progress.end()
-    assert written[0].startswith("\nscl_kernels build (0:05): compiling the C++ extension")
+    assert written[0].startswith("\nscl_kernels build (0:05): building the C++ extension")
     assert written[1:] == [
         "\rscl_kernels build (1:11): [1/3] csrc/cpu/a.cpp done\n",
         "\rscl_kernels build (1:40): [2/3] csrc/cuda/b.cu done\n",
         "\rscl_kernels build (2:10): [3/3] a step done\n",
-        "\rscl_kernels build (2:20): compiled; linking and installing\n"]
+        "\rscl_kernels build (2:20): ninja done; linking and installing\n"]
 
 
 def test_an_up_to_date_build_says_so():
