@@ -532,6 +532,9 @@ def main(argv=None):
     uneven = [(n, w) for n in sizes for w in worlds if n % w]
     if uneven:  # the dense peer's all_gather needs the same rows on every rank
         raise SystemExit(f"N global must be a multiple of the world size: {uneven}")
+    # Every row is checked against the single-process fused op, and gather, ring and single run it.
+    from scl_kernels.backends import require_fused
+    require_fused("cpu", "cpu", "python -m bench.distributed")
     date = datetime.date.today().isoformat()
     base = report.result_stem(args.out, f"distributed_gloo_cpu_{date}"
                               + ("_quick" if args.quick else ""))

@@ -63,7 +63,7 @@ from .harness.machine import load_average, machine_description
 from .harness.memory import PeakMemory
 from .harness.other_processes import OthersCpu
 from .harness.timing import make_step, median_seconds
-from .implementations import by_name, make_inputs
+from .implementations import by_name, make_inputs, require_fused
 
 # The objective's defaults (SupConCrossEntropyLoss; the paper's re-implementations).
 LAM = 0.9
@@ -697,6 +697,8 @@ def main(argv=None):
         print(RESULT_MARK + json.dumps(run_task(task)), flush=True)
         return
 
+    require_fused([by_name(LOSSES[name].implementation) for name in args.losses], "cpu",
+                  "python -m bench.finetune_step")
     chunk_sizes = [args.chunk_size if cache == "on" else 0 for cache in args.caches]
     hard_timeout = 2 * args.time_limit + 120
     common = {"budget_gb": args.budget_gb, "threads": args.threads, "seed": args.seed}

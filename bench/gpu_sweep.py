@@ -130,6 +130,8 @@ def main(argv=None):
         parser.error(f"unknown dtypes {sorted(unknown)}; choose from {sorted(DTYPES)}")
     if not torch.cuda.is_available():
         sys.exit("bench.gpu_sweep needs a CUDA GPU; see bench/sweep.py for the CPU sweep")
+    from scl_kernels.backends import require_fused
+    require_fused("auto", "cuda", "python -m bench.gpu_sweep")  # its "scl_kernels" rows
 
     from bench.implementations import make_inputs
 

@@ -54,6 +54,13 @@ class Implementation:
         supcon_loss where it resolves to the reference backend (e.g. CUDA without triton)."""
         return self.backend is None or self.resolved_backend(device) == "reference"
 
+    def not_fused_reason(self, device):
+        """Why this supcon_loss implementation would run no fused kernel on ``device`` (None: it
+        runs one, or it is a baseline, or the dense reference asked for by name)."""
+        if self.backend in (None, "reference"):
+            return None
+        return scl_kernels.backends.why_not_fused(self.backend, device)
+
     def estimated_peak_bytes(self, n, d, device):
         per_logit = self.bytes_per_logit
         if self.backend is not None and self.resolved_backend(device) == "reference":
@@ -94,6 +101,15 @@ def by_name(name):
     raise KeyError(f"unknown implementation {name!r}")
 
 
+def require_fused(impls, device, program):
+    """Exits with one line saying why where an implementation named after the fused op would
+    run dense PyTorch (the library failed to load, triton is absent, ...): a benchmark never
+    reports the dense reference as fused."""
+    for impl in impls:
+        if impl.backend not in (None, "reference"):
+            scl_kernels.backends.require_fused(impl.backend, device, program)
+
+
 def make_inputs(n, d, dtype, device, *, num_classes=NUM_CLASSES, seed=0):
     """Single-set SupCon batch: [N, D] features that require grad, labels uniform over classes.
     Drawn on the CPU so every device sees the same numbers."""
@@ -107,6 +123,9 @@ def skip_reason(impl, n, d, device):
     """Why ``impl`` cannot run at N x D on ``device`` now, or None."""
     if not impl.is_installed():
         return f"{impl.requires} is not installed"
+    not_fused = impl.not_fused_reason(device)
+    if not_fused:
+        return f"no fused kernel would run: {not_fused}"
     need = impl.estimated_peak_bytes(n, d, device)
     free = available_bytes(device)
     if need > MEMORY_HEADROOM * free:

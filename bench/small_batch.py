@@ -24,7 +24,7 @@ import torch
 from .harness import cli, report
 from .harness.machine import load_average, machine_description
 from .harness.timing import interleaved_seconds, make_step
-from .implementations import TEMPERATURE, by_name, make_inputs
+from .implementations import TEMPERATURE, by_name, make_inputs, require_fused
 
 DEFAULT_SIZES = "16,32,64,128,256,512,1024,2048"
 DEFAULT_DIMS = "128,768,1024"
@@ -170,6 +170,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     sizes, dims = args.sizes, args.dims
     impl_names = args.impls.split(",")
+    require_fused([by_name(name) for name in impl_names], "cpu", "python -m bench.small_batch")
 
     stamp = report.timestamp()
     base = report.result_stem(args.out, f"small_batch_cpu_{stamp}")

@@ -33,7 +33,7 @@ from .harness.machine import machine_description
 from .harness.memory import PeakMemory
 from .harness.timing import make_step, median_seconds
 from .implementations import (NUM_CLASSES, TEMPERATURE, by_name, implementations, make_inputs,
-                              skip_reason)
+                              require_fused, skip_reason)
 
 DEFAULT_SIZES = {"cpu": "1024,4096,16384", "cuda": "4096,16384,65536"}
 DEFAULT_DTYPES = {"cpu": "float32", "cuda": "bfloat16"}
@@ -179,6 +179,7 @@ def main(argv=None):
     dims = args.dims
     dtypes = args.dtypes or [DEFAULT_DTYPES[kind]]
     impls = [by_name(name) for name in args.impls.split(",")]
+    require_fused(impls, args.device, "python -m bench.sweep")
     max_dense_n = args.max_dense_n or DEFAULT_MAX_DENSE_N[kind]
 
     def run(task):

@@ -15,8 +15,7 @@ import time
 
 import torch
 
-from ._extension import require_library
-from .backends import auto_backend
+from .backends import require_fused
 from .functional import supcon_loss
 from .profiling import PeakMemory
 
@@ -186,20 +185,6 @@ class _Progress:
         return False
 
 
-def fused_backend(device):
-    """The fused backend backend="auto" runs on ``device``; exits, saying why, where that would
-    be the dense reference: the demo compares the two, and must not call dense "fused"."""
-    name = auto_backend(device)
-    if name != "reference":
-        return name
-    try:
-        require_library()
-        why = f"no fused backend can run {torch.device(device).type} tensors in this installation"
-    except RuntimeError as error:
-        why = str(error)
-    sys.exit(f"python -m scl_kernels.demo: no fused backend to compare with dense PyTorch: {why}")
-
-
 def run(features, labels, temperature, backend):
     """Loss and gradient by one backend, with wall time and peak memory growth."""
     x = features.detach().clone().requires_grad_(True)
@@ -269,7 +254,8 @@ def main(argv=None):
     generator = torch.Generator().manual_seed(0)
     features = torch.randn(args.n, args.dim, generator=generator).to(args.device)
     labels = torch.randint(0, args.classes, (args.n,), generator=generator).to(args.device)
-    fused = fused_backend(args.device)
+    # The demo compares the two: dense PyTorch must never be the "fused" side.
+    fused = require_fused("auto", args.device, "python -m scl_kernels.demo")
     print(f"SupCon, N={args.n}, D={args.dim}, {args.classes} classes, t={args.temperature}, "
           f"float32 on {args.device} ({torch.get_num_threads()} threads)", flush=True)
 

@@ -169,11 +169,18 @@ def main(argv=None):
     import scl_kernels
     device = torch.device(args.device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    available = scl_kernels.available_backends(device.type)
+    # Rows are labelled by backend ("reference" runs as itself): one that cannot run is skipped,
+    # saying why, and a run left with none would be an empty profile.
+    why_not = {b: None if b == "reference" else scl_kernels.backends.why_not_fused(b, device)
+               for b in args.backends}
+    if all(why_not.values()):
+        raise SystemExit(f"python -m bench.gpu.profile: none of the backends {args.backends} runs "
+                         f"on {device}: " + "; ".join(f"{b}: {why}" for b, why in why_not.items()))
     rows = []
     for backend in args.backends:
-        if backend not in available:
-            print(f"{backend}: not available on {device.type} here, skipped", flush=True)
+        if why_not[backend]:
+            print(f"{backend}: skipped, it cannot run on {device} here: {why_not[backend]}",
+                  flush=True)
             continue
         for layout, d, n in itertools.product(args.layouts, args.dims, args.sizes):
             row = profile_backend(backend, layout, n, d, dtype, device, args.repeats)

@@ -127,6 +127,23 @@ def test_issue_slot_arithmetic():
     assert issue_slots.floor_seconds(fmas, 4 * fmas / 2048 * 16) == pytest.approx(4.0)
 
 
+def test_a_tile_that_a_triton_release_spills_is_not_tried_under_it():
+    from scl_kernels.backends.triton import launch
+    symmetric, big = launch.KERNEL_USES["grad_symmetric"], launch.Tile(128, 128, 8, 2)
+    assert big in launch.candidate_tiles(symmetric, 128, 2, release=(3, 6))
+    assert big not in launch.candidate_tiles(symmetric, 128, 2, release=(3, 9))
+    # a release newer than any checked is taken to allocate as the newest checked one
+    assert big not in launch.candidate_tiles(symmetric, 128, 2, release=(3, 12))
+    for use in launch.KERNEL_USES.values():
+        for (size, tile), releases in use.spills_under.items():
+            assert tile in use.tiles[size], (use, tile)
+        for release in ((3, 6), (3, 7), (3, 8), (3, 9)):
+            for size in (2, 4):
+                kept = launch.candidate_tiles(use, 128, size, release=release)
+                assert kept and not any(release in use.spills_under.get((size, t), ())
+                                        for t in kept), (use, release, size)
+
+
 def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
     """The CI check: `python -m bench.static.gpu_static` exits non-zero on a spill or on too much
     shared memory, and prints the headline prediction last."""

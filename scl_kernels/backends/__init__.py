@@ -181,6 +181,48 @@ def focal_backends():
     return [name for name, backend in REGISTRY.items() if backend.focal]
 
 
+def why_not_fused(name, device) -> Optional[str]:
+    """Why ``supcon_loss(backend=name)`` would run no fused kernel on ``device`` in this
+    installation (None: it runs one). Programs that time or compare "fused" against dense PyTorch
+    ask this first, so that they never label the dense reference fused: "auto" falling back to
+    it (the library failed to load, triton is absent), or a named fused backend that cannot run
+    here. The reason is the one ``backend=<that name>`` would raise (the loader's error, ...)."""
+    device = torch.device(device)
+    if name == "reference":
+        return "backend='reference' is dense PyTorch, not a fused kernel"
+    if name == "auto":
+        if auto_backend(device) != "reference":
+            return None
+        candidates = [b.name for b in REGISTRY.values()
+                      if _fused(b) and b.auto_eligible and device.type in b.device_types]
+        if not candidates:
+            return f"no fused backend is written for {device.type} tensors"
+    else:
+        candidates = [name]
+    reasons = []
+    for candidate in candidates:
+        try:
+            resolve_backend(candidate, device)
+        except (RuntimeError, ValueError) as error:
+            if str(error) not in reasons:
+                reasons.append(str(error))
+        else:
+            return None
+    return "; ".join(reasons)
+
+
+def require_fused(name, device, program) -> str:
+    """The backend ``supcon_loss(backend=name)`` runs on ``device`` ("auto" resolved), or
+    SystemExit with one line, ``<program>: ...: <reason>``, where that is no fused kernel
+    (why_not_fused). For command-line programs that report a "fused" result."""
+    why = why_not_fused(name, device)
+    if why is not None:
+        raise SystemExit(f"{program}: no fused backend runs backend={name!r} on "
+                         f"{torch.device(device)}, and dense PyTorch is not reported as fused: "
+                         f"{why}")
+    return auto_backend(device) if name == "auto" else name
+
+
 def _auto(device: torch.device, focal_gamma) -> Backend:
     name = auto_backend(device, focal_gamma)
     if name != "reference" or device.type == "meta":

@@ -2,7 +2,7 @@
 TRITON_INTERPRET=1), grids, and the column split that keeps a GPU busy when rows are few."""
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import triton
@@ -23,6 +23,11 @@ RESIDENT_WIDTH = {2: 256, 4: 64}
 STREAM_K = {2: 64, 4: 32}
 MAX_DO = {2: 128, 4: 64}
 SHARED_MEMORY_BYTES = 227 * 1024  # per block on H100 / H200
+
+# The triton release running, and the newest whose machine code bench.static.gpu_static has
+# checked: a newer release is taken to allocate registers as that one does.
+TRITON_RELEASE = tuple(int(part) for part in triton.__version__.split(".")[:2])
+NEWEST_CHECKED_RELEASE = (3, 9)
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,15 @@ class KernelUse:
     """A kernel as one launcher uses it: the constexpr flags it passes (the widest of them where
     it varies, e.g. SELF_COLUMN) and the tiles autotuning may choose by input element size,
     all checked by bench.static.gpu_static to compile for Hopper without spilling (which is why the
-    plain backward, holding both sides, and fp32 inputs get small tiles)."""
+    plain backward, holding both sides, and fp32 inputs get small tiles).
+
+    Some tiles sit at the limit of 255 registers a thread, and triton releases allocate
+    differently: spills_under maps (element size, tile) to the releases that compile it with
+    spills (gpu_static with triton 3.6, 3.7, 3.8 and 3.9), and autotuning leaves it out there."""
     kernel: object
     flags: dict
     tiles: dict
+    spills_under: dict = field(default_factory=dict)
 
 
 KERNEL_USES = {
@@ -91,27 +101,34 @@ KERNEL_USES = {
         4: [Tile(128, 64, 8, 2), Tile(64, 64, 4, 2), Tile(64, 32, 4, 2)]}),
     "lse_symmetric": KernelUse(kernels.lse_symmetric_kernel, {}, {
         2: [Tile(128, 128, 8, 3), Tile(128, 128, 8, 2), Tile(64, 64, 4, 3), Tile(64, 64, 4, 2)],
-        4: [Tile(64, 64, 4, 2)]}),
+        4: [Tile(64, 64, 4, 2)]}, spills_under={
+        (2, Tile(128, 128, 8, 3)): {(3, 9)}, (2, Tile(128, 128, 8, 2)): {(3, 9)}}),
     "grad_plain": KernelUse(kernels.grad_rows_kernel,
                             dict(SELF_COLUMN=True, CONTRAST_SIDE=True, SYMMETRIC=False), {
         2: [Tile(128, 32, 8, 2)],
-        4: [Tile(64, 32, 4, 2)]}),
+        4: [Tile(64, 32, 4, 2), Tile(64, 16, 4, 2)]}, spills_under={
+        (4, Tile(64, 32, 4, 2)): {(3, 8), (3, 9)}}),
     "grad_symmetric": KernelUse(kernels.grad_rows_kernel,
                                 dict(SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True), {
         2: [Tile(128, 128, 8, 2), Tile(128, 64, 8, 3), Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)],
-        4: [Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)]}),
+        4: [Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)]}, spills_under={
+        (2, Tile(128, 128, 8, 2)): {(3, 7), (3, 9)}}),
     # Its tiles are transposed (column block first): 64 columns at least, for wgmma.
     "grad_columns": KernelUse(kernels.grad_cols_kernel, dict(SELF_COLUMN=True), {
         2: [Tile(64, 64, 4, 3), Tile(64, 64, 4, 2)],
-        4: [Tile(64, 64, 4, 2)]}),
+        4: [Tile(64, 64, 4, 2), Tile(32, 64, 4, 2)]}, spills_under={
+        (4, Tile(64, 64, 4, 2)): {(3, 8)}}),
 }
 
 
-def candidate_tiles(use, d, element_size):
-    """The tiles autotuning tries for this use, D and element size: those whose pipelined
-    operands fit in shared memory with room to spare for the compiler's own scratch."""
+def candidate_tiles(use, d, element_size, release=TRITON_RELEASE):
+    """The tiles autotuning tries for this use, D and element size under a triton release: those
+    that release compiles without spilling and whose pipelined operands fit in shared memory with
+    room to spare for the compiler's own scratch."""
     width = row_width(d, element_size)
-    tiles = use.tiles[element_size]
+    checked = min(release, NEWEST_CHECKED_RELEASE)
+    tiles = [t for t in use.tiles[element_size]
+             if checked not in use.spills_under.get((element_size, t), ())]
     fits = [t for t in tiles
             if shared_bytes(use.kernel, t, width, element_size) <= 0.85 * SHARED_MEMORY_BYTES]
     return fits or tiles[-1:]
