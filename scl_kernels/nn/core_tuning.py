@@ -259,23 +259,30 @@ class CoreTuningLoss(nn.Module):
         from .. import hard_pairs  # scl_kernels.nn is imported before the package's hard_pairs
 
         n = labels.shape[0]
-        pairs = hard_pairs(embeddings.detach(), labels, normalize=True, backend=self.backend)
         b_positive, b_negative, uniforms = self._draws(n)
         device = labels.device
         anchors = torch.arange(n, device=device)
         valid = labels >= 0
-        # A hardest negative without a class (negative label) would leave the mixed row's soft
-        # label undefined: such an anchor gets no hard positive.
-        negative_labels = labels[pairs.negative_index.clamp_min(0)]
-        has_pair = (valid & (pairs.positive_index >= 0) & (pairs.negative_index >= 0)
-                    & (negative_labels >= 0))
+        # Mined among the rows with a class only: a mixed row's soft label needs both rows' classes,
+        # so a classless row (negative label) is nobody's hardest negative here.
+        labelled = torch.nonzero(valid).squeeze(1)
+        positive_index = torch.full_like(anchors, -1)
+        negative_index = torch.full_like(anchors, -1)
+        if labelled.numel() > 0:
+            pairs = hard_pairs(embeddings.detach()[labelled], labels[labelled], normalize=True,
+                               backend=self.backend)
+            positive_index[labelled] = torch.where(pairs.positive_index >= 0,
+                                                   labelled[pairs.positive_index.clamp_min(0)], -1)
+            negative_index[labelled] = torch.where(pairs.negative_index >= 0,
+                                                   labelled[pairs.negative_index.clamp_min(0)], -1)
+        has_pair = valid & (positive_index >= 0) & (negative_index >= 0)
         other = _random_other_class_rows(labels, uniforms.to(device))
         has_other = valid & (other >= 0)
         positive_weight = torch.maximum(b_positive, 1.0 - b_positive).to(device)
         negative_weight = b_negative.clamp_min(self.negative_weight_floor).to(device)
         return (torch.cat([anchors[has_pair], anchors[has_other]]),
-                torch.cat([pairs.positive_index[has_pair], other[has_other]]),
-                torch.cat([pairs.negative_index[has_pair], anchors[has_other]]),
+                torch.cat([positive_index[has_pair], other[has_other]]),
+                torch.cat([negative_index[has_pair], anchors[has_other]]),
                 torch.cat([positive_weight[has_pair], negative_weight[has_other]]),
                 torch.cat([torch.ones_like(anchors[has_pair], dtype=torch.bool),
                            torch.zeros_like(anchors[has_other], dtype=torch.bool)]))
