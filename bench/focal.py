@@ -3,6 +3,7 @@ SupCon (focal_gamma = 0) on the same batch, for a few numbers of classes.
 
     python -m bench.focal                                        # N = 16,384, D = 128, C = 2, 10, 1000
     python -m bench.focal --sizes 2048 --classes 2 --repeats 1   # quick
+    python -m bench.focal --threads 1                            # one torch thread
 
 The focal loss adds a walk over the positive pairs, about N^2 / C of them (docs/MATH.md,
 section 9), so its extra cost falls with the number of classes C. Per (N, D, C, gamma): one
@@ -15,7 +16,7 @@ import torch
 import scl_kernels
 
 from .harness import cli, report
-from .harness.machine import machine_description
+from .harness.machine import load_average, machine_description
 from .harness.timing import make_step, median_seconds
 from .implementations import TEMPERATURE, make_inputs
 
@@ -44,7 +45,7 @@ def measure(n, d, classes, gammas, repeats):
 
 
 def parse_args(argv):
-    parser = cli.benchmark_parser(__doc__, sizes="16384", dims="128", repeats=3)
+    parser = cli.benchmark_parser(__doc__, sizes="16384", dims="128", repeats=3, threads=None)
     parser.add_argument("--classes", type=cli.int_list, default="2,10,1000",
                         help="numbers of classes, uniform labels (default %(default)s)")
     parser.add_argument("--gammas", default="0,2",
@@ -55,6 +56,8 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     gammas = sorted(set(args.gammas) | {0.0})
     machine = machine_description("cpu")
     rows = []
@@ -67,7 +70,8 @@ def main(argv=None):
     base = report.result_stem(args.out, f"focal_cpu_{report.timestamp()}")
     report.write_csv(base + ".csv", rows, FIELDS)
     parts = report.markdown_header("Focal contrastive loss on the CPU", machine, {
-        "command": report.command_line("bench.focal", argv), "repeats": args.repeats})
+        "command": report.command_line("bench.focal", argv), "repeats": args.repeats,
+        "load average at the end": load_average()})
     parts += ["", "Forward + backward, ms (median); ratio: focal / SupCon on the same batch.", ""]
     parts.append(report.markdown_table(
         ("N", "D", "classes", "walk pairs", "SupCon ms", "gamma", "focal ms", "focal / SupCon"),

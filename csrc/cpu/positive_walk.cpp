@@ -97,17 +97,30 @@ std::vector<Block> walk_blocks(const ClassOrder& o) {
 
 // Rounds of blocks in which no two blocks share anchor rows or columns: a round's blocks add into
 // dq, dz and hterm_sum side by side without races, and every output row receives its blocks in
-// the same order whatever the thread count (deterministic results). Greedy, in block order.
+// the same order whatever the thread count (deterministic results). First fit, in block order:
+// each block takes the first round that neither its anchor block nor its column block uses yet,
+// so that the rounds are at most (blocks per anchor block) + (blocks per column block) - 1, and
+// a band of blocks along the class diagonal does not become a staircase of one-block rounds.
 std::vector<std::vector<Block>> race_free_rounds(const std::vector<Block>& blocks) {
-  std::vector<int64_t> anchor_free, column_free;  // the first round each block row may join
+  std::vector<std::vector<bool>> anchor_used, column_used;  // [block row][round]
   std::vector<std::vector<Block>> rounds;
+  auto used = [](std::vector<std::vector<bool>>& table, int64_t row, size_t round) {
+    if (row >= static_cast<int64_t>(table.size())) table.resize(row + 1);
+    return round < table[row].size() && table[row][round];
+  };
+  auto mark = [](std::vector<bool>& rounds_of_row, size_t round) {
+    if (round >= rounds_of_row.size()) rounds_of_row.resize(round + 1, false);
+    rounds_of_row[round] = true;
+  };
   for (const Block& b : blocks) {
-    if (b.anchor_block >= static_cast<int64_t>(anchor_free.size())) anchor_free.resize(b.anchor_block + 1, 0);
-    if (b.column_block >= static_cast<int64_t>(column_free.size())) column_free.resize(b.column_block + 1, 0);
-    const int64_t round = std::max(anchor_free[b.anchor_block], column_free[b.column_block]);
-    if (round == static_cast<int64_t>(rounds.size())) rounds.emplace_back();
+    size_t round = 0;
+    while (used(anchor_used, b.anchor_block, round) || used(column_used, b.column_block, round)) {
+      ++round;
+    }
+    if (round == rounds.size()) rounds.emplace_back();
     rounds[round].push_back(b);
-    anchor_free[b.anchor_block] = column_free[b.column_block] = round + 1;
+    mark(anchor_used[b.anchor_block], round);
+    mark(column_used[b.column_block], round);
   }
   return rounds;
 }

@@ -54,10 +54,14 @@ def test_walk_float32_against_reference():
                                generator=torch.Generator().manual_seed(2))
 
 
-@pytest.mark.parametrize("case", [WALK_CASES[1], WALK_CASES[4]], ids=["single", "cross"])
+ONE_BLOCK = ("one-block", 200, None, 1, 200, 0)
+
+
+@pytest.mark.parametrize("case", [WALK_CASES[1], WALK_CASES[2], WALK_CASES[4], ONE_BLOCK],
+                         ids=["two-classes", "many-classes", "cross", "one-block"])
 def test_walk_independent_of_threads(case):
     """Forward and backward with focal_gamma: bitwise equal for 1, 2 and 4 threads (the walk's
-    rounds fix each output row's order of accumulation)."""
+    rounds fix each output row's order of accumulation; a lone block runs on one thread)."""
     x, y, c, cy, t, anchors = _inputs(case, torch.float32)
     upstream = torch.linspace(-1, 1, anchors)
     previous = torch.get_num_threads()
