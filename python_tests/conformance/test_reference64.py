@@ -118,7 +118,14 @@ class _ScaleGrad(torch.autograd.Function):
 def _mutant(kind):
     real = scl_kernels.functional.resolve_backend("cpu", torch.device("cpu")).run
 
-    def run(rows, labels, contrast, contrast_labels, temperature, num_anchors, normalize):
+    def run(rows, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
+            focal_gamma=0.0):
+        if kind == "focal_ignored":  # computes SupCon whatever focal_gamma asks
+            return real(rows, labels, contrast, contrast_labels, temperature, num_anchors,
+                        normalize)
+        if kind == "focal_gamma_off":  # the focal loss with another gamma
+            return real(rows, labels, contrast, contrast_labels, temperature, num_anchors,
+                        normalize, focal_gamma=focal_gamma * 1.01)
         if kind == "loss":
             loss, npos = real(rows, labels, contrast, contrast_labels, temperature, num_anchors,
                               normalize)
@@ -142,20 +149,22 @@ def _mutant(kind):
 
 
 @pytest.mark.parametrize("kind", ["loss", "grad", "temperature", "mean_over_all_anchors",
-                                  "self_included"])
+                                  "self_included", "focal_ignored", "focal_gamma_off"])
 def test_checker_catches_mutants(kind, monkeypatch, randn, randint, gen, cpu_library):
     x = randn(3, 2, 5)
     labels = torch.tensor([0, 0, 1])
     if kind == "mean_over_all_anchors":
         x, labels = randn(6, 5), torch.tensor([0, 0, 1, 2, 3, 4])  # four anchors without positive
+    focal = {"focal_gamma": 2.0} if kind.startswith("focal") else {}
     # the unmutated backend passes
-    check_against_reference("cpu", x, labels, torch.tensor(0.2, requires_grad=True), generator=gen)
+    check_against_reference("cpu", x, labels, torch.tensor(0.2, requires_grad=True), generator=gen,
+                            **focal)
     mutant = _mutant(kind)
     monkeypatch.setattr(scl_kernels.functional, "resolve_backend",
-                        lambda name, device: SimpleNamespace(run=mutant))
+                        lambda name, device, focal_gamma=0.0: SimpleNamespace(run=mutant))
     with pytest.raises(AssertionError):
         check_against_reference("cpu", x, labels, torch.tensor(0.2, requires_grad=True),
-                                generator=gen)
+                                generator=gen, **focal)
 
 
 # ------------------------------------------------------------------------------------------
