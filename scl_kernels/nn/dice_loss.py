@@ -34,6 +34,12 @@ class SelfAdjustingDiceLoss(nn.Module):
     the score is F1 on skewed classes (the paper's NER, MRC and paraphrase tasks), not when
     calibrated probabilities matter.
 
+    **Where its minimum is.** The dice coefficient above grows with ``(1 - p)^alpha * p``, which
+    is largest at ``p = 1 / (1 + alpha)``: trained on this loss alone, the gold probability is
+    pulled to 0.5 at ``alpha = 1``, not to 1 (the offline demo measured chance accuracy,
+    docs/FINETUNING.md). Only ``alpha = 0`` (plain smoothed dice) has its minimum at ``p = 1``;
+    with ``alpha > 0`` use it beside cross-entropy, as a reweighting, rather than alone.
+
     Labels equal to -100 are ignored, as in :class:`FocalLoss`; the default reduction is the
     mean over the kept examples.
     """
