@@ -103,6 +103,7 @@ def test_why_not_fused_names_the_reference_and_unknown_names():
 
 @pytest.mark.skipif(not library_loaded(), reason="needs the compiled library (the cpu backend)")
 def test_with_the_library_the_fused_cpu_backend_is_measured():
+    pytest.importorskip("psutil", reason="the benchmarks' memory check needs psutil (the bench extra)")
     assert why_not_fused("auto", "cpu") is None and why_not_fused("cpu", "cpu") is None
     assert scl_kernels.backends.require_fused("auto", "cpu", "bench") == "cpu"
     assert skip_reason(by_name("scl_kernels"), 64, 8, "cpu") is None

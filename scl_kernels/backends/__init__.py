@@ -223,7 +223,7 @@ def require_fused(name, device, program) -> str:
     return auto_backend(device) if name == "auto" else name
 
 
-def _auto(device: torch.device, focal_gamma) -> Backend:
+def _auto(device: torch.device, focal_gamma=0.0) -> Backend:
     name = auto_backend(device, focal_gamma)
     if name != "reference" or device.type == "meta":
         return REGISTRY[name]
