@@ -115,7 +115,7 @@ class HardPairsTile:
 
 # By input element size; bench.static.gpu_static compiles each for Hopper and checks that it
 # does not spill. fp32 takes the narrower K step: tf32x3 splits each operand in registers.
-TILES = {2: HardPairsTile(128, 64, 64, 8, 3), 4: HardPairsTile(64, 64, 32, 4, 2)}
+TILES = {2: HardPairsTile(128, 64, 32, 8, 2), 4: HardPairsTile(64, 64, 32, 4, 2)}
 # Triton's interpreter runs whole tiles in numpy: small ones still cross every block edge.
 INTERPRETER_TILE = HardPairsTile(32, 32, 32, 1, 1)
 
