@@ -61,14 +61,19 @@ def check_temperature(temperature, *, check_tensor_value):
         raise ValueError(f"temperature must be positive and finite, got {temperature}")
 
 
-def check_focal_gamma(focal_gamma):
-    """focal_gamma as a float: a real number, finite and >= 0 (0 is SupCon)."""
-    if isinstance(focal_gamma, bool) or not isinstance(focal_gamma, Real):
-        raise TypeError(f"focal_gamma must be a float, got {type(focal_gamma).__name__}")
+def check_non_negative(value, name):
+    """value as a float: a real number, finite and >= 0; TypeError / ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a float >= 0, got {type(value).__name__}")
     # Comparisons rather than math.isfinite, which torch.compile cannot trace (NaN fails both).
-    if not 0 <= focal_gamma < math.inf:
-        raise ValueError(f"focal_gamma must be finite and >= 0, got {focal_gamma}")
-    return float(focal_gamma)
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be finite and >= 0, got {value}")
+    return float(value)
+
+
+def check_focal_gamma(focal_gamma):
+    """focal_gamma as a float (0 is SupCon)."""
+    return check_non_negative(focal_gamma, "focal_gamma")
 
 
 def check_options(temperature, contrast_mode, normalize, reduction, backend, *,

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_backend_name, check_tensor, check_temperature
+from .._validation import (check_backend_name, check_focal_gamma, check_tensor,
+                           check_temperature)
 from ..functional import supcon_loss
-from .focal_loss import check_gamma
 from .supcon_cross_entropy import focal_options
 
 HEAD_INPUTS = ("auto", "embedding", "sequence")
@@ -183,7 +183,7 @@ class CoreTuningLoss(nn.Module):
             raise TypeError(f"head must be a callable mapping embeddings to logits, got {type(head).__name__}")
         _check_real(lam, "lam", 0.0)
         check_temperature(temperature, check_tensor_value=True)
-        check_gamma(focal_gamma, "focal_gamma")
+        check_focal_gamma(focal_gamma)
         _check_real(mixup_alpha, "mixup_alpha", 0.0, low_open=True)
         _check_real(negative_weight_floor, "negative_weight_floor", 0.5, 1.0)
         if ce is not None and not callable(ce):

@@ -1,20 +1,11 @@
 """SelfAdjustingDiceLoss: the self-adjusting dice loss of Li et al. (ACL 2020), a cross-entropy
 alternative aimed at F1 on imbalanced tasks."""
-import math
-from numbers import Real
-
 import torch
 from torch import nn
 
+from .._validation import check_non_negative
 from ._classification_targets import (check_logits_and_labels, check_reduction,
                                       gold_log_probabilities, reduce_examples)
-
-
-def _check_non_negative(value, name):
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a float >= 0, got {type(value).__name__}")
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"{name} must be finite and >= 0, got {value}")
 
 
 class SelfAdjustingDiceLoss(nn.Module):
@@ -57,8 +48,8 @@ class SelfAdjustingDiceLoss(nn.Module):
             TypeError / ValueError naming the argument.
         """
         super().__init__()
-        _check_non_negative(alpha, "alpha")
-        _check_non_negative(smoothing, "smoothing")
+        check_non_negative(alpha, "alpha")
+        check_non_negative(smoothing, "smoothing")
         check_reduction(reduction)
         self.alpha = float(alpha)
         self.smoothing = float(smoothing)

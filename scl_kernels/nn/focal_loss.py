@@ -1,20 +1,11 @@
 """FocalLoss: multi-class focal loss (Lin et al., ICCV 2017), a cross-entropy alternative."""
-import math
-from numbers import Real
 
 import torch
 from torch import nn
 
-from .._validation import check_tensor
+from .._validation import check_non_negative, check_tensor
 from ._classification_targets import (check_logits_and_labels, check_reduction,
                                       gold_log_probabilities, reduce_examples)
-
-
-def check_gamma(gamma, name="gamma"):
-    if isinstance(gamma, bool) or not isinstance(gamma, Real):
-        raise TypeError(f"{name} must be a float >= 0, got {type(gamma).__name__}")
-    if not (math.isfinite(gamma) and gamma >= 0):
-        raise ValueError(f"{name} must be finite and >= 0, got {gamma}")
 
 
 class FocalLoss(nn.Module):
@@ -53,7 +44,7 @@ class FocalLoss(nn.Module):
             TypeError / ValueError naming the argument.
         """
         super().__init__()
-        check_gamma(gamma)
+        check_non_negative(gamma, "gamma")
         check_reduction(reduction)
         if alpha is not None:
             check_tensor(alpha, "alpha", floating=True)

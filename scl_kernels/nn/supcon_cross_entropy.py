@@ -7,9 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_options, check_tensor
+from .._validation import check_focal_gamma, check_options, check_tensor
 from ..functional import supcon_loss
-from .focal_loss import check_gamma
 
 SCL_REDUCTIONS = ("mean", "sum")
 
@@ -139,7 +138,7 @@ class SupConCrossEntropyLoss(nn.Module):
         if ce is not None and label_smoothing:
             raise ValueError("label_smoothing applies to the default cross-entropy (ce=None); "
                              "pass a custom ce its own smoothing")
-        check_gamma(focal_gamma, "focal_gamma")
+        check_focal_gamma(focal_gamma)
         if distributed and focal_gamma:
             raise ValueError("focal_gamma applies to distributed=False only")
         self.lam = float(lam)
