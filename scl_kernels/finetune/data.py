@@ -334,27 +334,35 @@ def few_shot_indices(labels, num_examples, num_classes, seed, *, label_names=Non
     return chosen
 
 
-def holdout_split(labels, test_size, num_classes, seed, *, label_names=None):
-    """Splits a pool into training and class-balanced test indices.
+def holdout_split(labels, test_size, num_classes, seed, *, label_names=None, flag="--eval-size",
+                  keep=1):
+    """Splits a pool into training and class-balanced held-out indices.
 
-    The test set takes an equal share of each class (``test_size // k``, the remainder to
+    The held-out set takes an equal share of each class (``test_size // k``, the remainder to
     random classes), so its chance accuracy is 1/k whatever the pool's class balance is.
+
+    Args:
+        flag: the option that set ``test_size``, named in errors.
+        keep: the fewest examples of a class that must stay for training.
 
     Returns:
         ``(train_indices, test_indices)``.
 
     Raises:
-        InputError: a class with no example left for training after its share.
+        InputError: fewer held-out examples than classes, or a class left with fewer than
+            ``keep`` training examples after its share.
     """
     if test_size < num_classes:
-        raise InputError(f"--eval-size {test_size} is smaller than the number of classes ({num_classes})")
+        raise InputError(f"{flag} {test_size} is smaller than the number of classes ({num_classes})")
     per_class, generator = _shuffled_classes(labels, num_classes, seed)
     train, test = [], []
     for c, (indices, share) in enumerate(zip(per_class, _class_shares(test_size, num_classes, generator))):
-        if share >= len(indices):
+        if share > len(indices) - keep:
             name = label_names[c] if label_names else c
-            raise InputError(f"--eval-size {test_size} holds out {share} examples of class {name!r}, "
-                             f"which has only {len(indices)}: lower --eval-size or pass --test")
+            hint = "lower --eval-size or pass --test" if flag == "--eval-size" else f"lower {flag}"
+            raise InputError(f"{flag} {test_size} holds out {share} examples of class {name!r}, "
+                             f"which has only {len(indices)} and must keep {keep} for training: "
+                             f"{hint}")
         test += indices[:share]
         train += indices[share:]
     return sorted(train), sorted(test)
@@ -457,9 +465,41 @@ def load_train_test(train=None, test=None, *, text_column="text", label_column="
     return TextClassificationData(texts, labels, names), test_set
 
 
+def training_rows(pool, seed, few_shot=None):
+    """The indices into ``pool`` of one seed's training set: the class-balanced few-shot draw of
+    :func:`few_shot_indices` (every row when ``few_shot`` is None).
+
+    Raises:
+        InputError: ``few_shot`` is larger than the pool, or see :func:`few_shot_indices`.
+    """
+    if few_shot is None:
+        return list(range(len(pool)))
+    if few_shot > len(pool):
+        raise InputError(f"--few-shot {few_shot} is larger than the {len(pool)} training "
+                         "examples available")
+    return few_shot_indices(pool.labels, few_shot, len(pool.label_names), seed,
+                            label_names=pool.label_names)
+
+
+def validation_split(data, size, seed, *, need_positives=False):
+    """Carves a class-balanced validation set of ``size`` examples out of a training set, drawn
+    with ``seed`` (model selection without looking at the test set).
+
+    Returns:
+        ``(train_indices, validation_indices)`` into ``data``.
+
+    Raises:
+        InputError: ``size`` below the number of classes, or a class that would keep fewer than
+            one training example (two with ``need_positives``).
+    """
+    return holdout_split(data.labels, size, len(data.label_names), seed,
+                         label_names=data.label_names, flag="--validation-size",
+                         keep=2 if need_positives else 1)
+
+
 def training_subset(pool, seed, *, few_shot=None, label_noise=0.0, need_positives=False):
     """The training set of one seed: a few-shot subset of the pool (all of it when ``few_shot``
-    is None), then label noise.
+    is None, see :func:`training_rows`), then label noise.
 
     Args:
         pool: the training pool.
@@ -472,11 +512,7 @@ def training_subset(pool, seed, *, few_shot=None, label_noise=0.0, need_positive
         ``(training_set, flipped_indices)``.
     """
     if few_shot is not None:
-        if few_shot > len(pool):
-            raise InputError(f"--few-shot {few_shot} is larger than the {len(pool)} training "
-                             "examples available")
-        pool = pool.subset(few_shot_indices(pool.labels, few_shot, len(pool.label_names), seed,
-                                            label_names=pool.label_names))
+        pool = pool.subset(training_rows(pool, seed, few_shot))
     flipped = []
     if label_noise:
         labels, flipped = flip_labels(pool.labels, label_noise, len(pool.label_names), seed)

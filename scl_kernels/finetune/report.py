@@ -2,6 +2,7 @@
 against the first objective, a markdown table and the JSON metrics file."""
 import json
 import math
+import os
 import statistics
 from pathlib import Path
 
@@ -59,8 +60,8 @@ def summarize(runs):
     return {"arms": arms, "paired": paired or None}
 
 
-def _percent(mean, sd):
-    text = f"{100 * mean:.1f}"
+def _percent(mean, sd, signed=False):
+    text = f"{100 * mean:+.1f}" if signed else f"{100 * mean:.1f}"
     return text if sd is None or math.isnan(sd) else f"{text} ± {100 * sd:.1f}"
 
 
@@ -82,7 +83,8 @@ def format_table(summary, *, runs=()):
         lines.append(f"| {arm['title']} | " + " | ".join(cells) + f" | {len(arm['seeds'])} |")
     paired = summary["paired"] or []
     for entry in paired:
-        cells = [_percent(entry[f"{k}_diff_mean"], entry[f"{k}_diff_sd"]) for k, _, _ in METRICS]
+        cells = [_percent(entry[f"{k}_diff_mean"], entry[f"{k}_diff_sd"], signed=True)
+                 for k, _, _ in METRICS]
         lines.append(f"| paired Δ ({entry['arm']} − {entry['baseline']}) | " + " | ".join(cells)
                      + f" | {len(entry['seeds'])} |")
     if paired and runs:
@@ -108,11 +110,19 @@ def format_table(summary, *, runs=()):
     return "\n".join(lines)
 
 
-def write_metrics(output_dir, payload, name="metrics.json"):
-    """Writes ``payload`` as indented JSON to ``output_dir / name`` (creating the directory);
-    returns the path."""
-    path = Path(output_dir)
-    path.mkdir(parents=True, exist_ok=True)
-    path = path / name
-    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+def write_text(path, text):
+    """Writes ``text`` to ``path`` atomically (a temporary file in the same directory, then a
+    rename): a reader, or a crash, never sees half a file. Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
     return path
+
+
+def write_metrics(output_dir, payload, name="metrics.json"):
+    """Writes ``payload`` as indented JSON to ``output_dir / name`` (atomically, creating the
+    directory); returns the path."""
+    return write_text(Path(output_dir) / name,
+                      json.dumps(payload, indent=2, ensure_ascii=False) + "\n")

