@@ -69,13 +69,13 @@ def _assert_same_rows(memory, reference):
         raise AssertionError("the ranks' memories differ")
 
 
-def _compare(rank, views=0, with_labels=True):
+def _compare(rank, views=0, with_labels=True, focal_gamma=0.0):
     memory, reference = _memory(), _memory()
     for features, labels, local, local_labels in _steps(rank, views=views, with_labels=with_labels):
-        loss = sd.supcon_loss(local, local_labels, 0.3, memory=memory)
+        loss = sd.supcon_loss(local, local_labels, 0.3, memory=memory, focal_gamma=focal_gamma)
         (grad,) = torch.autograd.grad(loss, local)
         whole = features.clone().requires_grad_()
-        expected = supcon_loss_with_memory(whole, labels, reference, 0.3)
+        expected = supcon_loss_with_memory(whole, labels, reference, 0.3, focal_gamma=focal_gamma)
         (expected_grad,) = torch.autograd.grad(expected, whole)
         start = sum(SIZES[:rank])
         torch.testing.assert_close(loss, expected, **TOLERANCE)
@@ -89,6 +89,11 @@ def _compare(rank, views=0, with_labels=True):
 @case
 def supervised(rank, world):
     _compare(rank)
+
+
+@case
+def focal(rank, world):
+    _compare(rank, focal_gamma=1.5)
 
 
 @case

@@ -34,7 +34,8 @@ class SupConMemory(nn.Module):
     start, or a small memory early).
 
     The ring and its position are buffers: ``state_dict()`` / ``load_state_dict()`` checkpoint
-    them and ``.to()`` moves them.
+    them and ``.to()`` moves them. Being buffers, the fill count and write position are read on
+    the host at each call (one synchronisation per step on a GPU, next to the step's own).
     """
 
     def __init__(self, size, dim, *, dtype=torch.float32, device=None):
