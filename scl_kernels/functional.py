@@ -115,6 +115,15 @@ def build_layout(features, labels, contrast, contrast_labels, contrast_mode, *,
     return Layout(rows, row_labels, contrast, contrast_labels, rows.shape[0])
 
 
+def reduce_per_anchor(per_anchor, num_positives, reduction):
+    """The per-anchor losses reduced: "mean" is over the anchors that have a positive."""
+    if reduction == "none":
+        return per_anchor
+    if reduction == "sum":
+        return per_anchor.sum()
+    return per_anchor.sum() / torch.count_nonzero(num_positives).clamp_min_(1)
+
+
 @fill_arguments
 def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
                 contrast_mode="all", normalize=True, focal_gamma=0.0, reduction="mean",
@@ -150,8 +159,4 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     per_anchor, num_positives = run(layout.rows, layout.labels, layout.contrast,
                                     layout.contrast_labels, temperature, layout.num_anchors,
                                     normalize, focal_gamma=focal_gamma)
-    if reduction == "none":
-        return per_anchor
-    if reduction == "sum":
-        return per_anchor.sum()
-    return per_anchor.sum() / torch.count_nonzero(num_positives).clamp_min_(1)
+    return reduce_per_anchor(per_anchor, num_positives, reduction)

@@ -6,8 +6,11 @@ rows inside it, reached with the op's ``anchor_offset``: no copy brings them to 
 Cross set: only the contrast rows are gathered; the anchors are the local feature rows.
 The gather's backward returns each contrast row's gradient, summed over ranks, to its owner.
 """
+import torch
+
 from ..backends.fused_ops import loss_dtype
 from ..functional import Layout
+from ..nn.memory import memory_labels
 from .agreement import CallPlan
 from .collectives import gather_rows, gather_rows_with_grad
 
@@ -24,11 +27,21 @@ def _no_anchors(gathered, layout: Layout, temperature):
 
 
 def gathered_supcon(layout: Layout, temperature, normalize, backend, plan: CallPlan, group,
-                    graph_anchor, focal_gamma=0.0):
-    """(per-anchor loss of this rank's anchors, their |P(i)|) against the global contrast set."""
+                    graph_anchor, focal_gamma=0.0, memory=None, supervised=True):
+    """(per-anchor loss of this rank's anchors, their |P(i)|) against the global contrast set.
+
+    With a ``memory`` (single set only) its rows follow the gathered rows as contrast only,
+    then the gathered batch is enqueued (with label -1 when ``supervised`` is False)."""
     if layout.contrast is None:
         features = gather_rows_with_grad(layout.rows, plan.rows, plan.rank, group, graph_anchor)
         labels = gather_rows(layout.labels, plan.rows, group)
+        if memory is not None:
+            held_rows, held_labels = memory.contrast()
+            gathered, gathered_labels = features.detach(), labels
+            features = torch.cat([features, held_rows.to(features.dtype)])
+            labels = torch.cat([labels, memory_labels(held_labels, supervised)])
+            memory.enqueue(gathered, gathered_labels if supervised
+                           else torch.full_like(gathered_labels, -1))
         if layout.num_anchors == 0:
             return _no_anchors(features, layout, temperature)
         return backend.run(features, labels, None, None, temperature, layout.num_anchors,

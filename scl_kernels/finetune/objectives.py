@@ -10,6 +10,7 @@ from .data import InputError
 OBJECTIVES = {"ce": "CE", "scl": "CE+SCL", "core": "Core", "focal": "Focal", "dice": "Dice",
               "mixed-ce": "MixedCE"}
 CONTRASTIVE_OBJECTIVES = ("scl", "core")  # need two examples of a class in a batch
+MEMORY_OBJECTIVES = ("scl",)  # the objectives that can contrast against a cross-batch memory
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class ObjectiveOptions:
         dice_alpha, dice_smoothing: :class:`~scl_kernels.nn.SelfAdjustingDiceLoss`'s (``dice``).
         mixed_ce_final_weight, mixed_ce_schedule: :class:`~scl_kernels.nn.MixedCrossEntropyLoss`'s
             gold weight at the end of training and the schedule to it (``mixed-ce``).
+        memory_size: rows of a cross-batch memory (:class:`~scl_kernels.nn.SupConMemory`) that
+            ``scl``'s contrastive term also contrasts against; 0 (default): none. Only for the
+            objectives of :data:`MEMORY_OBJECTIVES`.
     """
     lam: float = 0.9
     temperature: float = 0.3
@@ -43,6 +47,7 @@ class ObjectiveOptions:
     dice_smoothing: float = 1.0
     mixed_ce_final_weight: float = 0.5
     mixed_ce_schedule: str = "linear"
+    memory_size: int = 0
 
     def contrastive_gamma(self, objective):
         if self.focal_contrastive_gamma is not None:
@@ -70,9 +75,10 @@ def describe(objective, options):
     smoothing = f", smoothing {options.label_smoothing:g}" if options.label_smoothing else ""
     gamma = options.contrastive_gamma(objective)
     focal = f", γ={gamma:g}" if gamma else ""
+    memory = f", memory {options.memory_size}" if options.memory_size else ""
     settings = {
         "ce": f"λ=0{smoothing}",
-        "scl": f"λ={options.lam:g}, τ={options.temperature:g}{focal}{smoothing}",
+        "scl": f"λ={options.lam:g}, τ={options.temperature:g}{focal}{memory}{smoothing}",
         "core": f"λ={options.core_lam:g}, τ={options.temperature:g}{focal}, "
                 f"mixup α={options.mixup_alpha:g}{smoothing}",
         "focal": f"γ={options.focal_gamma:g}",
@@ -80,6 +86,20 @@ def describe(objective, options):
         "mixed-ce": f"gold weight 1→{options.mixed_ce_final_weight:g}, {options.mixed_ce_schedule}",
     }[objective]
     return f"{OBJECTIVES[objective]} ({settings})"
+
+
+def _memory(size, model):
+    """A memory of ``size`` rows of the model's hidden size, on its device; None for size 0.
+    Every kind of embedding (first token, token mean, the head's dense layer) has that size."""
+    if not size:
+        return None
+    from ..nn import SupConMemory
+
+    dim = getattr(getattr(model, "config", None), "hidden_size", None)
+    if not isinstance(dim, int):
+        raise InputError("a cross-batch memory needs the embeddings' size, read from "
+                         "model.config.hidden_size, which this model does not have")
+    return SupConMemory(size, dim, device=next(model.parameters()).device)
 
 
 def build_criterion(objective, options, *, model, embedding, total_steps, seed,
@@ -95,11 +115,17 @@ def build_criterion(objective, options, *, model, embedding, total_steps, seed,
         total_steps: the run's optimiser steps (``mixed-ce``'s schedule length).
         seed: the run's seed (``core``'s mixing draws).
         distributed, strategy: SCL over the ranks' global batch (not for ``core``).
+
+    Raises:
+        InputError: ``options.memory_size`` is set for an objective without SCL's term.
     """
     # Imported here: the command line's --help and checks stay free of the loss modules' imports.
     from ..nn import (CoreTuningLoss, FocalLoss, MixedCrossEntropyLoss, SelfAdjustingDiceLoss,
                       SupConCrossEntropyLoss)
 
+    if options.memory_size and objective not in MEMORY_OBJECTIVES:
+        raise InputError(f"a cross-batch memory (memory_size={options.memory_size}) applies to "
+                         f"the objectives {', '.join(MEMORY_OBJECTIVES)} only, not {objective!r}")
     if objective == "core":
         from ..integrations.embeddings import classification_head
 
@@ -113,7 +139,8 @@ def build_criterion(objective, options, *, model, embedding, total_steps, seed,
         lam = options.lam if objective == "scl" else 0.0
         return SupConCrossEntropyLoss(lam, options.temperature, scl_reduction=options.scl_reduction,
                                       label_smoothing=options.label_smoothing,
-                                      focal_gamma=options.contrastive_gamma(objective), **common)
+                                      focal_gamma=options.contrastive_gamma(objective),
+                                      memory=_memory(options.memory_size, model), **common)
     ce = {"focal": lambda: FocalLoss(options.focal_gamma),
           "dice": lambda: SelfAdjustingDiceLoss(options.dice_alpha, options.dice_smoothing),
           "mixed-ce": lambda: MixedCrossEntropyLoss(max(total_steps, 1),

@@ -20,7 +20,7 @@ from transformers.utils import is_datasets_available
 
 from ..distributed import STRATEGIES
 from ..grad_cache import GradientCache
-from ..nn import SCL_REDUCTIONS, SupConCrossEntropyLoss
+from ..nn import SCL_REDUCTIONS, SupConCrossEntropyLoss, SupConMemory
 from ..sampling import ClassBalancedBatchSampler
 from .embeddings import EMBEDDINGS, sentence_embedding
 
@@ -78,6 +78,12 @@ class SupConTrainingArguments(TrainingArguments):
             How the global batch is contrasted: `"gather"` (each process gathers every
             process's embeddings) or `"ring"` (they pass around the processes in blocks; less
             memory per process, more messages). See docs/DISTRIBUTED.md.
+        supcon_memory_size (`int`, *optional*, defaults to 0):
+            Rows of a cross-batch memory ([`~scl_kernels.nn.SupConMemory`], XBM): SCL also
+            contrasts each training batch against the last this many training embeddings (under
+            `scl_global_batch`, of the global batches; needs `scl_lambda` > 0 and the `"gather"`
+            strategy). The memory is not saved in the Trainer's checkpoints: a resumed run
+            starts it empty. 0 (default): none. See docs/FINETUNING.md.
     """
 
     scl_lambda: float = field(
@@ -99,6 +105,9 @@ class SupConTrainingArguments(TrainingArguments):
     scl_distributed_strategy: str = field(
         default="gather", metadata={"help": "How SCL contrasts the global batch: 'gather' or 'ring'.",
                                     "choices": list(STRATEGIES)})
+    supcon_memory_size: int = field(
+        default=0, metadata={"help": "Rows of a cross-batch memory of past training embeddings that "
+                                     "SCL also contrasts against (0: none)."})
 
     def __post_init__(self):
         if isinstance(self.scl_lambda, bool) or not isinstance(self.scl_lambda, Real) or not (
@@ -121,6 +130,10 @@ class SupConTrainingArguments(TrainingArguments):
         if self.scl_distributed_strategy not in STRATEGIES:
             raise ValueError(f"scl_distributed_strategy must be one of {STRATEGIES}, got "
                              f"{self.scl_distributed_strategy!r}")
+        _check_optional_int(self.supcon_memory_size, "supcon_memory_size", 0)
+        if self.supcon_memory_size and self.scl_lambda == 0:
+            raise ValueError("supcon_memory_size needs scl_lambda > 0: with scl_lambda = 0 there is "
+                             "no contrastive term to use the memory")
         if self.label_smoothing_factor != 0:
             raise ValueError("label_smoothing_factor is not supported with the SupCon objective "
                              f"(got {self.label_smoothing_factor}); leave it at 0")
@@ -231,7 +244,19 @@ class SupConTrainer(Trainer):
         self.criterion = SupConCrossEntropyLoss(
             lam=args.scl_lambda, temperature=args.scl_temperature, scl_reduction=args.scl_reduction,
             distributed=distributed,
-            strategy=args.scl_distributed_strategy if distributed else "gather")
+            strategy=args.scl_distributed_strategy if distributed else "gather",
+            memory=self._memory())
+
+    def _memory(self):
+        """The cross-batch memory of ``args.supcon_memory_size`` rows (None for 0), of the
+        model's hidden size (every ``scl_embedding`` has it), on the training device."""
+        if not self.args.supcon_memory_size:
+            return None
+        dim = getattr(getattr(self.model, "config", None), "hidden_size", None)
+        if not isinstance(dim, int):
+            raise ValueError("supcon_memory_size needs the embeddings' size, read from "
+                             "model.config.hidden_size, which this model does not have")
+        return SupConMemory(self.args.supcon_memory_size, dim, device=self.args.device)
 
     def _contrasts_global_batch(self):
         """Whether SCL contrasts the batches of all processes: a distributed run (more than one

@@ -5,6 +5,7 @@ from torch import nn
 from .._docstrings import fill_arguments
 from .._validation import check_focal_gamma, check_options, has_values
 from ..functional import supcon_loss
+from .memory import check_memory, supcon_loss_with_memory
 
 
 class SupConLoss(nn.Module):
@@ -17,11 +18,16 @@ class SupConLoss(nn.Module):
 
     A learnable temperature is an ``nn.Parameter`` passed as ``temperature``: it is then
     registered as a parameter of the module (and so seen by ``parameters()`` and optimisers).
+
+    With a :class:`SupConMemory` (``memory=``), a call in training mode contrasts the batch's
+    anchors against the batch and the memory's rows, then enqueues the batch's rows
+    (:func:`~scl_kernels.nn.memory.supcon_loss_with_memory`); in eval mode the memory is neither
+    used nor changed.
     """
 
     @fill_arguments
     def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, focal_gamma=0.0,
-                 reduction="mean", backend="auto"):
+                 reduction="mean", backend="auto", memory=None):
         """Checks and stores the options of every call.
 
         Args:
@@ -31,6 +37,8 @@ class SupConLoss(nn.Module):
             {arg:focal_gamma}
             {arg:reduction}
             {arg:backend}
+            memory: a :class:`SupConMemory` of past rows to contrast against in training mode
+                (a submodule: it follows ``.to()`` and the state dict), or None (default).
 
         Raises:
             TypeError: temperature is neither a real number nor a floating-point tensor,
@@ -48,6 +56,8 @@ class SupConLoss(nn.Module):
         self.focal_gamma = check_focal_gamma(focal_gamma)
         self.reduction = reduction
         self.backend = backend
+        check_memory(memory)
+        self.memory = memory
 
     @fill_arguments
     def forward(self, features, labels=None, contrast=None, contrast_labels=None):
@@ -68,6 +78,14 @@ class SupConLoss(nn.Module):
             TypeError / ValueError naming the argument (shapes, dtypes, devices, NaN or inf), as
             :func:`supcon_loss`.
         """
+        if self.memory is not None and self.training:
+            if contrast is not None or contrast_labels is not None:
+                raise ValueError("contrast= cannot be combined with a memory: the memory's rows "
+                                 "are the extra contrast rows")
+            return supcon_loss_with_memory(features, labels, self.memory, self.temperature,
+                                           contrast_mode=self.contrast_mode,
+                                           normalize=self.normalize, focal_gamma=self.focal_gamma,
+                                           reduction=self.reduction, backend=self.backend)
         return supcon_loss(features, labels, self.temperature, contrast=contrast,
                            contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
                            normalize=self.normalize, focal_gamma=self.focal_gamma,

@@ -9,6 +9,7 @@ from torch import nn
 
 from .._validation import check_focal_gamma, check_options, check_tensor
 from ..functional import supcon_loss
+from .memory import check_memory, supcon_loss_with_memory
 
 SCL_REDUCTIONS = ("mean", "sum")
 
@@ -70,11 +71,17 @@ class SupConCrossEntropyLoss(nn.Module):
     ``(1 - lam) * CE + lam * SCL`` on the global batch in one process: exactly when every rank
     holds the same number of examples (the CE average of per-rank means is then the global mean;
     SCL is exact for any sizes). Every rank must call the loss (its SCL term is a collective).
+
+    **Cross-batch memory** (``memory=``, a :class:`SupConMemory`): in training mode SCL's anchors
+    (the batch) contrast against the batch and the memory's rows, then the batch's embeddings
+    are enqueued (with ``distributed``, the gathered global batch, so every rank's memory stays
+    the same); in eval mode the memory is neither used nor changed. With the gradient cache the
+    loss is called once per step on the whole batch, so the memory sees each batch once.
     """
 
     def __init__(self, lam=0.9, temperature=0.3, *, scl_reduction="mean", normalize=True,
                  backend="auto", distributed=False, strategy="gather", group=None, ce=None,
-                 label_smoothing=0.0, focal_gamma=0.0):
+                 label_smoothing=0.0, focal_gamma=0.0, memory=None):
         """Checks and stores the options.
 
         Args:
@@ -109,6 +116,10 @@ class SupConCrossEntropyLoss(nn.Module):
             focal_gamma: the focal exponent of the contrastive term (the focal SupCon of
                 :func:`~scl_kernels.supcon_loss`, ``(1 - pi)^gamma`` weighting each positive
                 pair's term); default 0, plain SupCon. Not with ``distributed``.
+            memory: a :class:`SupConMemory` whose rows SCL also contrasts against in training
+                mode (a submodule: it follows ``.to()`` and the state dict), or None (default).
+                Needs ``lam > 0`` (CE alone has nothing to contrast) and, with ``distributed``,
+                ``strategy="gather"``.
 
         Raises:
             TypeError / ValueError naming the argument.
@@ -141,6 +152,13 @@ class SupConCrossEntropyLoss(nn.Module):
         check_focal_gamma(focal_gamma)
         if distributed and focal_gamma:
             raise ValueError("focal_gamma applies to distributed=False only")
+        check_memory(memory)
+        if memory is not None and lam == 0:
+            raise ValueError("memory needs lam > 0: with lam = 0 the loss is cross-entropy alone "
+                             "and has no contrastive term to use the memory")
+        if memory is not None and distributed and strategy != "gather":
+            raise ValueError(f"memory needs strategy='gather' (got {strategy!r}): the memory "
+                             "enqueues the gathered global batch, which the ring never holds")
         self.lam = float(lam)
         self.ce = ce
         self.label_smoothing = float(label_smoothing)
@@ -152,6 +170,7 @@ class SupConCrossEntropyLoss(nn.Module):
         self.distributed = distributed
         self.strategy = strategy
         self.group = group
+        self.memory = memory
 
     def _cross_entropy(self, logits, labels):
         check_tensor(logits, "logits", floating=True)
@@ -165,6 +184,7 @@ class SupConCrossEntropyLoss(nn.Module):
     def _supcon(self, embeddings, labels):
         if embeddings.dim() != 2:
             raise ValueError(f"embeddings must have shape [N, D], got {tuple(embeddings.shape)}")
+        memory = self.memory if self.training else None
         if self.distributed:
             from ..distributed import supcon_loss as global_supcon_loss
             # gradients_averaged: DDP averages the parameters' gradients over the ranks, so this
@@ -173,7 +193,12 @@ class SupConCrossEntropyLoss(nn.Module):
             return global_supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize,
                                       reduction=self.scl_reduction, backend=self.backend,
                                       strategy=self.strategy, gradients_averaged=True,
-                                      group=self.group)
+                                      group=self.group, memory=memory)
+        if memory is not None:
+            return supcon_loss_with_memory(embeddings, labels, memory, self.temperature,
+                                           normalize=self.normalize, reduction=self.scl_reduction,
+                                           backend=self.backend,
+                                           **focal_options(self.focal_gamma))
         return supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize,
                            reduction=self.scl_reduction, backend=self.backend,
                            **focal_options(self.focal_gamma))
@@ -189,7 +214,8 @@ class SupConCrossEntropyLoss(nn.Module):
         Takes the arguments of :meth:`forward`; returns a :class:`SupConCrossEntropyParts`
         ``(loss, cross_entropy, supcon)``. Both terms are computed whatever ``lam`` is (with
         ``distributed``, every rank must then call it: SCL is the global batch's, cross-entropy
-        this rank's).
+        this rank's). With a memory in training mode it is a step like :meth:`forward`: it
+        contrasts and enqueues.
         """
         self._check_labels(labels)
         cross_entropy = self._cross_entropy(logits, labels)
