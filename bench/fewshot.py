@@ -16,11 +16,12 @@ test rows are the command line's (500 held out of the demo data by default).
 Outputs in --output-dir, rewritten (atomically) after every finished cell, one method group at
 one K and seed, so a crash keeps what ran and ``--resume`` goes on from there: results.json
 (every run, the machine, versions, commands, wall times), results.md, fewshot.png; each
-command-line call's own outputs under K<k>/ours/seed<s>/.
+command-line call's own outputs under K<k>/ours/seed<s>/<objectives>/.
 """
 import argparse
 import collections
 import datetime
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -395,12 +396,16 @@ def run(args, command):
             groups = []
             missing = [m for m in objectives if not _done(payload, m, k, seed)]
             if missing:
-                groups.append(("ours", lambda: _run_ours(
-                    missing, k, seed, shared_argv, output_dir / f"K{k}" / "ours" / f"seed{seed}",
-                    args.resume, pool, train, rows)))
+                # A folder per set of objectives: a resumed call never meets the outputs of a
+                # call with other --objectives (which the command line's --resume would refuse).
+                cell_dir = output_dir / f"K{k}" / "ours" / f"seed{seed}" / "+".join(missing)
+                groups.append(("ours", functools.partial(
+                    _run_ours, missing, k, seed, shared_argv, cell_dir, args.resume, pool, train,
+                    rows)))
             if SETFIT in args.methods and not _done(payload, SETFIT, k, seed):
-                groups.append((SETFIT, lambda: _run_setfit(
-                    model, k, seed, train, test, template.max_length, args.setfit_iterations, rows)))
+                groups.append((SETFIT, functools.partial(
+                    _run_setfit, model, k, seed, train, test, template.max_length,
+                    args.setfit_iterations, rows)))
             for group, start in groups:
                 started = time.perf_counter()
                 cell_command, records = start()

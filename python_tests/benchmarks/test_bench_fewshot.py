@@ -65,7 +65,7 @@ def assets(tmp_path_factory):
 
 @pytest.fixture
 def spies(monkeypatch):
-    """Records the training rows every method was given, per (method, K-independent) call."""
+    """Records (method, seed, training rows, test size) of every run, SetFit's and ours."""
     seen = []
     train_and_evaluate, run_setfit = cli.train_and_evaluate, setfit_runner.run_setfit
 
@@ -91,11 +91,21 @@ def _argv(assets, output, *extra):
 
 def test_tiny_comparison_same_rows_table_json_plot_and_resume(assets, tmp_path, spies, capsys):
     output = tmp_path / "out"
-    assert fewshot.main(_argv(assets, output, "--per-class", "2,3", "--seeds", "2",
-                              "--methods", "ce,setfit", "--setfit-iterations", "2")) == 0
+    options = ("--per-class", "2,3", "--methods", "ce,setfit", "--setfit-iterations", "2")
+    assert fewshot.main(_argv(assets, output, *options, "--seeds", "1")) == 0
+    first = json.loads((output / "results.json").read_text(encoding="utf-8"))
+    assert len(first["runs"]) == 4 and len(first["cells"]) == 4
+    assert (output / "fewshot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # --resume runs only the missing cells (seed 1) and keeps the others' results.
+    called_before = len(spies)
+    assert fewshot.main(_argv(assets, output, *options, "--seeds", "2", "--resume")) == 0
+    assert sorted((method, seed, len(rows)) for method, seed, rows, _ in spies[called_before:]) == [
+        ("ce", 1, 4), ("ce", 1, 6), ("setfit", 1, 4), ("setfit", 1, 6)]
+    results = json.loads((output / "results.json").read_text(encoding="utf-8"))
+    assert results["runs"][:4] == first["runs"]
 
     # Every method of a (K, seed) cell trained on the same rows and was scored on the same test set.
-    assert len(spies) == 8
     by_cell = {}
     for method, seed, rows, test_size in spies:
         by_cell.setdefault((len(rows), seed), {})[method] = rows
@@ -105,7 +115,6 @@ def test_tiny_comparison_same_rows_table_json_plot_and_resume(assets, tmp_path, 
         assert methods["ce"] == methods[fewshot.SETFIT], cell
     assert by_cell[(4, 0)]["ce"] != by_cell[(4, 1)]["ce"]  # seeds draw their own rows
 
-    results = json.loads((output / "results.json").read_text(encoding="utf-8"))
     runs = {(r["method"], r["per_class"], r["seed"]): r for r in results["runs"]}
     assert set(runs) == {(m, k, s) for m in ("ce", "setfit") for k in (2, 3) for s in (0, 1)}
     for k in (2, 3):
@@ -117,6 +126,7 @@ def test_tiny_comparison_same_rows_table_json_plot_and_resume(assets, tmp_path, 
             for run in (runs[("ce", k, s)], setfit_run):
                 assert 0.0 <= run["accuracy"] <= 1.0 and 0.0 <= run["ece"] <= 1.0
                 assert run["seconds"] > 0
+            assert (output / f"K{k}" / "ours" / f"seed{s}" / "ce" / "metrics.json").exists()
     assert len(results["cells"]) == 8 and results["wall_seconds"] > 0
     assert results["versions"]["setfit"].startswith("1.2")
     assert "--few-shot 4 --seeds 0," in results["cells"][0]["command"]
@@ -128,22 +138,7 @@ def test_tiny_comparison_same_rows_table_json_plot_and_resume(assets, tmp_path, 
     paired = [line for line in table.splitlines() if "paired Δ CE − SetFit" in line]
     assert len(paired) == 2
     assert all(cell.strip()[0] in "+-" for line in paired for cell in line.split("|")[4:7])
-    assert (output / "fewshot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(output.glob("*.tmp"))
-    for k in (2, 3):
-        for s in (0, 1):
-            assert (output / f"K{k}" / "ours" / f"seed{s}" / "metrics.json").exists()
-
-    # --resume runs only the new cells (a third seed) and keeps the others' results.
-    spies.clear()
-    assert fewshot.main(_argv(assets, output, "--per-class", "2,3", "--seeds", "3",
-                              "--methods", "ce,setfit", "--setfit-iterations", "2",
-                              "--resume")) == 0
-    assert sorted((method, seed, len(rows)) for method, seed, rows, _ in spies) == [
-        ("ce", 2, 4), ("ce", 2, 6), ("setfit", 2, 4), ("setfit", 2, 6)]
-    resumed = json.loads((output / "results.json").read_text(encoding="utf-8"))
-    assert resumed["runs"][:8] == results["runs"]
-    assert len(resumed["runs"]) == 12
 
     # Without --resume an existing directory is refused; so is resuming with other options.
     capsys.readouterr()
