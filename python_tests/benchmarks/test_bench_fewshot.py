@@ -163,3 +163,15 @@ def test_unknown_method_is_a_usage_error(capsys):
     with pytest.raises(SystemExit):
         fewshot.build_parser().parse_args(["--methods", "ce,setfti"])
     assert "setfti" in capsys.readouterr().err
+
+
+def test_rows_the_command_line_records_must_be_rows_the_benchmark_drew():
+    from scl_kernels.finetune.data import TextClassificationData
+    pool = TextClassificationData([f"text {i}" for i in range(10)], [i % 2 for i in range(10)],
+                                  ["a", "b"])
+    drawn = pool.subset([1, 4, 6, 7])
+    fewshot._check_cli_rows(pool, drawn, {"arm": "CE", "seed": 0})  # none recorded, none checked
+    # Part of the drawn rows: the rest went to a validation split.
+    fewshot._check_cli_rows(pool, drawn, {"arm": "CE", "seed": 0, "train_rows": [4, 7]})
+    with pytest.raises(RuntimeError, match="CE seed 0 trained on rows the benchmark did not draw"):
+        fewshot._check_cli_rows(pool, drawn, {"arm": "CE", "seed": 0, "train_rows": [1, 4, 5]})
