@@ -15,8 +15,8 @@ test rows are the command line's (500 held out of the demo data by default).
 
 Outputs in --output-dir, rewritten (atomically) after every finished cell, one method group at
 one K and seed, so a crash keeps what ran and ``--resume`` goes on from there: results.json
-(every run, the machine, versions, commands, wall times), results.md, fewshot.png; each
-command-line call's own outputs under K<k>/ours/seed<s>/<objectives>/.
+(every run, the machine, versions, commands, wall times), results.md, fewshot.png; and the
+command line's own outputs for each K under K<k>/ours/.
 """
 import argparse
 import collections
@@ -121,7 +121,8 @@ def _check_ours_args(args):
 
 
 def _cli_has_option(flag):
-    # --resume arrives in scl-finetune with issue 22; before it, a cell is simply rerun whole.
+    # --resume arrives in scl-finetune with issue 22; before it, each call rewrites the folder's
+    # metrics.json (results.json keeps every run either way).
     return any(flag in action.option_strings for action in cli.build_parser()._actions)
 
 
@@ -248,6 +249,11 @@ def format_results(payload):
                 *(_percent(paired[f"{key}_diff_mean"], paired[f"{key}_diff_sd"], signed=True)
                   for key, _, _ in METRICS),
                 "", f"better on: {wins}"]) + " |")
+    failed = [r for r in payload["runs"] if "failed" in r]
+    if failed:
+        lines += ["", "Failed runs (left out above):", ""] + [
+            f"- {METHODS[r['method']]} K={r['per_class']} seed {r['seed']}: {r['failed']}"
+            for r in failed]
     lines += ["", "Paired Δ: the method minus the baseline on the same seed (same training rows), "
               "mean ± sd over the seeds both ran; \"better on\" counts the seeds where the "
               "method did better (higher accuracy and macro-F1, lower ECE). Encoder passes: "
@@ -321,12 +327,15 @@ def _done(payload, method, k, seed):
                for r in payload["runs"])
 
 
-def _run_ours(objectives, k, seed, shared_argv, cell_dir, resume, pool, train, rows):
+def _run_ours(objectives, k, seed, shared_argv, cell_dir, pool, train, rows):
     # "--seeds 7," is seed 7 alone; "--seeds 7" would be seeds 0 to 6.
     argv = [*shared_argv, "--objectives", ",".join(objectives),
             "--few-shot", str(k * len(pool.label_names)), "--seeds", f"{seed},",
             "--output-dir", str(cell_dir), "--no-plot"]
-    if resume and _cli_has_option("--resume"):
+    # One folder per K for every seed's call: with --resume each call adds its runs to the
+    # earlier seeds' in the command line's own metrics.json (and skips those a crashed call
+    # finished).
+    if _cli_has_option("--resume"):
         argv.append("--resume")
     command = shlex.join(["python", "-m", "scl_kernels.finetune", *argv])
     result = cli.run(cli.build_parser().parse_args(argv), command)
@@ -340,7 +349,8 @@ def _run_ours(objectives, k, seed, shared_argv, cell_dir, resume, pool, train, r
                         "ece": run.get("ece"), "seconds": run.get("seconds"),
                         "encoded_examples": run.get("encoded_examples"),
                         "train_size": run.get("train_size"), "rows": rows,
-                        "train_rows": run.get("train_rows")})
+                        "train_rows": run.get("train_rows"),
+                        **({"failed": run["failed"]} if "failed" in run else {})})
     return command, records
 
 
@@ -391,17 +401,14 @@ def run(args, command):
     for k in args.per_class:
         for seed in args.seeds:
             train, _ = training_subset(pool, seed, few_shot=k * len(pool.label_names),
-                                       label_noise=template.label_noise, need_positives=True)
+                                       label_noise=template.label_noise)
             rows = _rows_fingerprint(train)
             groups = []
             missing = [m for m in objectives if not _done(payload, m, k, seed)]
             if missing:
-                # A folder per set of objectives: a resumed call never meets the outputs of a
-                # call with other --objectives (which the command line's --resume would refuse).
-                cell_dir = output_dir / f"K{k}" / "ours" / f"seed{seed}" / "+".join(missing)
                 groups.append(("ours", functools.partial(
-                    _run_ours, missing, k, seed, shared_argv, cell_dir, args.resume, pool, train,
-                    rows)))
+                    _run_ours, missing, k, seed, shared_argv, output_dir / f"K{k}" / "ours", pool,
+                    train, rows)))
             if SETFIT in args.methods and not _done(payload, SETFIT, k, seed):
                 groups.append((SETFIT, functools.partial(
                     _run_setfit, model, k, seed, train, test, template.max_length,
