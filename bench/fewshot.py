@@ -50,8 +50,9 @@ DEFAULT_METHODS = "ce,scl,focal,core,setfit"
 DEFAULT_PER_CLASS = "8,16,32,64"
 DEFAULT_SEEDS = "5"
 # Options of the command line that the benchmark sets itself, per cell or from its own options.
-BENCH_CONTROLLED = ("--objectives", "--runs", "--few-shot", "--seeds", "--output-dir", "--model",
-                    "--train", "--test", "--eval-size", "--text-column", "--label-column")
+BENCH_CONTROLLED = ("--objectives", "--runs", "--few-shot", "--seeds", "--seed", "--output-dir",
+                    "--resume", "--model", "--train", "--test", "--eval-size", "--text-column",
+                    "--label-column")
 # What a resumed run must share with the one it extends (per-class values, seeds and methods
 # may be added).
 CONFIG_KEYS = ("model", "train", "test", "eval_size", "text_column", "label_column", "ours_args",
@@ -88,7 +89,8 @@ def build_parser():
     parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's)")
     parser.add_argument("--ours-args", default="", metavar="'ARGS'",
                         help="further scl-finetune options for our objectives, one quoted string "
-                             "(e.g. \"--epochs 20 --lr 5e-5\"); --max-length also sets SetFit's")
+                             "(e.g. \"--epochs 20 --lr 5e-5\"; a single option as "
+                             "--ours-args=--no-progress); --max-length also sets SetFit's")
     data = parser.add_argument_group("data and model (as scl-finetune's; default its demo)")
     data.add_argument("--model", help="a local model folder; SetFit needs it to be a "
                                       "sentence-transformers folder (default: MiniLM-L6 of the "
