@@ -68,7 +68,7 @@ def build_parser():
         allow_abbrev=False)
     parser.add_argument("--per-class", type=int_list, default=DEFAULT_PER_CLASS, metavar="K,K,...",
                         help="training examples per class, comma-separated (default %(default)s)")
-    parser.add_argument("--seeds", type=cli._seeds, default=DEFAULT_SEEDS, metavar="N|LIST",
+    parser.add_argument("--seeds", type=cli.parse_seeds, default=DEFAULT_SEEDS, metavar="N|LIST",
                         help="a count N (seeds 0..N-1) or a comma-separated list (default "
                              "%(default)s); a seed fixes the training rows of every method")
     parser.add_argument("--methods", type=choice_list(METHODS), default=DEFAULT_METHODS,

@@ -53,7 +53,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
         return super()._get_help_string(action)
 
 
-def _seeds(text):
+def parse_seeds(text):
     """``"3"`` -> seeds 0, 1, 2; ``"4,7"`` -> seeds 4 and 7; ``"7,"`` -> seed 7 (a list of one;
     ``--seed 7`` says the same)."""
     try:
@@ -207,7 +207,7 @@ def build_parser():
     training.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay,
                           help="AdamW weight decay")
     seeds = training.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", type=_seeds, default="2", metavar="N|LIST",
+    seeds.add_argument("--seeds", type=parse_seeds, default="2", metavar="N|LIST",
                        help="a count N (seeds 0..N-1) or a comma-separated list (e.g. 3,7); each "
                             "seed draws its own training set, head and batches, shared by the "
                             "runs of every objective")
