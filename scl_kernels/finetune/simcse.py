@@ -360,7 +360,7 @@ def _run(args, command, device):
     if rank > 0:
         return None
     seconds = time.perf_counter() - started
-    say(f"trained {len(losses)} steps in {seconds:.0f} s; loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    say(f"trained {len(losses)} steps in {seconds:.0f} s; loss {losses[0]:.4g} -> {losses[-1]:.4g}")
     payload = {
         "command": command,
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),

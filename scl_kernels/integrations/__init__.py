@@ -21,7 +21,6 @@ _EXPORTS = {
     "SupConTrainingArguments": "hf_trainer",
     "SupConSentenceTransformerLoss": "sentence_transformers_loss",
     "SimCSELoss": "simcse_loss",
-    "simcse_loss": "simcse_loss",
 }
 _INSTALL_HINT = 'the training integrations need their optional dependencies: pip install "scl_kernels[finetune]"'
 
