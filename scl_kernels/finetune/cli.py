@@ -582,7 +582,12 @@ class _Report:
 
 def main(argv=None):
     """The command line: parses ``argv`` (default ``sys.argv[1:]``), runs, returns the exit
-    status (0, or 2 after a one-line error for bad input)."""
+    status (0, or 2 after a one-line error for bad input). ``simcse ...`` runs
+    :mod:`.simcse`'s command line."""
+    subcommand = sys.argv[1:] if argv is None else list(argv)
+    if subcommand[:1] == ["simcse"]:
+        from .simcse import main as simcse_main
+        return simcse_main(subcommand[1:])
     args = build_parser().parse_args(argv)
     command = shlex.join([PROG, *(sys.argv[1:] if argv is None else argv)])
     try:

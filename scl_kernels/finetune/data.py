@@ -153,6 +153,40 @@ def _read_datasets(source, kind, split, config):
     return data, list(data.column_names)
 
 
+def read_columns(source, columns, *, optional=(), split="train", dataset_config=None):
+    """Reads whole columns of a file or a ``datasets`` data set (the sources of
+    :func:`read_examples`), values as stored (None where a row lacks the column).
+
+    Args:
+        columns: ``{option name: column name}`` of the columns needed; the option names (e.g.
+            ``"--anchor-column"``) only serve the error message.
+        optional: names of columns read when present.
+
+    Returns:
+        ``{column name: list of values}``, one value per row, for the needed columns and the
+        optional ones present.
+
+    Raises:
+        InputError: as :func:`read_examples`; a missing column names its option and the columns
+            there are.
+    """
+    kind = _source_kind(source)
+    if kind in ("csv", "tsv"):
+        rows, present = _read_csv(source, "," if kind == "csv" else "\t")
+    elif kind in ("jsonl", "json"):
+        rows, present = _read_json(source, lines=kind == "jsonl")
+    else:
+        rows, present = _read_datasets(source, kind, split, dataset_config)
+    for flag, column in columns.items():
+        if column not in present:
+            raise InputError(f"{source} has no column {column!r} ({flag}); its columns are: "
+                             f"{', '.join(map(str, present)) or '(none)'}")
+    wanted = list(columns.values()) + [column for column in optional if column in present]
+    if kind in ("saved", "hub"):
+        return {column: list(rows[column]) for column in wanted}
+    return {column: [row.get(column) for row in rows] for column in wanted}
+
+
 def read_examples(source, text_column="text", label_column="label", *, split="train",
                   dataset_config=None, report_skipped=None):
     """Reads ``(texts, label values)`` from a file or a ``datasets`` data set.

@@ -1,5 +1,6 @@
 """Training integrations: the Hugging Face Trainer (:class:`SupConTrainer`,
-:class:`SupConTrainingArguments`), sentence-transformers (:class:`SupConSentenceTransformerLoss`)
+:class:`SupConTrainingArguments`), sentence-transformers (:class:`SupConSentenceTransformerLoss`,
+:class:`SimCSELoss`)
 and the pooling they share (:func:`sentence_embedding`).
 
 They need the optional dependencies: ``pip install "scl_kernels[finetune]"``. ``import
@@ -19,6 +20,7 @@ _EXPORTS = {
     "SupConTrainer": "hf_trainer",
     "SupConTrainingArguments": "hf_trainer",
     "SupConSentenceTransformerLoss": "sentence_transformers_loss",
+    "SimCSELoss": "simcse_loss",
 }
 _INSTALL_HINT = 'the training integrations need their optional dependencies: pip install "scl_kernels[finetune]"'
 

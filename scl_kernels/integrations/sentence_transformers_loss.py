@@ -144,15 +144,20 @@ class SupConSentenceTransformerLoss(nn.Module):
         if not isinstance(labels, torch.Tensor):
             raise TypeError("SupConSentenceTransformerLoss needs an integer class label per row (a "
                             f"'label' column), got labels={labels!r}")
+        return self._loss_of_views(sentence_features, self._supcon, labels)
+
+    def _loss_of_views(self, sentence_features, loss_fn, *loss_args):
+        """``loss_fn(embeddings [n, views, dim], *loss_args)`` of the text columns, one view
+        each, through the gradient cache when ``mini_batch_size`` is set."""
         batch = {(view, name): value for view, features in enumerate(sentence_features)
                  for name, value in features.items()}
         if self.mini_batch_size is None:
-            return self._supcon(self._embed_views(batch), labels)
+            return loss_fn(self._embed_views(batch), *loss_args)
 
         model = self.model
-        cache = GradientCache(self._embed_views, self._supcon, self.mini_batch_size,
+        cache = GradientCache(self._embed_views, loss_fn, self.mini_batch_size,
                               sync_context=model.no_sync if isinstance(model, DistributedDataParallel) else None)
-        return cache.loss(batch, labels)
+        return cache.loss(batch, *loss_args)
 
     def get_config_dict(self):
         """The options shown in the model card.
