@@ -479,8 +479,7 @@ def test_command_line_under_torchrun_trains_as_one_process(tmp_path):
     into 4 + 4, SCL over all 8 (ring strategy, through the gradient cache in chunks of 3): the
     per-epoch training losses of both runs (CE, CE+SCL) are those of the one-process command,
     and only rank 0 writes the outputs."""
-    import subprocess
-    import sys
+    from support.cli_processes import run_in_one_and_two_processes
 
     pytest.importorskip("transformers")
     pytest.importorskip("sklearn")
@@ -489,22 +488,12 @@ def test_command_line_under_torchrun_trains_as_one_process(tmp_path):
     options = ["--train", str(tmp_path / "train.csv"), "--test", str(tmp_path / "test.csv"),
                "--model", str(tmp_path / "bert"), "--max-length", "16", "--no-progress",
                "--no-plot", "--seeds", "1", "--epochs", "2", "--batch-size", "8",
-               "--chunk-size", "3", "--scl-strategy", "ring", "--lr", "1e-3"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    histories = {}
-    for name, launcher in (("one", []), ("two", ["-m", "torch.distributed.run", "--standalone",
-                                                 "--nproc_per_node", "2"])):
-        command = [sys.executable, *launcher, "-m", "scl_kernels.finetune", *options,
-                   "--output-dir", str(tmp_path / name)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env,
-                              cwd=tmp_path)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert done.stdout.count("wrote ") == 1  # rank 0 reports, once
-        metrics = json.loads((tmp_path / name / "metrics.json").read_text(encoding="utf-8"))
-        assert metrics["environment"]["processes"] == (2 if launcher else 1)
-        histories[name] = [(run["arm"], [h[key] for h in run["history"] for key in
-                                         ("train_loss", "train_cross_entropy", "train_supcon")])
-                           for run in metrics["runs"]]
+               "--chunk-size", "3", "--scl-strategy", "ring", "--lr", "1e-3", "--eval-every", "1"]
+    metrics = run_in_one_and_two_processes(options, tmp_path)
+    histories = {name: [(run["arm"], [h[key] for h in run["history"] for key in
+                                      ("train_loss", "train_cross_entropy", "train_supcon")])
+                        for run in metrics[name]["runs"]] for name in metrics}
+    assert all(len(history) == 2 * 3 for _, history in histories["one"])  # epochs 1 and 2
     assert [arm for arm, _ in histories["two"]] == ["CE", "CE+SCL"]
     for (arm, two), (_, one) in zip(histories["two"], histories["one"]):
         assert two == pytest.approx(one, rel=1e-5), arm

@@ -359,29 +359,14 @@ def test_command_line_under_torchrun_trains_as_one_process(tiny_dirs, tmp_path):
     split into 4 + 4, each rank's part through the gradient cache in chunks of 3, the negatives
     gathered: every step's loss is the one-process command's (dropout-free model), and only
     rank 0 writes the outputs."""
-    import pathlib
-    import subprocess
-    import sys
+    from support.cli_processes import run_in_one_and_two_processes
 
     train = write_rows(tmp_path / "sentences.csv", ["text"], [(s,) for s in sentences(24, 7)])
     options = ["simcse", "--train", train, "--model", tiny_dirs[0.0], "--max-length", "16",
                "--no-progress", "--no-save-model", "--batch-size", "8", "--chunk-size", "3",
                "--max-steps", "4", "--lr", "1e-3", "--device", "cpu"]
-    repository = str(pathlib.Path(__file__).resolve().parents[2])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [repository, os.environ.get("PYTHONPATH")]))}
-    losses = {}
-    for name, launcher in (("one", []), ("two", ["-m", "torch.distributed.run", "--standalone",
-                                                 "--nproc_per_node", "2"])):
-        command = [sys.executable, *launcher, "-m", "scl_kernels.finetune", *options,
-                   "--output-dir", str(tmp_path / name)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env,
-                              cwd=tmp_path)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        assert done.stdout.count("wrote ") == 1  # rank 0 reports, once
-        metrics = json.loads((tmp_path / name / "metrics.json").read_text(encoding="utf-8"))
-        assert metrics["environment"]["processes"] == (2 if launcher else 1)
-        losses[name] = metrics["train_loss"]
+    metrics = run_in_one_and_two_processes(options, tmp_path)
+    losses = {name: metrics[name]["train_loss"] for name in metrics}
     assert len(losses["one"]) == 4 and losses["one"][0] > 0
     assert losses["two"] == pytest.approx(losses["one"], rel=1e-5)
 

@@ -209,21 +209,9 @@ def read_examples(source, text_column="text", label_column="label", *, split="tr
         InputError: a missing file, an unreadable file, a missing column (the message lists the
             columns there are), or no usable rows.
     """
-    kind = _source_kind(source)
-    if kind in ("csv", "tsv"):
-        rows, columns = _read_csv(source, "," if kind == "csv" else "\t")
-    elif kind in ("jsonl", "json"):
-        rows, columns = _read_json(source, lines=kind == "jsonl")
-    else:
-        rows, columns = _read_datasets(source, kind, split, dataset_config)
-    for flag, column in (("--text-column", text_column), ("--label-column", label_column)):
-        if column not in columns:
-            raise InputError(f"{source} has no column {column!r} ({flag}); its columns are: "
-                             f"{', '.join(map(str, columns)) or '(none)'}")
-    if kind in ("saved", "hub"):
-        pairs = zip(rows[text_column], rows[label_column])
-    else:
-        pairs = ((row.get(text_column), row.get(label_column)) for row in rows)
+    values = read_columns(source, {"--text-column": text_column, "--label-column": label_column},
+                          split=split, dataset_config=dataset_config)
+    pairs = zip(values[text_column], values[label_column])
     texts, labels, skipped = [], [], []
     for row, (text, label) in enumerate(pairs, start=1):
         if text is None or label is None or str(text).strip() == "" or str(label).strip() == "":

@@ -32,7 +32,7 @@ SAMPLERS = ("balanced", "random")
 # The default budget: DEFAULT_EPOCHS passes, but never fewer than DEFAULT_MIN_STEPS optimiser
 # steps (docs/FINETUNING.md, "Training budget", has the measurement that chose them).
 DEFAULT_EPOCHS = 5
-DEFAULT_MIN_STEPS = 150
+DEFAULT_MIN_STEPS = 50
 MAX_VALIDATION_CHECKS = 25
 
 
