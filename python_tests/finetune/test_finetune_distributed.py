@@ -7,7 +7,6 @@ None or its traceback, and one test per case reads the records. float64 cases ag
 the Trainer's and the command line's (float32 transformers) to fp32 rounding."""
 import copy
 import datetime
-import json
 import os
 import socket
 
