@@ -325,7 +325,12 @@ def _check_args(args, objectives):
                          f"processes ({processes}): each process takes an equal part of a batch")
 
 
-def _device(name):
+def resolve_device(name):
+    """``--device``: ``auto`` -> cuda when available, else cpu; other names are checked.
+
+    Raises:
+        InputError: not a torch device, or CUDA asked of a torch without a device.
+    """
     import torch
 
     if name == "auto":
@@ -339,7 +344,8 @@ def _device(name):
     return name
 
 
-def _environment(device, processes):
+def environment_record(device, processes):
+    """The machine and versions a run's metrics.json records."""
     import torch
     import transformers
 
@@ -378,7 +384,7 @@ def run(args, command=PROG):
         args.seeds = [args.seed]
     objectives = _objectives(args)
     _check_args(args, objectives)
-    device, started = start_processes(_device(args.device))
+    device, started = start_processes(resolve_device(args.device))
     try:
         payload = _run(args, command, device, objectives)
     except BaseException:
@@ -554,7 +560,7 @@ class _Report:
 
     def __init__(self, command, options, device, processes, pool, test, source, say):
         self.command, self.options, self.say = command, options, say
-        self.environment = _environment(device, processes)
+        self.environment = environment_record(device, processes)
         self.created = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
         self.data = {"source": source, "label_names": pool.label_names,
                      "pool_size": len(pool), "pool_class_counts": pool.class_counts(),

@@ -26,13 +26,13 @@ from torch.utils.data import BatchSampler, RandomSampler
 from ..grad_cache import GradientCache
 from ..integrations.embeddings import sentence_embedding
 from ..integrations.simcse_loss import simcse_loss
-from .cli import _device, _environment
+from .cli import resolve_device, environment_record
 from .data import InputError, load_train_test, read_columns, training_subset
 from .pairs import ANCHOR_COLUMN, NEGATIVE_COLUMN, POSITIVE_COLUMN, read_pairs
 from .probes import KNN_NEIGHBOURS, probe_accuracies
 from .progress import progress_bar
 from .report import write_metrics
-from .training_loop import (_RankSlices, _from_pretrained, _transformers, default_model_path,
+from .training_loop import (RankSlices, from_pretrained_or_explain, import_transformers, default_model_path,
                             load_tokenizer, rank_and_world, start_processes, stop_processes)
 
 PROG = "scl-finetune simcse"
@@ -75,7 +75,7 @@ class SimCSEOptions:
 
 def load_encoder(model, device="cpu"):
     """The bare encoder (``AutoModel``, no head) of ``model``, a directory or a Hub name."""
-    encoder = _from_pretrained(_transformers().AutoModel.from_pretrained, model)
+    encoder = from_pretrained_or_explain(import_transformers().AutoModel.from_pretrained, model)
     return encoder.to(device)
 
 
@@ -150,7 +150,7 @@ def train_simcse(model, tokenizer, columns, options, *, desc="simcse"):
     batches = BatchSampler(RandomSampler(range(count), generator=generator), options.batch_size,
                            drop_last=count > options.batch_size)
     if world > 1:
-        batches = _RankSlices(batches, rank, world)
+        batches = RankSlices(batches, rank, world)
     total = options.max_steps or options.epochs * len(batches)
 
     forward, sync_context = model, None
@@ -322,7 +322,7 @@ def format_probe_table(before, after):
 
 def run(args, command=PROG):
     """Runs what the parsed ``args`` describe; returns the metrics payload (None off rank 0)."""
-    device, started_group = start_processes(_device(args.device))
+    device, started_group = start_processes(resolve_device(args.device))
     failed = True
     try:
         payload = _run(args, command, device)
@@ -346,7 +346,7 @@ def _run(args, command, device):
                             progress=not args.no_progress)
     model_path = args.model or default_model_path()
     tokenizer = load_tokenizer(model_path)
-    _transformers().set_seed(args.seed)
+    import_transformers().set_seed(args.seed)
     model = load_encoder(model_path, device)
     say(f"data: {description}")
     say(f"model: {model_path} on {device}" + (f" x {world} processes" if world > 1 else "")
@@ -369,7 +369,7 @@ def _run(args, command, device):
         "data": description,
         "model": model_path,
         "options": asdict(options),
-        "environment": _environment(device, world),
+        "environment": environment_record(device, world),
         "train_loss": losses,
     }
     report = f"`{command}`\n\n{description}; {len(losses)} steps, {seconds:.0f} s\n"

@@ -239,7 +239,8 @@ def default_embedding(model_path):
     return "mean" if config.get("pooling_mode_mean_tokens") else "first_token"
 
 
-def _transformers():
+def import_transformers():
+    """The transformers module, or an InputError naming the extra to install."""
     # Imported on first use, so the command line's --help and argument checks stay fast.
     try:
         import transformers
@@ -254,7 +255,7 @@ def _looks_like_path(model):
     return model.startswith((".", "~")) or Path(model).is_absolute()
 
 
-def _from_pretrained(load, model, **kwargs):
+def from_pretrained_or_explain(load, model, **kwargs):
     """``load(model, **kwargs)`` (a ``from_pretrained``) with the errors of a missing directory
     or an unreachable Hub said in one line."""
     path = Path(model).expanduser()
@@ -289,7 +290,7 @@ def _from_pretrained(load, model, **kwargs):
 def _quiet_transformers():
     # from_pretrained logs a table of the freshly initialised head as a warning and draws a
     # progress bar per load: noise between the runs' own bars and results.
-    logging = _transformers().logging
+    logging = import_transformers().logging
     verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
     logging.set_verbosity_error()
     logging.disable_progress_bar()
@@ -307,7 +308,7 @@ def load_tokenizer(model):
     Raises:
         InputError: an unknown path, or a Hub name that cannot be reached.
     """
-    return _from_pretrained(_transformers().AutoTokenizer.from_pretrained, model)
+    return from_pretrained_or_explain(import_transformers().AutoTokenizer.from_pretrained, model)
 
 
 def load_model(model, num_labels, device="cpu"):
@@ -318,7 +319,7 @@ def load_model(model, num_labels, device="cpu"):
     Raises:
         InputError: as :func:`load_tokenizer`.
     """
-    classifier = _from_pretrained(_transformers().AutoModelForSequenceClassification.from_pretrained,
+    classifier = from_pretrained_or_explain(import_transformers().AutoModelForSequenceClassification.from_pretrained,
                                   model, num_labels=num_labels, ignore_mismatched_sizes=True)
     return classifier.to(device)
 
@@ -337,7 +338,7 @@ class _Collate:
         return dict(batch), torch.tensor(labels, dtype=torch.long)
 
 
-class _RankSlices(Sampler):
+class RankSlices(Sampler):
     """This rank's slice of each batch of ``batches``, a batch sampler that yields the same
     global batches on every rank (it is seeded alike): rank r takes the r-th of ``world``
     near-equal parts, so the ranks' slices in rank order are the one-process batch."""
@@ -376,7 +377,7 @@ def _train_loader(data, tokenizer, options, seed, rank=0, world=1):
     else:
         raise ValueError(f"sampler must be one of {SAMPLERS}, got {options.sampler!r}")
     if world > 1:
-        batches = _RankSlices(batches, rank, world)
+        batches = RankSlices(batches, rank, world)
     loader = DataLoader(examples, batch_sampler=batches, collate_fn=collate, generator=generator)
     return loader, sampler
 
@@ -490,7 +491,7 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, o
     """
     started = time.perf_counter()
     rank, world = rank_and_world()
-    _transformers().set_seed(seed)
+    import_transformers().set_seed(seed)
     model = load_model(model_path, len(train.label_names), options.device)
     result = RunResult(objective=objective, seed=seed)
     if options.head_init == "probe":
