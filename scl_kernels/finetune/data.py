@@ -223,13 +223,20 @@ def read_examples(source, text_column="text", label_column="label", *, split="tr
         raise InputError(f"{source} has no row with both a {text_column!r} and a {label_column!r}")
     if skipped:
         shown = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
-        message = (f"{source}: skipped {len(skipped)} of {len(skipped) + len(texts)} rows whose "
-                   f"{text_column!r} or {label_column!r} is missing or empty (data rows {shown})")
-        if report_skipped is None:
-            warnings.warn(message, UserWarning, stacklevel=2)
-        else:
-            report_skipped(message)
+        report_skipped_rows(
+            f"{source}: skipped {len(skipped)} of {len(skipped) + len(texts)} rows whose "
+            f"{text_column!r} or {label_column!r} is missing or empty (data rows {shown})",
+            report_skipped)
     return texts, labels
+
+
+def report_skipped_rows(message, report_skipped=None):
+    """Says ``message`` (rows a reader skipped) through ``report_skipped``, or, when there is
+    none, as a UserWarning pointing at the reader's caller."""
+    if report_skipped is None:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    else:
+        report_skipped(message)
 
 
 def embedded_csv_path():

@@ -1,11 +1,10 @@
 """Training data of supervised SimCSE: (anchor, positive[, hard negative]) sentence rows from a
 file or a ``datasets`` data set, by default in the columns of the SimCSE repository's NLI csv
 (``sent0``, ``sent1``, ``hard_neg``)."""
-import warnings
 from dataclasses import dataclass
 from typing import Optional
 
-from .data import InputError, read_columns
+from .data import InputError, read_columns, report_skipped_rows
 
 ANCHOR_COLUMN, POSITIVE_COLUMN, NEGATIVE_COLUMN = "sent0", "sent1", "hard_neg"
 
@@ -75,11 +74,7 @@ def read_pairs(source, anchor_column=ANCHOR_COLUMN, positive_column=POSITIVE_COL
                          f"{', '.join(map(repr, names))} filled")
     skipped = len(columns[0]) - len(rows)
     if skipped:
-        message = (f"{source}: skipped {skipped} of {len(columns[0])} rows with an empty "
-                   f"{' / '.join(map(repr, names))} cell")
-        if report_skipped is None:
-            warnings.warn(message, UserWarning, stacklevel=2)
-        else:
-            report_skipped(message)
+        report_skipped_rows(f"{source}: skipped {skipped} of {len(columns[0])} rows with an empty "
+                            f"{' / '.join(map(repr, names))} cell", report_skipped)
     texts = [[str(column[i]) for i in rows] for column in columns]
     return SentencePairs(*texts)
