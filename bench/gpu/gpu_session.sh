@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # The GPU checks, in phases, on a CUDA machine (the device tool's, or any):
-#   build      the library with the CUDA C++ kernels (sm_80 + sm_90a), in place
-#   tests      the GPU tests: the CUDA backend's, the Triton backend's, no host synchronisation
-#              (test_host_reads.py), and the conformance suite's
-#              cases on CUDA tensors (every backend that runs there)
-#   profile    bench/gpu/profile.py: host issue time, GPU busy time, launches and host waits of a
-#              forward + backward per fused backend (where the per-call fixed part goes); then
-#              the CUDA single set again with the full-row symmetric backward
-#              (SCL_CUDA_SYMMETRIC_BACKWARD=rows, in full_row_backward/): the triangle's gain
-#   sanitize   compute-sanitizer memcheck, racecheck and synccheck on bench/gpu/sanitizer_case.py
-#   probe      bench/static/l2_reduce_probe.cu: fp32 reduction bandwidth into L2 (the triangle-backward
-#              decision, docs/CUDA_KERNELS.md)
-#   sweep      the headline sweep (bf16, D = 128 and 256, N = 4k .. 64k; Triton, CUDA, dense)
-# SCL_GPU_PHASES picks phases (default: all, in this order); a failing phase is reported and the
-# next one runs. Results go to $OUT (the device tool's folder) when set, else bench/results/local/
-# (git-ignored).
+#   build      the library with the CUDA C++ kernels (sm_80 + sm_90a), in place, by the system's
+#              c++; then a bad argument on CUDA tensors must raise ValueError (raises_cleanly)
+#   tests      the GPU tests (pytest-xdist): the CUDA backend's, the Triton backend's, no host
+#              synchronisation (test_host_reads.py), and the conformance suite's cases on CUDA
+#              tensors (every backend that runs there)
+#   sanitize   compute-sanitizer memcheck, racecheck and synccheck over every case of
+#              bench/gpu/sanitizer_case.py, to the end (a failing case is reported, the rest run)
+#   profile    bench/gpu/profile.py at N = 16,384 and 65,536, D = 128, 100 classes, single set:
+#              wall, host issue time, tile-kernel time apart from the rest, launches, host waits,
+#              the same step replayed from a CUDA graph, the Triton autotuner's choices
+#   size_fit   bench/gpu/size_fit.py: N = 4,096 .. 65,536 fitted as a + b N + c N^2, with the
+#              run-to-run spread of every point
+#   sweep      bench/gpu_sweep.py against dense eager and dense torch.compile (bf16, D = 128,
+#              N = 4,096 .. 65,536)
+#   probe      (not by default) bench/static/l2_reduce_probe.cu: fp32 reduction bandwidth into L2
+# SCL_GPU_PHASES picks phases (default: all but probe, in this order); a failing phase is reported
+# and the next one runs. The phases' limits add up to 25 minutes; the device tool's 10-minute
+# calls take them in two or three calls (SCL_GPU_PHASES="build tests", then the rest after a
+# build). Results go to $OUT (the device tool's folder) when set, else bench/results/local/
+# (git-ignored); environment.txt records the git hash, the clocks at start and end, and versions.
 # SCL_CUTLASS_INCLUDE: the CuTe headers (else pip installs nvidia-cutlass, which needs a network).
 # Extra arguments are passed to bench.gpu_sweep, e.g.
 #   SCL_GPU_PHASES=sweep bash bench/gpu/gpu_session.sh --dims 256,768 --dtypes bf16,fp32
@@ -24,7 +29,7 @@ cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export out="${OUT:-bench/results/local}" python="${PYTHON:-python3}"
-phases="${SCL_GPU_PHASES:-build tests profile sanitize probe sweep}"
+phases="${SCL_GPU_PHASES:-build tests sanitize profile size_fit sweep}"
 mkdir -p "$out" build
 failed=()
 
@@ -39,13 +44,21 @@ phase() {  # phase NAME LIMIT_S COMMAND...: runs COMMAND under a time limit, log
 }
 wanted() { [[ " $phases " == *" $1 "* ]]; }
 
+clocks() { nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader; }
 {
+  echo "git $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv
+  echo "clocks at start (SM, memory, temperature, power): $(clocks)"
   "$python" -c "import torch, triton; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'triton', triton.__version__)"
   nvcc --version | tail -n 1
   date -u
 } 2>&1 | tee "$out/environment.txt"
 
+# The C++ compiler: the system's c++, not an inherited CXX. On the device tool's image CXX names
+# /opt/gcc/bin/g++, a wrapper whose objects crash (SIGSEGV in std::ostream) whenever a TORCH_CHECK
+# formats an integer against the libstdc++ that python3 loads: every error the op raises became a
+# segmentation fault (bench/results/gpu_h200_2026-11-26/README.md). SCL_GPU_CXX overrides.
+export CXX="${SCL_GPU_CXX:-c++}"
 build() {
   if [ -z "${SCL_CUTLASS_INCLUDE:-}" ]; then
     "$python" -m pip install -q "nvidia-cutlass==4.2.0.0" || return 1
@@ -55,14 +68,27 @@ build() {
   grep -E "scl_kernels setup.py" "$out/build.log" | sort -u
   "$python" -c "import torch, scl_kernels
 assert scl_kernels.backends.cuda_kernels_built(), 'no CUDA kernels registered'
-print('scl::supcon CUDA kernel registered; backends on cuda:', scl_kernels.available_backends('cuda'))"
+print('scl::supcon CUDA kernel registered; backends on cuda:', scl_kernels.available_backends('cuda'))" &&
+    raises_cleanly
+}
+raises_cleanly() {  # a library built against another libstdc++ crashes here instead of raising
+  "$python" -c "import torch, scl_kernels
+x = torch.randn(6, 4, device='cuda')
+try:
+    torch.ops.scl.supcon(x, torch.zeros(6, dtype=torch.long, device='cuda'), None, None,
+                         torch.tensor(0.1), 6, True, anchor_offset=-1)
+except ValueError as error:
+    print('a bad argument raises ValueError on CUDA tensors:', str(error)[:60])
+else:
+    raise SystemExit('anchor_offset=-1 was accepted')" \
+    || { echo "the built library does not raise cleanly (compiler: $CXX, $($CXX --version | head -n 1))"; return 1; }
 }
 gpu_tests() {
-  # With pytest-xdist, 8 workers by default: faster, and a worker that crashes (the first
+  # With pytest-xdist, one worker per CPU by default: faster, and a worker that crashes (the first
   # session's segmentation fault) costs its test, not the run. SCL_GPU_PYTEST_ARGS replaces that
   # (empty: one process).
   local parallel=""
-  "$python" -c "import xdist" 2>/dev/null && parallel="-n 8"
+  "$python" -c "import xdist" 2>/dev/null && parallel="-n $(nproc)"
   # shellcheck disable=SC2086
   "$python" -m pytest -q -p no:cacheprovider --timeout 300 --maxfail "${SCL_GPU_MAXFAIL:-30}" -rfE \
     ${SCL_GPU_PYTEST_ARGS-$parallel} \
@@ -83,10 +109,10 @@ sanitize() {
   return $status
 }
 profile() {
-  "$python" -m bench.gpu.profile --out "$out" --sizes 4096,16384,65536 --dims 128,256 &&
-    mkdir -p "$out/full_row_backward" &&
-    SCL_CUDA_SYMMETRIC_BACKWARD=rows "$python" -m bench.gpu.profile --out "$out/full_row_backward" \
-      --backends cuda --layouts single --sizes 4096,16384,65536 --dims 128
+  "$python" -m bench.gpu.profile --out "$out" --sizes 16384,65536 --dims 128 --layouts single
+}
+size_fit() {
+  "$python" -m bench.gpu.size_fit --out "$out" --sizes 4096,8192,16384,24576,32768,49152,65536 --dims 128
 }
 probe() {
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/static/l2_reduce_probe.cu \
@@ -94,18 +120,21 @@ probe() {
 }
 sweep() {
   if [ "$#" -eq 0 ]; then
-    set -- --sizes 4096,16384,65536 --dims 128,256 --dtypes bf16 --modes fwd,both
+    set -- --sizes 4096,8192,16384,32768,65536 --dims 128 --dtypes bf16 --modes both
   fi
   "$python" -m bench.gpu_sweep --out "$out" "$@"
 }
 
-export -f build gpu_tests profile sanitize probe sweep
-wanted build && phase build 900 build
-wanted tests && phase tests 1800 gpu_tests
-wanted profile && phase profile 600 profile
-wanted sanitize && phase sanitize 900 sanitize
-wanted probe && phase probe 300 probe
-wanted sweep && phase sweep 1800 sweep "$@"
+export -f build raises_cleanly gpu_tests sanitize profile size_fit sweep probe
+# Limits: 25 minutes in all.
+wanted build && phase build 240 build
+wanted tests && phase tests 420 gpu_tests
+wanted sanitize && phase sanitize 300 sanitize
+wanted profile && phase profile 150 profile
+wanted size_fit && phase size_fit 150 size_fit
+wanted sweep && phase sweep 240 sweep "$@"
+wanted probe && phase probe 120 probe
+echo "clocks at end (SM, memory, temperature, power): $(clocks)" | tee -a "$out/environment.txt"
 # The device tool brings back at most 8 files from $OUT: more are packed into one archive.
 if [ -n "${OUT:-}" ] && [ "$(find "$out" -type f | wc -l)" -gt 8 ]; then
   archive=$(mktemp --suffix=.tar.gz)

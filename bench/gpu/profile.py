@@ -1,6 +1,7 @@
 """Where a forward + backward's time goes, per fused backend, from torch.profiler: wall time, the
 host's time to issue the step, kernel time and how much of the wall the GPU is busy, launches,
-host synchronisations and the largest kernels. It answers the first GPU session's open question:
+host synchronisations and the largest kernels; on CUDA also the same step replayed from a CUDA
+graph (the kernels with no host in the way) and the Triton autotuner's choices. It answers the first GPU session's open question:
 about 3 ms per call that does not grow with N^2 (bench/DECISIONS.md, "First GPU session").
 
     python -m bench.gpu.profile                 # CUDA: triton and cuda, single and cross set,
@@ -18,11 +19,16 @@ from dataclasses import dataclass
 
 import torch
 
+from bench.gpu import options
 from bench.harness import cli, report
 from bench.harness.machine import machine_description
 from bench.harness.timing import synchronize
 
 TEMPERATURE = 0.1
+CLASSES = 100  # issue 23's problem (the 2026-11-25/26 baselines used N / 64 classes)
+# The O(N^2) tile kernels of each backend; every other kernel is the call's O(N D) work.
+TILE_KERNELS = ("lse_plain_kernel", "lse_symmetric_kernel", "grad_rows_kernel", "grad_cols_kernel",
+                "walk_kernel")
 # Host-side runtime calls worth counting: launches, copies, and the ones that make the host wait.
 RUNTIME_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
                  "cudaMemcpyAsync", "cudaMemsetAsync", "cudaStreamSynchronize",
@@ -73,6 +79,8 @@ def summarise(events, top=8):
     return {
         "kernels": len(kernels),
         "kernel_ms": sum(k.end - k.start for k in kernels) / 1e3,
+        "tile_ms": sum(k.end - k.start for k in kernels
+                       if any(name in k.name for name in TILE_KERNELS)) / 1e3,
         "busy_ms": busy_union([(k.start, k.end) for k in kernels]) / 1e3,
         "copies": sum(1 for e in events if e.on_device and e.name.startswith("Memcpy")),
         "aten_calls": sum(1 for e in events if e.top_level_aten),
@@ -93,7 +101,7 @@ def profile_backend(backend, layout, n, d, dtype, device, steps):
         return torch.randn(n, d, generator=g).to(device=device, dtype=dtype).requires_grad_()
 
     def classes():
-        return torch.randint(0, max(2, n // 64), (n,), generator=g).to(device)
+        return torch.randint(0, CLASSES, (n,), generator=g).to(device)
 
     features, labels = rows(), classes()
     cross = {"contrast": rows(), "contrast_labels": classes()} if layout == "cross" else {}
@@ -114,6 +122,7 @@ def profile_backend(backend, layout, n, d, dtype, device, steps):
         synchronize(device)
         walls.append(time.perf_counter() - start)
         issues.append(issued - start)
+    graph_ms, graph_error = replay_time(step, device, steps) if device.type == "cuda" else (None, None)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -122,8 +131,47 @@ def profile_backend(backend, layout, n, d, dtype, device, steps):
         synchronize(device)
     summary = summarise(events_of(prof))
     summary.update(backend=backend, layout=layout, n=n, d=d, wall_ms=1e3 * statistics.median(walls),
-                   issue_ms=1e3 * statistics.median(issues))
+                   wall_spread_ms=1e3 * (max(walls) - min(walls)),
+                   issue_ms=1e3 * statistics.median(issues), graph_ms=graph_ms,
+                   graph_error=graph_error)
     return summary
+
+
+def replay_time(step, device, steps):
+    """(median ms of `steps` replays of the step captured in a CUDA graph, None), or (None, why
+    not): the same kernels with no host in the way, the bound that issue 23's "eager within 1.1x
+    of the graph" compares the eager step against."""
+    try:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # capture wants its warm-up off the default stream
+            step()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        graph.replay()
+        synchronize(device)
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            graph.replay()
+            synchronize(device)
+            times.append(time.perf_counter() - start)
+        return 1e3 * statistics.median(times), None
+    except Exception as error:  # noqa: BLE001 - a step that cannot be captured is a finding
+        return None, f"{type(error).__name__}: {str(error)[:200]}"
+
+
+def autotuner_choices():
+    """The Triton backend's autotuned kernels: {kernel: {key: chosen configuration}}."""
+    from scl_kernels.backends.triton import launch
+    choices = {}
+    for name in ("_lse_plain", "_lse_symmetric", "_grad_plain", "_grad_symmetric", "_grad_columns"):
+        cache = getattr(getattr(launch, name, None), "cache", {}) or {}
+        if cache:
+            choices[name.lstrip("_")] = {str(key): str(config) for key, config in cache.items()}
+    return choices
 
 
 def write_markdown(path, rows, *, device, dtype, steps, command):
@@ -137,13 +185,26 @@ def write_markdown(path, rows, *, device, dtype, steps, command):
          "timing": f"wall: median of {steps} synchronised steps; host issue: the same steps until "
                    "the host returns from the backward (all work queued); the rest from one "
                    "profiled step"})
-    lines += ["", "| backend | layout | N | D | wall ms | host issue ms | GPU busy ms | kernel ms "
-             "| kernels | copies | host waits | top-level ATen calls |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| backend | layout | N | D | wall ms | wall spread ms | graph replay ms "
+             "| eager / graph | host issue ms | GPU busy ms | kernel ms | tile kernels ms | kernels | copies "
+             "| host waits | top-level ATen calls |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        graph = "—" if r["graph_ms"] is None else f"{r['graph_ms']:.3f}"
+        ratio = "—" if r["graph_ms"] is None else f"{r['wall_ms'] / r['graph_ms']:.2f}"
         lines.append(f"| {r['backend']} | {r['layout']} | {r['n']} | {r['d']} | {r['wall_ms']:.3f} | "
+                     f"{r['wall_spread_ms']:.3f} | {graph} | {ratio} | "
                      f"{r['issue_ms']:.3f} | {r['busy_ms']:.3f} | {r['kernel_ms']:.3f} | "
-                     f"{r['kernels']} | {r['copies']} | {r['host_waits']} | {r['aten_calls']} |")
+                     f"{r['tile_ms']:.3f} | {r['kernels']} | {r['copies']} | {r['host_waits']} | {r['aten_calls']} |")
+    for r in rows:
+        if r["graph_error"]:
+            lines += ["", f"{r['backend']} {r['layout']} N = {r['n']}: not capturable in a CUDA "
+                          f"graph: {r['graph_error']}"]
+    choices = autotuner_choices() if any(r["backend"] == "triton" for r in rows) else {}
+    if choices:
+        lines += ["", "Triton autotuner's choices (key: configuration):"]
+        lines += [f"- {kernel}: " + "; ".join(f"{key} -> {config}" for key, config in by_key.items())
+                  for kernel, by_key in choices.items()]
     for r in rows:
         lines += ["", f"## {r['backend']}, {r['layout']}, N = {r['n']}, D = {r['d']}", "",
                   "Runtime calls: " + (", ".join(f"{name} {count}" for name, count in
@@ -160,15 +221,13 @@ def main(argv=None):
                                   repeats=5, helps={"repeats": "synchronised steps timed for the "
                                                                "wall and host issue medians "
                                                                "(default %(default)s)"})
-    parser.add_argument("--backends", default="triton,cuda", type=cli.name_list,
-                        help="fused backends, comma-separated (default %(default)s)")
+    options.add_step_options(parser)
     parser.add_argument("--layouts", default="single,cross", type=cli.name_list,
                         help="single and / or cross (default %(default)s)")
-    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     args = parser.parse_args(argv)
     import scl_kernels
     device = torch.device(args.device)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    dtype = options.DTYPES[args.dtype]
     # Rows are labelled by backend ("reference" runs as itself): one that cannot run is skipped,
     # saying why, and a run left with none would be an empty profile.
     why_not = {b: None if b == "reference" else scl_kernels.backends.why_not_fused(b, device)
@@ -184,7 +243,9 @@ def main(argv=None):
             continue
         for layout, d, n in itertools.product(args.layouts, args.dims, args.sizes):
             row = profile_backend(backend, layout, n, d, dtype, device, args.repeats)
-            print(f"{backend} {layout} N={n} D={d}: wall {row['wall_ms']:.3f} ms, host issue "
+            graph = "—" if row["graph_ms"] is None else f"{row['graph_ms']:.3f} ms"
+            print(f"{backend} {layout} N={n} D={d}: wall {row['wall_ms']:.3f} ms, graph replay "
+                  f"{graph}, host issue "
                   f"{row['issue_ms']:.3f} ms, GPU busy {row['busy_ms']:.3f} ms, "
                   f"{row['kernels']} kernels, {row['host_waits']} host waits, "
                   f"{row['aten_calls']} ATen calls", flush=True)

@@ -68,7 +68,7 @@ def specialisation(case):
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
-            if name in ("M", "N") or (name in ("D", "stride") and case.d % 16 == 0):
+            if name in ("M", "N", "n_bucket") or (name in ("D", "stride") and case.d % 16 == 0):
                 divisible.append(name)
     return kernel, signature, constexprs, divisible
 

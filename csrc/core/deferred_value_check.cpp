@@ -1,5 +1,6 @@
 #include "deferred_value_check.h"
 
+#include <ATen/record_function.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
@@ -23,6 +24,10 @@ void DeferredValueChecks::expect(const at::Tensor& ok, std::string failure) {
 }
 
 void DeferredValueChecks::raise_first_failure() {
+  if (pending_.empty()) return;
+  // A named scope, so that a profile shows where the host waits on a device (and where, on the
+  // CPU's copy of the device path, it would: bench/launch_count.py counts these).
+  RECORD_FUNCTION("scl::host_wait_for_value_checks", std::vector<c10::IValue>());
   if (copies_done_.has_value()) copies_done_->synchronize();
   for (const Pending& check : pending_) {
     TORCH_CHECK_VALUE(*check.host_ok.const_data_ptr<bool>(), check.failure);

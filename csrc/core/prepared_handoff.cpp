@@ -3,10 +3,17 @@
 namespace scl {
 namespace {
 
-// Kept only while the problem's tiles are at most this many multiply-adds (N = 256 at D = 1024):
-// above it the preparation is a small share of the call, and the kept O(N*D) tensors (unit rows,
-// class sums) would grow with the batch.
-constexpr int64_t kKeepWork = int64_t{1} << 26;
+// On the CPU, kept only while the problem's tiles are at most this many multiply-adds (N = 256 at
+// D = 1024): above it the preparation is a small share of the call, and the kept O(N*D) tensors
+// (unit rows, class sums) would grow with the batch. Off the CPU it is kept at every size: there
+// the preparation is dozens of launches whose issue time the host pays again in backward
+// (bench/DECISIONS.md, "One preparation per step on the GPU"), and the O(N*D) kept is a small
+// fraction of what the encoder keeps for the same rows.
+constexpr int64_t kKeepWorkOnCpu = int64_t{1} << 26;
+
+bool worth_keeping(const SupConProblem& problem) {
+  return !problem.z.is_cpu() || problem.m * problem.n * problem.d <= kKeepWorkOnCpu;
+}
 
 struct HandoffState {
   bool capturing = false;
@@ -42,7 +49,7 @@ ReuseInBackward::ReuseInBackward(const c10::IValue& prepared) {
 ReuseInBackward::~ReuseInBackward() { state.reuse.reset(); }
 
 void offer_prepared(const SupConProblem& problem) {
-  if (!state.capturing || problem.m * problem.n * problem.d > kKeepWork) return;
+  if (!state.capturing || !worth_keeping(problem)) return;
   state.captured = c10::make_intrusive<PreparedProblem>(problem);
 }
 

@@ -1,4 +1,4 @@
-// Hands a small problem's preparation (norms, class ids, class sums, |P(i)|: the O(N*D) terms of
+// Hands a problem's preparation (norms, class ids, class sums, |P(i)|: the O(N*D) terms of
 // supcon_problem.h) from a fused op's forward to its backward, through the op's autograd node.
 //
 // At fine-tuning sizes (N of 16 to a few hundred) that preparation is a few dozen ATen calls and
@@ -7,8 +7,9 @@
 // the fakes see nothing): while the autograd kernel holds a CaptureForward, the core's forward on
 // the same thread leaves its problem here, and while it holds a ReuseInBackward, the core's
 // backward on that thread takes the problem instead of preparing it again. Both calls are
-// synchronous on the calling thread, so the hand-over cannot cross calls. Only problems below a
-// size are kept (their O(N*D) tensors then stay small); larger ones are prepared again, as before.
+// synchronous on the calling thread, so the hand-over cannot cross calls. Off the CPU every problem
+// is kept (one preparation per step); on the CPU only those below a size (their O(N*D) tensors
+// then stay small), larger ones being prepared again.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -23,7 +24,7 @@ struct PreparedProblem : torch::CustomClassHolder {
   SupConProblem problem;
 };
 
-// While alive, supcon_forward on this thread keeps its problem (when small) for take().
+// While alive, supcon_forward on this thread keeps its problem (off the CPU, or small) for take().
 class CaptureForward {
  public:
   CaptureForward();
@@ -43,8 +44,8 @@ class ReuseInBackward {
   ReuseInBackward& operator=(const ReuseInBackward&) = delete;
 };
 
-// For the core: forward offers its problem (kept only under a CaptureForward, and only if
-// small); backward asks for the one to reuse (null outside a ReuseInBackward or when none).
+// For the core: forward offers its problem (kept only under a CaptureForward, and on the CPU
+// only if small); backward asks for the one to reuse (null outside a ReuseInBackward or when none).
 void offer_prepared(const SupConProblem& problem);
 const SupConProblem* prepared_for_backward();
 

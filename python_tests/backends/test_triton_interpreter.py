@@ -149,3 +149,20 @@ def test_tile_pruning_reads_keyword_arguments(kernel, monkeypatch):
     as_named = tuner.early_config_prune(gpu_configs, {"D": 128, "z_ptr": z})
     assert as_keywords
     assert [c.kwargs for c in as_keywords] == [c.kwargs for c in as_named]
+
+
+def test_autotuning_keys_by_size_octave():
+    """The autotuner's key has an N bucket (the next power of two, at least 1,024): a ragged last
+    batch reuses its neighbours' tile, and N = 16,384 and 65,536 can tune apart."""
+    from scl_kernels.backends.triton import launch
+    assert [launch.n_bucket(n) for n in (1, 1000, 1024, 1025, 16384, 16385, 65536)] == \
+        [1024, 1024, 1024, 2048, 16384, 32768, 65536]
+    for autotuned in (launch._lse_plain, launch._lse_symmetric, launch._grad_plain,
+                      launch._grad_symmetric, launch._grad_columns):
+        assert "n_bucket" in autotuned.keys
+
+
+def test_float32_rounding_of_the_scale_matches_torch():
+    from scl_kernels.backends.triton import launch
+    for x in (0.1 * launch.LOG2E, 1 / 0.07 * launch.LOG2E, 1 / 3, 1e39, -1e39, 1e-46):
+        assert launch._fp32(x) == float(torch.tensor(x, dtype=torch.float32))

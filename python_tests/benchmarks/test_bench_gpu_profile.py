@@ -24,6 +24,7 @@ def test_summary_of_a_step():
     s = gpu_profile.summarise(events, top=2)
     assert s["kernels"] == 3 and s["copies"] == 1 and s["aten_calls"] == 1
     assert s["kernel_ms"] == pytest.approx(0.120) and s["busy_ms"] == pytest.approx(0.115)
+    assert s["tile_ms"] == pytest.approx(0.100)  # walk_kernel alone is a tile kernel
     assert s["runtime"] == {"cudaLaunchKernel": 2, "cuLaunchKernel": 1, "cudaMemcpyAsync": 1,
                             "cudaStreamSynchronize": 1}
     assert s["host_waits"] == 1

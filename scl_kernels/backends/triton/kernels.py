@@ -136,7 +136,7 @@ def _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr, terms_ptr,
 
 @triton.jit
 def lse_plain_kernel(q_desc, z_desc, q_ptr, z_ptr, rq_ptr, terms_ptr, part_max_ptr,
-                     part_sum_ptr, M, N, D, stride, self_offset, num_splits,
+                     part_sum_ptr, M, N, D, stride, n_bucket, self_offset, num_splits,
                      SELF_COLUMN: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      RESIDENT: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr):
@@ -206,7 +206,7 @@ def _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, bi, j_lo, j_hi, 
 
 
 @triton.jit
-def lse_symmetric_kernel(z_desc, z_ptr, terms_ptr, row_sum_ptr, N, D, stride, num_splits,
+def lse_symmetric_kernel(z_desc, z_ptr, terms_ptr, row_sum_ptr, N, D, stride, n_bucket, num_splits,
                          BLOCK: tl.constexpr, BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr,
                          USE_TMA: tl.constexpr, PRECISION: tl.constexpr):
     """Row sums of exp2(s2 - log2(e)/t) from the upper-triangle tiles I <= J of Z Z^T.
@@ -280,7 +280,7 @@ def _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0,
 @triton.jit
 def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, terms_ptr,
                      lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dq_ptr, dz_ptr, M, N, D,
-                     stride, scale_log2,
+                     stride, n_bucket, scale_log2,
                      self_offset, num_splits, SELF_COLUMN: tl.constexpr,
                      CONTRAST_SIDE: tl.constexpr, SYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr,
@@ -352,7 +352,7 @@ def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
 
 @triton.jit
 def grad_cols_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, terms_ptr,
-                     lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dz_ptr, M, N, D, stride,
+                     lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dz_ptr, M, N, D, stride, n_bucket,
                      scale_log2, self_offset,
                      SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr, RESIDENT: tl.constexpr,

@@ -2,6 +2,7 @@
 TRITON_INTERPRET=1), grids, and the column split that keeps a GPU busy when rows are few."""
 import math
 import os
+import struct
 from dataclasses import dataclass, field
 
 import torch
@@ -172,9 +173,17 @@ def _autotuned(name, key, reset_to_zero=None):
                            prune_configs_by={"early_config_prune": prune})(use.kernel)
 
 
-_KEY = ["D", "SELF_COLUMN", "USE_TMA"]
+def n_bucket(rows):
+    """The autotuning key's size class of a call whose grid spans `rows` row blocks: the next
+    power of two, at least 1,024. The best tile changes with N (a small grid wants small tiles
+    to fill the SMs), but a key of N itself would tune again for every ragged last batch;
+    the kernels receive the bucket only so that the autotuner can key on it."""
+    return max(1024, 1 << max(0, rows - 1).bit_length())
+
+
+_KEY = ["D", "n_bucket", "SELF_COLUMN", "USE_TMA"]
 _lse_plain = _autotuned("lse_plain", _KEY)
-_lse_symmetric = _autotuned("lse_symmetric", ["D", "USE_TMA"], ["row_sum_ptr"])
+_lse_symmetric = _autotuned("lse_symmetric", ["D", "n_bucket", "USE_TMA"], ["row_sum_ptr"])
 _grad_plain = _autotuned("grad_plain", _KEY + ["CONTRAST_SIDE"], ["dq_ptr", "dz_ptr"])
 _grad_symmetric = _autotuned("grad_symmetric", _KEY, ["dq_ptr"])
 _grad_columns = _autotuned("grad_columns", _KEY)
@@ -259,7 +268,7 @@ def column_terms(scale, inv_t, bias, coef=None):
     n = scale.shape[0]
     terms = torch.zeros(triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING, 4, dtype=torch.float32,
                         device=scale.device)
-    terms[:n, 0] = scale * float(_fp32(inv_t * LOG2E))
+    terms[:n, 0] = scale * _fp32(inv_t * LOG2E)
     if coef is None:
         terms[:n, 1] = bias
         terms[n:, 1] = float("-inf")
@@ -270,12 +279,16 @@ def column_terms(scale, inv_t, bias, coef=None):
 
 
 def _fp32(x):
-    """x as the kernels round it."""
-    return torch.tensor(x, dtype=torch.float32)
+    """x rounded to float32 as the kernels hold it, in Python: a tensor for it would be two ATen
+    calls and a read of its value on every call (bench/launch_count.py)."""
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:  # beyond float32's range, as a float32 conversion gives
+        return math.copysign(math.inf, x)
 
 
-def _common(q, tma):
-    return dict(D=q.shape[1], stride=q.stride(0), USE_TMA=tma,
+def _common(q, tma, rows):
+    return dict(D=q.shape[1], stride=q.stride(0), n_bucket=n_bucket(rows), USE_TMA=tma,
                 PRECISION=_precision(q.dtype), **row_width(q.shape[1], q.element_size()).meta())
 
 
@@ -287,7 +300,7 @@ def lse_plain(q, z, q_scale, z_scale, inv_t, self_offset):
     part_max = uninitialized((splits, m), q.device)
     part_sum = uninitialized((splits, m), q.device)
     tma = use_tma(q.device)
-    meta = _common(q, tma)
+    meta = _common(q, tma, m)
     meta.pop("BLOCK_DO")
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), splits)  # noqa: E731
     _lse_plain[grid](**_row_args(q, z, tma, False), rq_ptr=q_scale,
@@ -314,11 +327,11 @@ def lse_symmetric(z, scale, inv_t):
                           device=z.device)
     splits = _splits(z.device, n <= 64, lambda sms: symmetric_splits(n, sms))
     tma = use_tma(z.device)
-    meta = _common(z, tma)
+    meta = _common(z, tma, n)
     meta.pop("BLOCK_DO")
     args = _row_args(z, z, tma, False)
     grid = lambda meta: symmetric_grid(n, meta["BLOCK"], splits)  # noqa: E731
-    shift2 = float(_fp32(inv_t * LOG2E))
+    shift2 = _fp32(inv_t * LOG2E)
     _lse_symmetric[grid](z_desc=args["z_desc"], z_ptr=z, **column_terms(scale, inv_t, -shift2),
                          row_sum_ptr=row_sum, N=n, num_splits=splits, **meta)
     return (shift2 + torch.log2(row_sum[:n].double())) / LOG2E
@@ -343,7 +356,7 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
     splits = 1 if deterministic else _splits(q.device, n <= 64,
                                               lambda sms: column_splits(m, n, sms))
     tma = use_tma(q.device)
-    meta = _common(q, tma)
+    meta = _common(q, tma, m)
     args = dict(**_row_args(q, z, tma, True), rq_ptr=q_scale, **column_terms(z_scale, inv_t, 0.0),
                 lse2_hi_ptr=lse2_hi, lse2_lo_ptr=lse2_lo, coef_ptr=coef, M=m, N=n,
                 scale_log2=inv_t * LOG2E, self_offset=max(self_offset, 0),
@@ -372,5 +385,5 @@ def grad_symmetric(z, scale, coef, inv_t, deterministic):
                           lse2_hi_ptr=coef, lse2_lo_ptr=coef, coef_ptr=coef, dq_ptr=dz, dz_ptr=dz,
                           M=n, N=n, scale_log2=inv_t * LOG2E, self_offset=0, num_splits=splits,
                           SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True,
-                          **_common(z, tma))
+                          **_common(z, tma, n))
     return dz

@@ -1,0 +1,20 @@
+"""Running a bench module in Triton's interpreter, which must be chosen before triton is imported:
+the module runs itself again in a child process with TRITON_INTERPRET=1 and the shared core on the
+device's path (SCL_DEVICE_PREPARATION=1: no host reads, value checks deferred, as on a GPU)."""
+import os
+import subprocess
+import sys
+
+_CHILD = "SCL_BENCH_INTERPRETER_CHILD"
+
+
+def in_interpreter_child():
+    """True inside the child that rerun_in_interpreter started."""
+    return os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get(_CHILD) == "1"
+
+
+def rerun_in_interpreter(module, argv):
+    """Runs ``python -m module argv`` in the interpreter; returns its exit status."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "SCL_DEVICE_PREPARATION": "1", _CHILD: "1"}
+    args = list(argv) if argv is not None else sys.argv[1:]
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, check=False).returncode

@@ -1,0 +1,156 @@
+"""The launch ledger: the launches and host waits of one forward + backward of `supcon_loss`, counted
+without a GPU.
+
+Triton: the step runs in Triton's interpreter on CPU tensors, with the shared core on the device's
+path (SCL_DEVICE_PREPARATION=1: no host reads, flags deferred as on a GPU). Counted: each Triton
+kernel launch, and each top-level ATen call that would launch work on a GPU (views, reshapes
+and allocations are free; a call counts once, although some are several GPU kernels: a CUDA sort
+is about sixteen); the ATen calls the interpreter makes to run a kernel are not counted. Host
+waits: the core's deferred value checks (`scl::host_wait_for_value_checks`) and every ATen call
+that reads a device value on the host (item, nonzero, unique, bincount, masked_select).
+
+CUDA C++: its tile launches are issued by host code compiled only with CUDA, which cannot run
+here; the ledger says so instead of printing a number (the GPU profile counts it:
+`python -m bench.gpu.profile`).
+
+The counts are taken at two sizes (--n and 2 --n) and must agree: the call's structure does not
+depend on N, so the count at the headline N = 65,536 is the same.
+
+    python -m bench.launch_count                 # N = 256 and 512, D = 128
+
+The last line: ``fwd+bwd launches: triton T, cuda C; host waits: triton Ht, cuda Hc``.
+"""
+import argparse
+import collections
+import sys
+
+from bench.harness.interpreter import in_interpreter_child, rerun_in_interpreter
+
+# ATen calls that launch nothing on a GPU: views, metadata and allocations.
+NO_LAUNCH = frozenset(f"aten::{name}" for name in (
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "slice", "select", "narrow",
+    "expand", "expand_as", "unsqueeze", "squeeze", "t", "transpose", "permute", "detach", "alias",
+    "lift_fresh", "empty", "empty_like", "empty_strided", "resize_", "result_type", "unbind",
+    "split", "chunk", "view_as", "flatten", "unflatten", "numpy_T", "contiguous", "to",
+    "_to_copy", "clone", "type_as", "set_"))
+# ATen calls whose result the host must read from the device.
+HOST_READS = frozenset(f"aten::{name}" for name in (
+    "item", "_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive",
+    "bincount", "masked_select", "is_nonzero"))
+VALUE_CHECK_WAIT = "scl::host_wait_for_value_checks"
+KERNEL_SCOPE = "triton_kernel::"
+
+
+def launches_work(event, children):
+    """Whether an ATen call would launch at least one GPU kernel: a call that only views or
+    allocates does not, unless something it calls does (`to` copies, `contiguous` of a strided
+    view, `clone`)."""
+    if event.name in NO_LAUNCH:
+        return any(c.name.startswith("aten::") and launches_work(c, children)
+                   for c in children.get(id(event), ()))
+    return True
+
+
+def ledger_of(events):
+    """{"kernels": Counter of Triton kernels, "aten": Counter of launching top-level ATen calls,
+    "waits": Counter of host waits} of one profiled step."""
+    children = collections.defaultdict(list)
+    for e in events:
+        if e.cpu_parent is not None:
+            children[id(e.cpu_parent)].append(e)
+
+    def ancestors(e):
+        parent = e.cpu_parent
+        while parent is not None:
+            yield parent
+            parent = parent.cpu_parent
+
+    kernels, aten, waits = collections.Counter(), collections.Counter(), collections.Counter()
+    for e in events:
+        above = list(ancestors(e))
+        if any(a.name.startswith(KERNEL_SCOPE) for a in above):
+            continue  # the interpreter running a kernel
+        if e.name.startswith(KERNEL_SCOPE):
+            kernels[e.name[len(KERNEL_SCOPE):]] += 1
+        elif e.name == VALUE_CHECK_WAIT or e.name in HOST_READS:
+            if not any(a.name in HOST_READS for a in above):  # item calls _local_scalar_dense
+                waits[e.name] += 1
+        elif (e.name.startswith("aten::") and not any(a.name.startswith("aten::") for a in above)
+              and launches_work(e, children)):
+            aten[e.name] += 1
+    return {"kernels": kernels, "aten": aten, "waits": waits}
+
+
+def count_triton_step(n, d, classes=100):
+    """The ledger of one forward + backward on the Triton backend (in the interpreter)."""
+    import torch
+    from triton.runtime import interpreter
+    import scl_kernels
+
+    original = interpreter.InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        with torch.profiler.record_function(KERNEL_SCOPE + self.__name__):
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    g = torch.Generator().manual_seed(n)
+    features = torch.randn(n, d, generator=g).requires_grad_()
+    labels = torch.randint(0, classes, (n,), generator=g)
+
+    def step():
+        loss = scl_kernels.supcon_loss(features, labels, 0.1, backend="triton")
+        return torch.autograd.grad(loss, [features])
+
+    interpreter.InterpretedFunction.run = run
+    try:
+        step()  # first call: compiles nothing in the interpreter, but fills caches
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            step()
+    finally:
+        interpreter.InterpretedFunction.run = original
+    return ledger_of(prof.events())
+
+
+def total(ledger, part):
+    return sum(ledger[part].values())
+
+
+def describe(name, ledger):
+    lines = [f"{name}: {total(ledger, 'kernels')} Triton kernel launches "
+             f"({', '.join(f'{k} {v}' for k, v in sorted(ledger['kernels'].items()))}), "
+             f"{total(ledger, 'aten')} ATen calls that launch work, "
+             f"{total(ledger, 'waits')} host waits"
+             + (f" ({', '.join(f'{k} {v}' for k, v in sorted(ledger['waits'].items()))})"
+                if ledger["waits"] else "")]
+    lines.append("  ATen calls: " + ", ".join(f"{k.removeprefix('aten::')} {v}"
+                                              for k, v in ledger["aten"].most_common()))
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    parser.add_argument("--n", type=int, default=256,
+                        help="rows of the smaller count (the other is twice it; default %(default)s)")
+    parser.add_argument("--d", type=int, default=128, help="row width (default %(default)s)")
+    args = parser.parse_args(argv)
+    if not in_interpreter_child():
+        return rerun_in_interpreter("bench.launch_count", argv)
+    small, large = count_triton_step(args.n, args.d), count_triton_step(2 * args.n, args.d)
+    for lines in (describe(f"triton, N = {args.n}, D = {args.d}", small),
+                  describe(f"triton, N = {2 * args.n}, D = {args.d}", large)):
+        print("\n".join(lines))
+    same = all(small[part] == large[part] for part in ("kernels", "aten", "waits"))
+    if not same:
+        print(f"the counts differ between N = {args.n} and {2 * args.n}: the count at N = 65,536 "
+              "is not known from these")
+        return 1
+    launches = total(small, "kernels") + total(small, "aten")
+    print("cuda: not counted here (its launches are issued by host code built only with CUDA); "
+          "python -m bench.gpu.profile counts them on a GPU")
+    print(f"fwd+bwd launches: triton {launches}, cuda not counted; "
+          f"host waits: triton {total(small, 'waits')}, cuda not counted")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
