@@ -174,7 +174,7 @@ def _autotuned(name, key, reset_to_zero=None):
 
 
 def n_bucket(rows):
-    """The autotuning key's size class of a call whose grid spans `rows` row blocks: the next
+    """The autotuning key's size class of a call whose grid runs over `rows` rows: the next
     power of two, at least 1,024. The best tile changes with N (a small grid wants small tiles
     to fill the SMs), but a key of N itself would tune again for every ragged last batch;
     the kernels receive the bucket only so that the autotuner can key on it."""
