@@ -1,8 +1,9 @@
 """Where a forward + backward's time goes, per fused backend, from torch.profiler: wall time, the
 host's time to issue the step, kernel time and how much of the wall the GPU is busy, launches,
 host synchronisations and the largest kernels; on CUDA also the same step replayed from a CUDA
-graph (the kernels with no host in the way) and the Triton autotuner's choices. It answers the first GPU session's open question:
-about 3 ms per call that does not grow with N^2 (bench/DECISIONS.md, "First GPU session").
+graph (the kernels with no host in the way) and the Triton autotuner's choices. It answers the
+first GPU session's open question: about 3 ms per call that does not grow with N^2
+(bench/DECISIONS.md, "First GPU session").
 
     python -m bench.gpu.profile                 # CUDA: triton and cuda, single and cross set,
                                                 # N = 16,384 / 65,536, D = 128
@@ -167,10 +168,10 @@ def autotuner_choices():
     """The Triton backend's autotuned kernels: {kernel: {key: chosen configuration}}."""
     from scl_kernels.backends.triton import launch
     choices = {}
-    for name in ("_lse_plain", "_lse_symmetric", "_grad_plain", "_grad_symmetric", "_grad_columns"):
-        cache = getattr(getattr(launch, name, None), "cache", {}) or {}
+    for name in launch.KERNEL_USES:  # each use is autotuned as launch._<name>
+        cache = getattr(getattr(launch, f"_{name}", None), "cache", {}) or {}
         if cache:
-            choices[name.lstrip("_")] = {str(key): str(config) for key, config in cache.items()}
+            choices[name] = {str(key): str(config) for key, config in cache.items()}
     return choices
 
 
