@@ -45,8 +45,10 @@ from scl_kernels.finetune.report import summarize
 from scl_kernels.finetune.training_loop import default_model_path
 
 SETFIT = "setfit"
-METHODS = {**OBJECTIVES, SETFIT: "SetFit"}
-DEFAULT_METHODS = "ce,scl,focal,core,setfit"
+SIMCSE_CE = "simcse-ce"  # CE from the encoder unsupervised SimCSE trained on the pool's texts
+METHODS = {**OBJECTIVES, SIMCSE_CE: "SimCSE→CE", SETFIT: "SetFit"}
+DEFAULT_METHODS = "ce,scl,focal,core,dice,mixed-ce,simcse-ce,setfit"
+DEFAULT_SIMCSE_STEPS = 60
 DEFAULT_PER_CLASS = "8,16,32,64"
 DEFAULT_SEEDS = "5"
 # Options of the command line that the benchmark sets itself, per cell or from its own options.
@@ -86,6 +88,11 @@ def build_parser():
     parser.add_argument("--setfit-iterations", type=positive_int, metavar="N",
                         help="SetFit's num_iterations (pairs per example); default: SetFit's own "
                              "oversampling of all pairs")
+    parser.add_argument("--simcse-steps", type=positive_int, default=DEFAULT_SIMCSE_STEPS,
+                        metavar="N",
+                        help="simcse-ce: steps of unsupervised SimCSE (batch 64, its other "
+                             "defaults) on the pool's texts before CE, once for every K and seed "
+                             "(default %(default)s)")
     parser.add_argument("--threads", type=positive_int, help="torch threads (default: torch's)")
     parser.add_argument("--ours-args", default="", metavar="'ARGS'",
                         help="further scl-finetune options for our objectives, one quoted string "
@@ -103,14 +110,15 @@ def build_parser():
     return parser
 
 
-def _shared_cli_argv(args):
-    """The scl-finetune options every cell shares: data, model, and --ours-args."""
+def _shared_cli_argv(args, defaults=()):
+    """The scl-finetune options every cell shares: data, model, ``defaults`` (which
+    --ours-args may override) and --ours-args."""
     argv = []
     for flag in ("--model", "--train", "--test", "--eval-size", "--text-column", "--label-column"):
         value = getattr(args, flag[2:].replace("-", "_"))
         if value is not None:
             argv += [flag, str(value)]
-    return argv + shlex.split(args.ours_args)
+    return argv + list(defaults) + shlex.split(args.ours_args)
 
 
 def _check_ours_args(args):
@@ -217,6 +225,16 @@ def format_results(payload):
              f"num_iterations {payload['config']['setfit_iterations'] or 'default (oversampling)'}, "
              "LogisticRegression head",
              f"- **wall time of the cells**: {payload['wall_seconds']:.0f} s"]
+    simcse = payload.get("simcse")
+    if simcse:
+        options = simcse["options"]
+        lines.insert(-1, f"- **SimCSE→CE**: CE with the options above, the classifier reading "
+                     f"the mean, from the encoder of {simcse['steps']} steps of unsupervised "
+                     f"SimCSE (batch {options['batch_size']}, τ {options['temperature']:g}, lr "
+                     f"{options['lr']:g}, {options['max_length']} tokens) on the pool's "
+                     f"{simcse['texts']} texts, without labels or test rows; trained once "
+                     f"({simcse['seconds']:.0f} s, {simcse['encoded_examples']} encoder passes), "
+                     "both counted in each of its runs' seconds and passes")
     lines += [f"- **{label}**: {text}" for label, text in payload["machine"].items()]
     if not summary:
         return "\n".join(lines + ["", "No finished runs yet."]) + "\n"
@@ -329,7 +347,11 @@ def _done(payload, method, k, seed):
                for r in payload["runs"])
 
 
-def _run_ours(objectives, k, seed, shared_argv, cell_dir, pool, train, rows):
+def _run_ours(objectives, k, seed, shared_argv, cell_dir, pool, train, rows, method=None,
+              pretraining=None):
+    """One command-line call: ``objectives`` on the cell's rows. ``method`` names the records
+    (default: the objective); ``pretraining`` (a SimCSE record) adds its seconds and encoder
+    passes to each run's, the cost of that method's classifier."""
     # "--seeds 7," is seed 7 alone; "--seeds 7" would be seeds 0 to 6.
     argv = [*shared_argv, "--objectives", ",".join(objectives),
             "--few-shot", str(k * len(pool.label_names)), "--seeds", f"{seed},",
@@ -346,10 +368,12 @@ def _run_ours(objectives, k, seed, shared_argv, cell_dir, pool, train, rows):
         if run["seed"] != seed or run["objective"] not in objectives:
             continue
         _check_cli_rows(pool, train, run)
-        records.append({"method": run["objective"], "per_class": k, "seed": seed,
+        seconds, passes = run.get("seconds"), run.get("encoded_examples")
+        if pretraining is not None and seconds is not None and passes is not None:
+            seconds, passes = seconds + pretraining["seconds"], passes + pretraining["encoded_examples"]
+        records.append({"method": method or run["objective"], "per_class": k, "seed": seed,
                         "accuracy": run.get("accuracy"), "macro_f1": run.get("macro_f1"),
-                        "ece": run.get("ece"), "seconds": run.get("seconds"),
-                        "encoded_examples": run.get("encoded_examples"),
+                        "ece": run.get("ece"), "seconds": seconds, "encoded_examples": passes,
                         "train_size": run.get("train_size"), "rows": rows,
                         "train_rows": run.get("train_rows"),
                         **({"failed": run["failed"]} if "failed" in run else {})})
@@ -369,11 +393,22 @@ def _run_setfit(model, k, seed, train, test, max_length, iterations, rows):
                       "rows": rows, "pairs": result.pairs}]
 
 
+def _simcse_encoder(model, pool, output_dir, steps):
+    from bench.simcse_pretraining import simcse_encoder
+
+    print(f"simcse-ce: the encoder of {steps} steps of unsupervised SimCSE on the pool's "
+          f"{len(pool)} texts (no labels, no test rows)", flush=True)
+    record = simcse_encoder(model, pool.texts, output_dir / "simcse_encoder", steps)
+    print(f"simcse-ce: {record['path']} (trained in {record['seconds']:.0f} s, loss "
+          f"{record['loss_first']:.3g} -> {record['loss_last']:.3g})", flush=True)
+    return record
+
+
 def run(args, command):
     """Runs every missing cell of the comparison ``args`` describe; returns the payload written
     to results.json."""
     _check_ours_args(args)
-    objectives = [m for m in args.methods if m != SETFIT]
+    objectives = [m for m in args.methods if m not in (SETFIT, SIMCSE_CE)]
     shared_argv = _shared_cli_argv(args)
     # The command line's own parser reads the data options, so the pool, test set and label
     # noise here are exactly those of its calls.
@@ -400,6 +435,7 @@ def run(args, command):
                    per_class=sorted(set(payload.get("per_class", [])) | set(args.per_class)),
                    methods=list(dict.fromkeys(payload.get("methods", []) + args.methods)))
 
+    simcse = None  # made (or found) when a simcse-ce cell first needs it
     for k in args.per_class:
         for seed in args.seeds:
             train, _ = training_subset(pool, seed, few_shot=k * len(pool.label_names),
@@ -411,6 +447,17 @@ def run(args, command):
                 groups.append(("ours", functools.partial(
                     _run_ours, missing, k, seed, shared_argv, output_dir / f"K{k}" / "ours", pool,
                     train, rows)))
+            if SIMCSE_CE in args.methods and not _done(payload, SIMCSE_CE, k, seed):
+                if simcse is None:
+                    simcse = _simcse_encoder(model, pool, output_dir, args.simcse_steps)
+                    if "simcse" not in payload:
+                        payload["wall_seconds"] += simcse["seconds"]
+                    payload["simcse"] = simcse
+                # SimCSE trained a mean-pooled sentence vector: the classifier reads that one.
+                argv = [*_shared_cli_argv(args, ("--embedding", "mean")), "--model", simcse["path"]]
+                groups.append((SIMCSE_CE, functools.partial(
+                    _run_ours, ["ce"], k, seed, argv, output_dir / f"K{k}" / SIMCSE_CE, pool,
+                    train, rows, method=SIMCSE_CE, pretraining=simcse)))
             if SETFIT in args.methods and not _done(payload, SETFIT, k, seed):
                 groups.append((SETFIT, functools.partial(
                     _run_setfit, model, k, seed, train, test, template.max_length,

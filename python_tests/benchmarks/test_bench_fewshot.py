@@ -175,3 +175,43 @@ def test_rows_the_command_line_records_must_be_rows_the_benchmark_drew():
     fewshot._check_cli_rows(pool, drawn, {"arm": "CE", "seed": 0, "train_rows": [4, 7]})
     with pytest.raises(RuntimeError, match="CE seed 0 trained on rows the benchmark did not draw"):
         fewshot._check_cli_rows(pool, drawn, {"arm": "CE", "seed": 0, "train_rows": [1, 4, 5]})
+
+
+def test_simcse_then_ce_trains_one_encoder_for_every_cell(assets, tmp_path, spies, capsys):
+    output = tmp_path / "out"
+    options = ("--per-class", "2,3", "--seeds", "2", "--methods", "ce,simcse-ce",
+               "--simcse-steps", "2")
+    assert fewshot.main(_argv(assets, output, *options)) == 0
+    encoder = output / "simcse_encoder"
+    record = json.loads((encoder / "simcse.json").read_text(encoding="utf-8"))
+    assert record["steps"] == 2 and record["texts"] == 40 and record["model"] == assets["model"]
+    assert (encoder / "config.json").exists() and (encoder / "tokenizer_config.json").exists()
+    assert capsys.readouterr().out.count("simcse-ce: the encoder of 2 steps") == 1
+
+    results = json.loads((output / "results.json").read_text(encoding="utf-8"))
+    assert results["simcse"]["path"] == str(encoder)
+    runs = {(r["method"], r["per_class"], r["seed"]): r for r in results["runs"]}
+    assert set(runs) == {(m, k, s) for m in ("ce", "simcse-ce") for k in (2, 3) for s in (0, 1)}
+    # The same rows for both; the SimCSE encoder's passes counted in each of its runs.
+    seen = {}
+    for method, seed, rows, _ in spies:
+        seen.setdefault((len(rows), seed), {})[method] = rows
+    assert all(methods["ce"] == list(methods.values())[-1] for methods in seen.values())
+    for k in (2, 3):
+        for s in (0, 1):
+            ce, simcse_ce = runs[("ce", k, s)], runs[("simcse-ce", k, s)]
+            assert simcse_ce["rows"] == ce["rows"]
+            assert simcse_ce["encoded_examples"] == ce["encoded_examples"] + 2 * 64 * 2
+            assert simcse_ce["seconds"] > record["seconds"]
+        command = next(c["command"] for c in results["cells"]
+                       if c["group"] == "simcse-ce" and c["per_class"] == k)
+        assert "--embedding mean" in command and f"--model {encoder}" in command
+        assert (output / f"K{k}" / "simcse-ce" / "metrics.json").exists()
+    assert [arm["name"] for arm in results["summary"][0]["arms"]] == ["CE", "SimCSE→CE"]
+    table = (output / "results.md").read_text(encoding="utf-8")
+    assert "**SimCSE→CE**: CE with the options above" in table and "2 steps" in table
+
+    # The encoder is reused on --resume; another number of steps is refused, named.
+    capsys.readouterr()
+    assert fewshot.main(_argv(assets, output, *options[:-1], "3", "--seeds", "3", "--resume")) == 2
+    assert "holds a SimCSE encoder made with" in capsys.readouterr().err
