@@ -5,9 +5,12 @@ Triton: the step runs in Triton's interpreter on CPU tensors, with the shared co
 path (SCL_DEVICE_PREPARATION=1: no host reads, flags deferred as on a GPU). Counted: each Triton
 kernel launch, and each top-level ATen call that would launch work on a GPU (views, reshapes
 and allocations are free; a call counts once, although some are several GPU kernels: a CUDA sort
-is about sixteen); the ATen calls the interpreter makes to run a kernel are not counted. Host
-waits: the core's deferred value checks (`scl::host_wait_for_value_checks`) and every ATen call
-that reads a device value on the host (item, nonzero, unique, bincount, masked_select).
+is about sixteen; the copy of the finiteness flag to pinned memory, a GPU-only call, is not seen
+here); the ATen calls the interpreter makes to run a kernel are not counted. Host waits: the
+core's waits for its value checks (`scl::host_wait_for_value_checks`: only under
+SCL_VALUE_CHECKS=end_of_call since the default reads the verdict when it has landed) and every
+ATen call that reads a device value on the host (item, nonzero, unique, bincount,
+masked_select).
 
 CUDA C++: its tile launches are issued by host code compiled only with CUDA, which cannot run
 here; the ledger says so instead of printing a number (the GPU profile counts it:

@@ -85,6 +85,9 @@ TORCH_LIBRARY(scl, m) {
   // being captured): TileKernels::host_may_wait, answered in Python because csrc/triton is
   // compiled without CUDA.
   m.def("supcon_triton_host_may_wait(Tensor like) -> bool");
+  // Waits for the NaN / inf checks that earlier calls left to the device and raises the first
+  // failure (csrc/core/deferred_value_check.h, where it is implemented).
+  m.def("raise_deferred_value_errors() -> ()");
   // Hard-pair mining: the C++ CPU kernel (csrc/cpu/hard_pairs.cpp) and, under its own name,
   // the Triton kernel (scl_kernels/backends/triton/hard_pairs.py).
   m.def(("hard_pairs" + kHardPairs).c_str());

@@ -1,8 +1,8 @@
 """scl_kernels: a fused, memory-frugal supervised contrastive (SupCon) loss for PyTorch.
 
 The public API: :func:`supcon_loss` (scl_kernels.functional), the modules in :mod:`scl_kernels.nn`,
-:func:`hard_pairs` (hard-pair mining), :class:`GradientCache`, :class:`ClassBalancedBatchSampler`
-and :func:`available_backends`.
+:func:`hard_pairs` (hard-pair mining), :class:`GradientCache`, :class:`ClassBalancedBatchSampler`,
+:func:`available_backends` and :func:`raise_deferred_value_errors` (scl_kernels.value_checks).
 Imported on demand: :mod:`scl_kernels.distributed`, :mod:`scl_kernels.compat` (SupContrast and
 pytorch-metric-learning names), :mod:`scl_kernels.integrations` (Hugging Face Trainer,
 sentence-transformers) and the fine-tuning application :mod:`scl_kernels.finetune`.
@@ -15,6 +15,8 @@ from .grad_cache import GradientCache
 from .hard_pairs import HardPairs, hard_pairs
 from .nn import SupConCrossEntropyLoss, SupConLoss
 from .sampling import ClassBalancedBatchSampler
+from .value_checks import raise_deferred_value_errors
 
 __all__ = ["ClassBalancedBatchSampler", "GradientCache", "HardPairs", "SupConCrossEntropyLoss",
-           "SupConLoss", "__version__", "available_backends", "hard_pairs", "nn", "supcon_loss"]
+           "SupConLoss", "__version__", "available_backends", "hard_pairs", "nn",
+           "raise_deferred_value_errors", "supcon_loss"]

@@ -3,8 +3,56 @@
 #include <ATen/record_function.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <utility>
 
 namespace scl {
+namespace {
+
+enum class ReadVerdict { kWhenReady, kEndOfCall, kNextCall };
+
+ReadVerdict read_verdict() {
+  const char* text = std::getenv("SCL_VALUE_CHECKS");
+  const std::string mode = text == nullptr ? "" : text;
+  if (mode.empty() || mode == "when_ready") return ReadVerdict::kWhenReady;
+  if (mode == "end_of_call") return ReadVerdict::kEndOfCall;
+  if (mode == "next_call") return ReadVerdict::kNextCall;
+  TORCH_CHECK_VALUE(false, "SCL_VALUE_CHECKS must be when_ready, end_of_call or next_call, got '",
+                    mode, "'");
+}
+
+// A named scope, so that a profile shows where the host waits on a device (bench/launch_count.py
+// counts these).
+void wait_for(c10::Event& copies_done) {
+  RECORD_FUNCTION("scl::host_wait_for_value_checks", std::vector<c10::IValue>());
+  copies_done.synchronize();
+}
+
+const DeferredValueChecks::Pending* first_failure(
+    const std::vector<DeferredValueChecks::Pending>& checks) {
+  for (const auto& check : checks) {
+    if (!*check.host_ok.const_data_ptr<bool>()) return &check;
+  }
+  return nullptr;
+}
+
+// The checks of calls that returned before their verdict was read.
+struct EarlierCall {
+  std::vector<DeferredValueChecks::Pending> checks;
+  std::optional<c10::Event> copies_done;
+};
+
+std::mutex earlier_calls_mutex;
+std::vector<EarlierCall>& earlier_calls() {
+  static std::vector<EarlierCall> calls;
+  return calls;
+}
+
+}  // namespace
 
 void DeferredValueChecks::expect(const at::Tensor& ok, std::string failure) {
   TORCH_INTERNAL_ASSERT(ok.scalar_type() == at::kBool && ok.numel() == 1);
@@ -23,15 +71,50 @@ void DeferredValueChecks::expect(const at::Tensor& ok, std::string failure) {
   pending_.push_back({std::move(host_ok), std::move(failure)});
 }
 
-void DeferredValueChecks::raise_first_failure() {
+void DeferredValueChecks::finish_call() {
   if (pending_.empty()) return;
-  // A named scope, so that a profile shows where the host waits on a device (and where, on the
-  // CPU's copy of the device path, it would: bench/launch_count.py counts these).
-  RECORD_FUNCTION("scl::host_wait_for_value_checks", std::vector<c10::IValue>());
-  if (copies_done_.has_value()) copies_done_->synchronize();
-  for (const Pending& check : pending_) {
-    TORCH_CHECK_VALUE(*check.host_ok.const_data_ptr<bool>(), check.failure);
+  const ReadVerdict verdict = read_verdict();
+  if (verdict == ReadVerdict::kEndOfCall && copies_done_.has_value()) wait_for(*copies_done_);
+  const bool landed = !copies_done_.has_value() || copies_done_->query();
+  if (verdict == ReadVerdict::kNextCall || !landed) {
+    const std::lock_guard<std::mutex> lock(earlier_calls_mutex);
+    earlier_calls().push_back({std::move(pending_), std::move(copies_done_)});
+    pending_.clear();
+    copies_done_.reset();
+    return;
   }
+  const Pending* failed = first_failure(pending_);
+  TORCH_CHECK_VALUE(failed == nullptr, failed == nullptr ? "" : failed->failure);
+}
+
+void raise_earlier_failures(bool wait) {
+  std::string failure;
+  {
+    const std::lock_guard<std::mutex> lock(earlier_calls_mutex);
+    std::vector<EarlierCall>& calls = earlier_calls();
+    std::vector<EarlierCall> still_running;
+    for (EarlierCall& call : calls) {
+      if (call.copies_done.has_value()) {
+        if (wait) {
+          wait_for(*call.copies_done);
+        } else if (!call.copies_done->query()) {
+          still_running.push_back(std::move(call));
+          continue;
+        }
+      }
+      const DeferredValueChecks::Pending* failed = first_failure(call.checks);
+      if (failed != nullptr && failure.empty()) failure = failed->failure;
+    }
+    calls = std::move(still_running);
+  }
+  TORCH_CHECK_VALUE(failure.empty(), failure,
+                    " (in an earlier call of the op, whose result is not finite: the check ran on "
+                    "the device and is reported by the first call after it; SCL_VALUE_CHECKS="
+                    "end_of_call reports it before that call returns)");
+}
+
+TORCH_LIBRARY_IMPL(scl, CompositeExplicitAutograd, m) {
+  m.impl("raise_deferred_value_errors", [] { raise_earlier_failures(/*wait=*/true); });
 }
 
 }  // namespace scl

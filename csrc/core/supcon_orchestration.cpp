@@ -120,6 +120,7 @@ bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels& kernels,
                                                               const SupConArgs& args) {
   const c10::ParallelGuard serial(run_serially(args));
+  raise_earlier_failures(/*wait=*/false);
   DeferredValueChecks value_checks;
   const bool check_values = !kernels.host_may_wait || kernels.host_may_wait(args.features);
   const SupConProblem p = prepare_problem(args, check_values ? &value_checks : nullptr);
@@ -130,7 +131,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   at::Tensor losses =
       focal ? focal_anchor_losses(kernels, p, in, lse, args.focal_gamma) : anchor_losses(p, lse);
   // Last, once all the work is queued (on the CPU the checks have already run).
-  value_checks.raise_first_failure();
+  value_checks.finish_call();
   offer_prepared(p);
   return {std::move(losses), lse, p.num_positives};
 }
@@ -141,6 +142,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
                                                                const at::Tensor& lse,
                                                                bool temperature_grad) {
   const c10::ParallelGuard serial(run_serially(args));
+  raise_earlier_failures(/*wait=*/false);
   const bool focal = is_focal(kernels, args);
   // The forward's own problem when its autograd node kept it (prepared_handoff.h): the same
   // inputs, so the same terms.

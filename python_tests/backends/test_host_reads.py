@@ -70,6 +70,57 @@ def test_device_preparation_still_raises_on_nan_and_inf(randn, randint, monkeypa
         scl_kernels.supcon_loss(randn(9, 4), y, contrast=c, contrast_labels=cy, backend="cpu")
 
 
+@needs.library
+def test_late_verdict_is_raised_by_the_next_call(randn, randint, monkeypatch):
+    """SCL_VALUE_CHECKS=next_call: the accelerator's late case (the device has not run the check
+    when the call returns), forced on the CPU. The call returns a non-finite loss; the next
+    call, forward or backward, raises the error naming the argument; the one after runs."""
+    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
+    monkeypatch.setenv("SCL_VALUE_CHECKS", "next_call")
+    x, y = randn(9, 4), randint(0, 3, (9,))
+    x[2, 1] = float("nan")
+    assert not torch.isfinite(scl_kernels.supcon_loss(x, y, backend="cpu"))
+    with pytest.raises(ValueError, match=r"features contains NaN or inf \(in an earlier call"):
+        scl_kernels.supcon_loss(randn(9, 4), y, backend="cpu")
+    assert torch.isfinite(scl_kernels.supcon_loss(randn(9, 4), y, backend="cpu"))
+
+    # The backward of the call that received the values is a later call.
+    c, cy = randn(6, 4), randint(0, 3, (6,))
+    c[0, 3] = float("inf")
+    features = randn(9, 4).requires_grad_()
+    loss = scl_kernels.supcon_loss(features, y, contrast=c, contrast_labels=cy, backend="cpu")
+    with pytest.raises(ValueError, match="contrast contains NaN or inf"):
+        loss.backward()
+
+    # raise_deferred_value_errors: the explicit point; nothing pending afterwards.
+    scl_kernels.supcon_loss(x, y, backend="cpu")
+    with pytest.raises(ValueError, match="features contains NaN or inf"):
+        scl_kernels.raise_deferred_value_errors()
+    assert scl_kernels.raise_deferred_value_errors() is None
+    assert torch.isfinite(scl_kernels.supcon_loss(randn(9, 4), y, backend="cpu"))
+
+
+@needs.library
+@pytest.mark.parametrize("mode", ["when_ready", "end_of_call"])
+def test_known_verdict_is_raised_by_the_call_itself(mode, randn, randint, monkeypatch):
+    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
+    monkeypatch.setenv("SCL_VALUE_CHECKS", mode)
+    x, y = randn(9, 4), randint(0, 3, (9,))
+    x[0, 0] = float("inf")
+    with pytest.raises(ValueError, match=r"^features contains NaN or inf$"):
+        scl_kernels.supcon_loss(x, y, backend="cpu")
+    assert scl_kernels.raise_deferred_value_errors() is None
+
+
+@needs.library
+def test_unknown_value_check_mode_is_named(randn, randint, monkeypatch):
+    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
+    monkeypatch.setenv("SCL_VALUE_CHECKS", "later")
+    with pytest.raises(ValueError, match="SCL_VALUE_CHECKS must be when_ready, end_of_call or "
+                                         "next_call, got 'later'"):
+        scl_kernels.supcon_loss(randn(9, 4), randint(0, 3, (9,)), backend="cpu")
+
+
 # ---- with a GPU ---------------------------------------------------------------------------
 
 GPU_FUSED = [name for name in ("triton", "cuda")
@@ -133,3 +184,33 @@ def test_cuda_graph_replays_forward_and_backward(backend_name, randn, randint):
     torch.cuda.synchronize()
     torch.testing.assert_close(captured, eager, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(x.grad.float(), eager_x.grad.float(), rtol=2e-2, atol=1e-3)
+
+
+@pytest.mark.skipif(not GPU_FUSED, reason="needs a CUDA GPU and a fused GPU backend")
+@pytest.mark.parametrize("backend_name", GPU_FUSED)
+def test_gpu_nan_is_reported_without_a_wait(backend_name, randn, randint, monkeypatch):
+    """The default SCL_VALUE_CHECKS=when_ready on a GPU: the forward does not synchronise, and a
+    NaN is reported by the call itself or, at the latest, by raise_deferred_value_errors."""
+    monkeypatch.delenv("SCL_VALUE_CHECKS", raising=False)
+    labels = randint(0, 5, (300,)).cuda()
+    clean = randn(300, 64).cuda()
+    scl_kernels.supcon_loss(clean, labels, 0.1, backend=backend_name)  # autotuning off the check
+    torch.cuda.synchronize()
+    bad = clean.clone()
+    bad[7, 3] = float("nan")
+    raised_by_the_call = False
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss = scl_kernels.supcon_loss(bad, labels, 0.1, backend=backend_name)
+    except ValueError as error:  # the device had already run the check
+        raised_by_the_call = True
+        assert "features contains NaN or inf" in str(error)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    if raised_by_the_call:
+        assert scl_kernels.raise_deferred_value_errors() is None
+    else:
+        assert not torch.isfinite(loss).item()
+        with pytest.raises(ValueError, match="features contains NaN or inf"):
+            scl_kernels.raise_deferred_value_errors()
