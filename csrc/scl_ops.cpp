@@ -81,6 +81,11 @@ TORCH_LIBRARY(scl, m) {
         "float inv_t, int self_offset, Tensor anchor_class, Tensor contrast_class, "
         "Tensor lse_hi, Tensor lse_lo, float gamma, Tensor grad_weight) -> "
         "(Tensor loss_sum, Tensor hterm_sum, Tensor dq, Tensor dz)");
+  // The forward's per-anchor losses from the log-sum-exp in one kernel
+  // (scl::TileKernels::anchor_losses; registered from Python like the tiles).
+  m.def("supcon_triton_anchor_losses(Tensor q, Tensor q_inv_norm, Tensor class_sums, "
+        "Tensor anchor_class, Tensor num_positives, Tensor lse, float inv_t, bool single_set) "
+        "-> Tensor loss");
   // Whether the host may wait for values on `like`'s device now (false while a CUDA graph is
   // being captured): TileKernels::host_may_wait, answered in Python because csrc/triton is
   // compiled without CUDA.

@@ -43,20 +43,23 @@ def main(argv=None):
     if missing:
         print(missing, file=sys.stderr)
         return 2
-    from bench.static.triton_kernels import (cases, compile_case, compile_hard_pairs,
-                                             compile_reference, problems, report, tile_text)
+    from bench.static.triton_kernels import (cases, compile_case, compile_fused_stages,
+                                             compile_hard_pairs, compile_reference, problems,
+                                             report, tile_text)
     dims = [int(d) for d in args.dims.split(",")]
     todo = list(cases(dims, args.dtypes.split(",")))
     with ProcessPoolExecutor(args.jobs) as pool:
         reference_future = pool.submit(compile_reference)
         results = list(pool.map(compile_case, todo))
         reference = reference_future.result()
-        hard_pairs = list(pool.map(compile_hard_pairs, args.dtypes.split(",")))
-    bad = [(r, problems(r)) for r in results + hard_pairs if problems(r)]
+        fused_stages = pool.submit(compile_fused_stages)
+        # One configuration each, any D: hard-pair mining (per dtype), the O(N D) stages.
+        single = list(pool.map(compile_hard_pairs, args.dtypes.split(","))) + fused_stages.result()
+    bad = [(r, problems(r)) for r in results + single if problems(r)]
     report(results, reference, dims)
     print()
-    for r in hard_pairs:  # scl_kernels.hard_pairs: one tile per dtype, any D
-        print(f"hard_pairs {r['dtype']:<5} {r['tile_text']}: {r['registers']} registers, "
+    for r in single:
+        print(f"{r['use']} {r['dtype']:<5} {r['tile_text']}: {r['registers']} registers, "
               f"{r['spill_bytes']} B spilled ({r['spill_instructions']} STL/LDL), "
               f"{r['shared_bytes'] / 1024:.0f} KiB shared memory")
     cuda_results = []
@@ -71,7 +74,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"results": results, "reference": reference, "cuda": cuda_results,
-                       "hard_pairs": hard_pairs}, f,
+                       "single_config": single}, f,
                       indent=1)
     bad += [({"use": r["kernel"], "dtype": r["arch"], "d": "-", "tile": None}, cuda_static.problems(r))
             for r in cuda_results if cuda_static.problems(r)]

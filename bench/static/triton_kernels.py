@@ -10,7 +10,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from bench.static import attention_reference, issue_slots, sass
-from scl_kernels.backends.triton import launch
+from scl_kernels.backends.triton import kernels, launch
 
 HOPPER = GPUTarget("cuda", 90, 32)
 ELEMENT_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -129,10 +129,48 @@ def compile_hard_pairs(dtype):
     compiled = _compile(kernel, signature, constexprs,
                         [n for n in kernel.arg_names if n.endswith("_ptr")], tile.warps,
                         tile.stages)
+    return _single_config_record(
+        "hard_pairs", dtype, compiled,
+        f"{tile.block_m}x{tile.block_n}x{tile.block_k} w{tile.warps} s{tile.stages}")
+
+
+def compile_fused_stages():
+    """The kernels of the call's O(N D) stages, one configuration each: the launchers' per-column
+    terms (kernels.column_terms_kernel; the coefficient form of the symmetric backward and the
+    bias form) and the forward's per-anchor losses (anchor_losses.anchor_losses_kernel, bf16
+    rows, single set)."""
+    from scl_kernels.backends.triton import anchor_losses
+    records = []
+    kernel = kernels.column_terms_kernel
+    for has_coef in (False, True):
+        constexprs = {"HAS_COEF": has_coef, "BLOCK": launch.TERMS_PADDING}
+        signature = {name: ("constexpr" if name in constexprs else
+                            "*fp32" if name.endswith("_ptr") else
+                            "i32" if name == "N" else "fp32") for name in kernel.arg_names}
+        compiled = _compile(kernel, signature, constexprs, ["terms_ptr"], 4, 1)
+        records.append(_single_config_record(
+            "column_terms", "fp32", compiled,
+            f"{launch.TERMS_PADDING} columns, {'coef' if has_coef else 'bias'}"))
+    kernel = anchor_losses.anchor_losses_kernel
+    constexprs = {"SINGLE_SET": True, "BLOCK_M": anchor_losses.BLOCK_M,
+                  "BLOCK_D": anchor_losses.MAX_BLOCK_D}
+    pointers = {"q_ptr": "*bf16", "anchor_class_ptr": "*i64", "num_positives_ptr": "*i64",
+                "lse_ptr": "*fp64"}
+    signature = {name: ("constexpr" if name in constexprs else
+                        pointers.get(name, "*fp32") if name.endswith("_ptr") else
+                        "fp32" if name.startswith("inv_t") else "i32")
+                 for name in kernel.arg_names}
+    compiled = _compile(kernel, signature, constexprs, [], 4, 1)
+    records.append(_single_config_record(
+        "anchor_losses", "bf16", compiled,
+        f"{anchor_losses.BLOCK_M} anchors x {anchor_losses.MAX_BLOCK_D} columns"))
+    return records
+
+
+def _single_config_record(use, dtype, compiled, tile_text):
     instructions, resources = sass.disassemble(compiled.asm["cubin"])
     opcodes = [i.base for i in instructions]
-    return {"use": "hard_pairs", "dtype": dtype, "d": "any", "tile": None,
-            "tile_text": f"{tile.block_m}x{tile.block_n}x{tile.block_k} w{tile.warps} s{tile.stages}",
+    return {"use": use, "dtype": dtype, "d": "any", "tile": None, "tile_text": tile_text,
             "registers": resources["registers"],
             "spill_bytes": resources["local_bytes"] + resources["stack_bytes"],
             "spill_instructions": sum(1 for op in opcodes if op in ("STL", "LDL")),

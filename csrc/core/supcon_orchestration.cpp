@@ -128,8 +128,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   const TileInputs in = tile_inputs(p, choose_schedule(p, kernels, true));
   const at::Tensor lse = kernels.lse(in);
   TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
-  at::Tensor losses =
-      focal ? focal_anchor_losses(kernels, p, in, lse, args.focal_gamma) : anchor_losses(p, lse);
+  at::Tensor losses;
+  if (focal) {
+    losses = focal_anchor_losses(kernels, p, in, lse, args.focal_gamma);
+  } else if (kernels.anchor_losses) {
+    losses = kernels.anchor_losses({p.q, p.q_inv_norm, p.class_sums, p.anchor_class,
+                                    p.num_positives, lse, p.inv_t, p.single_set});
+  } else {
+    losses = anchor_losses(p, lse);
+  }
   // Last, once all the work is queued (on the CPU the checks have already run).
   value_checks.finish_call();
   offer_prepared(p);

@@ -1,6 +1,7 @@
-// What a backend supplies to the shared SupCon core: the two tiled O(N^2) steps, and for the focal
+// What a backend supplies to the shared SupCon core: the two tiled O(N^2) steps, for the focal
 // loss a walk over the positive pairs (docs/MATH.md, sections "Forward", "Backward" and "Focal
-// contrastive loss"). Everything O(N*D) (checks, norms, labels,
+// contrastive loss"), and optionally fused forms of O(N*D) stages (the forward's per-anchor
+// losses). Everything O(N*D) that a backend does not take over (checks, norms, labels,
 // positives, gradient assembly) lives in supcon_problem.* and supcon_orchestration.*.
 #pragma once
 
@@ -73,6 +74,22 @@ struct PositiveWalkOutputs {
   at::Tensor dz;         // [n, d]
 };
 
+// The forward's finish (docs/MATH.md, "Forward"): per anchor, from its float64 log-sum-exp,
+//   l_i = lse_i - (1 / (t |P(i)|)) u_i . (C_{y_i} - [single set] u_i),   0 where |P(i)| = 0,
+// with u_i = q_i * q_inv_norm_i the unit row and C the class sums of unit contrast rows (one row
+// per class id), in the compute dtype of class_sums. The dot product accumulates in that dtype,
+// the rest in float64.
+struct AnchorLossInputs {
+  at::Tensor q;              // [m, d] the caller's anchor rows
+  at::Tensor q_inv_norm;     // [m] compute dtype
+  at::Tensor class_sums;     // [classes, d] compute dtype
+  at::Tensor anchor_class;   // [m] int64 class id, a row of class_sums
+  at::Tensor num_positives;  // [m] int64 |P(i)|
+  at::Tensor lse;            // [m] float64
+  double inv_t;
+  bool single_set;           // the anchor's own row is in its class sum: take it out
+};
+
 struct TileKernels {
   // Precision the kernels compute in for an input dtype (float64 stays float64 only where the
   // kernels support it); it decides the fixed shift's range.
@@ -90,6 +107,9 @@ struct TileKernels {
   // The focal loss's positive walk (empty: this backend has no focal loss, and focal_gamma != 0
   // is refused).
   std::function<PositiveWalkOutputs(const TileInputs&, const PositiveWalkInputs&)> positive_walk;
+  // The per-anchor losses in one fused step (empty: the core's ATen steps, anchor_losses in
+  // supcon_problem.h, a dozen launches on a GPU).
+  std::function<at::Tensor(const AnchorLossInputs&)> anchor_losses;
 };
 
 }  // namespace scl

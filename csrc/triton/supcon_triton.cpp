@@ -1,6 +1,6 @@
 // scl::supcon_triton: the shared core (csrc/core) with tile kernels written in Triton. Triton
-// launches from Python, so the tiles (and the focal loss's positive walk) are the ops
-// scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk}, whose kernels
+// launches from Python, so the tiles (the focal loss's positive walk, the forward's per-anchor
+// losses) are the ops scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk,anchor_losses}, whose kernels
 // scl_kernels/backends/triton registers; this file calls them through the dispatcher.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -69,6 +69,18 @@ PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs
   return {loss_sum, hterm_sum, dq, dz};
 }
 
+at::Tensor anchor_losses(const AnchorLossInputs& in) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("scl::supcon_triton_anchor_losses", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
+                            bool)>();
+  require_tile_kernel("scl::supcon_triton_anchor_losses", in.q);
+  return op.call(in.q, in.q_inv_norm, in.class_sums, in.anchor_class, in.num_positives, in.lse,
+                 in.inv_t, in.single_set);
+}
+
 bool host_may_wait(const at::Tensor& like) {
   if (!like.is_cuda()) return true;  // Triton's interpreter: nothing to capture
   static const auto op = c10::Dispatcher::singleton()
@@ -82,7 +94,7 @@ const TileKernels& triton_kernels() {
   // The symmetric forward sums a row's tiles by atomics: not reproducible.
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false, lse_tiles,
-                                   grad_tiles, host_may_wait, positive_walk};
+                                   grad_tiles, host_may_wait, positive_walk, anchor_losses};
   return kernels;
 }
 

@@ -161,6 +161,13 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
     for r in report["results"]:
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
         assert r["loop_hgmma"] and r["tma"], r
+    # One configuration each: hard-pair mining per dtype, the launchers' column terms (two forms),
+    # the forward's per-anchor losses.
+    single = report["single_config"]
+    assert sorted(r["use"] for r in single) == ["anchor_losses", "column_terms", "column_terms",
+                                                "hard_pairs", "hard_pairs"]
+    for r in single:
+        assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
     lines = run.stdout.strip().splitlines()
     assert any(line.startswith("predicted fwd+bwd N=65536 D=128 bf16: ") and "floor" in line
                for line in lines)

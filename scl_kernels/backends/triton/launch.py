@@ -264,17 +264,15 @@ def column_terms(scale, inv_t, bias, coef=None):
     """[N padded, 4] fp32 per-column terms of the tiles (kernels._column_terms): r log2(e)/t;
     `bias`, which the FFMA finishing a logit adds (-inf past the last column), or with `coef`,
     coef r instead (0 past it); r; and a zero that makes each column 16 bytes. Padding columns
-    give every tile past the end zero terms."""
+    give every tile past the end zero terms. One kernel writes them all
+    (kernels.column_terms_kernel)."""
     n = scale.shape[0]
-    terms = torch.zeros(triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING, 4, dtype=torch.float32,
-                        device=scale.device)
-    terms[:n, 0] = scale * _fp32(inv_t * LOG2E)
-    if coef is None:
-        terms[:n, 1] = bias
-        terms[n:, 1] = float("-inf")
-    else:
-        terms[:n, 1] = coef * scale
-    terms[:n, 2] = scale
+    padded = triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING
+    terms = torch.empty(padded, 4, dtype=torch.float32, device=scale.device)
+    kernels.column_terms_kernel[(padded // TERMS_PADDING,)](
+        scale, scale if coef is None else coef, terms, n, _fp32(inv_t * LOG2E),
+        0.0 if coef is not None else _fp32(bias), HAS_COEF=coef is not None,
+        BLOCK=TERMS_PADDING)
     return dict(terms_ptr=terms)
 
 
