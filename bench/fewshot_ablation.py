@@ -18,7 +18,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.fewshot import METHODS, RESULTS_JSON, _finite
+from bench.fewshot import METHODS, RESULTS_JSON, _finite, _mean_sd, _percent
 from bench.harness.cli import positive_int
 
 
@@ -55,16 +55,8 @@ def runs_of(folder, method, k):
     return runs, payload["config"]["ours_args"]
 
 
-def _mean_sd(values, scale=100.0):
-    mean = statistics.fmean(values) * scale
-    sd = statistics.stdev(values) * scale if len(values) > 1 else None
-    return mean, sd
-
-
-def _text(mean_sd, signed=False):
-    mean, sd = mean_sd
-    text = f"{mean:+.1f}" if signed else f"{mean:.1f}"
-    return text if sd is None else f"{text} ± {sd:.1f}"
+def _summary(values, signed=False):
+    return _percent(*_mean_sd(values), signed=signed)
 
 
 def ablation_table(baseline, variants, method, k):
@@ -80,14 +72,13 @@ def ablation_table(baseline, variants, method, k):
 
     def row(name, args, runs, paired):
         seeds = sorted(runs)
-        accuracy = _mean_sd([runs[s]["accuracy"] for s in seeds])
-        ece = _mean_sd([runs[s]["ece"] for s in seeds])
         seconds = statistics.fmean(runs[s]["seconds"] for s in seeds)
-        cells = [name, f"`{args or '(defaults)'}`", str(len(seeds)), _text(accuracy), _text(ece),
+        cells = [name, f"`{args or '(defaults)'}`", str(len(seeds)),
+                 *(_summary([runs[s][key] for s in seeds]) for key in ("accuracy", "ece")),
                  f"{seconds:.0f}"]
         if paired:
             wins = sum(runs[s]["accuracy"] > base_runs[s]["accuracy"] for s in seeds)
-            cells += [_text(_mean_sd([runs[s][key] - base_runs[s][key] for s in seeds]), True)
+            cells += [_summary([runs[s][key] - base_runs[s][key] for s in seeds], signed=True)
                       for key in ("accuracy", "ece")] + [f"{wins} of {len(seeds)}"]
         else:
             cells += ["", "", ""]

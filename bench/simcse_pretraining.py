@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from bench.harness.report import write_json
 from scl_kernels.finetune.data import InputError
 from scl_kernels.finetune.simcse import SimCSEOptions, load_encoder, train_simcse
 from scl_kernels.finetune.training_loop import import_transformers, load_tokenizer
@@ -59,7 +60,5 @@ def simcse_encoder(model, texts, directory, steps):
               # One pass of the batch's 2 x 64 views a step (no gradient cache at the default).
               "encoded_examples": 2 * options.batch_size * steps,
               "loss_first": losses[0], "loss_last": losses[-1]}
-    temporary = directory / f"{RECORD}.tmp"
-    temporary.write_text(json.dumps(record, indent=1), encoding="utf-8")
-    temporary.replace(path)
+    write_json(str(path), record)
     return record

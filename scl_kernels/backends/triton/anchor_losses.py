@@ -4,11 +4,11 @@ scl::supcon_triton_anchor_losses): per anchor, l_i = lse_i - u_i . (C_{y_i} - [s
 step is a dozen launches (a gather of class-sum rows, a subtraction, a product, a row sum, the
 float64 arithmetic); here it is one.
 """
-import struct
-
 import torch
 import triton
 import triton.language as tl
+
+from .launch import _fp32
 
 BLOCK_M = 32
 MAX_BLOCK_D = 64
@@ -47,19 +47,15 @@ def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr
     tl.store(out_ptr + rows, loss.to(out_ptr.dtype.element_ty), mask=valid)
 
 
-def _float32_pair(x):
-    """x as float32 hi + lo (hi + lo holds x to about 48 bits)."""
-    hi = struct.unpack("f", struct.pack("f", x))[0]
-    return hi, struct.unpack("f", struct.pack("f", x - hi))[0]
-
-
 def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, inv_t,
                   single_set):
     """[m] per-anchor losses in class_sums' dtype (the op's schema: csrc/scl_ops.cpp)."""
     m, d = q.shape
     q = q.contiguous()
     out = torch.empty(m, dtype=class_sums.dtype, device=q.device)
-    inv_t_hi, inv_t_lo = _float32_pair(inv_t)
+    # 1/t as float32 hi + lo: hi + lo holds it to about 48 bits.
+    inv_t_hi = _fp32(inv_t)
+    inv_t_lo = _fp32(inv_t - inv_t_hi)
     anchor_losses_kernel[(triton.cdiv(m, BLOCK_M),)](
         q, q_inv_norm.contiguous(), class_sums.contiguous(), anchor_class.contiguous(),
         num_positives.contiguous(), lse.contiguous(), out, m, d, q.stride(0),
