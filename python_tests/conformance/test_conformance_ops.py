@@ -21,9 +21,11 @@ def _check(op_backend, args, gen, **kw):
     if not op_backend.info.runs(kw.get("focal_gamma") or 0.0):
         pytest.skip(f"{op_backend} does not implement focal_gamma={kw['focal_gamma']}")
     args = op_backend.put(tuple(args))
-    return check_op_against_reference(op_backend.forward_op, op_backend.backward_op, args,
-                                      compute_dtype=op_backend.computes_in(args[0].dtype),
-                                      generator=gen, **kw)
+    weights = op_backend.info.gradient_weights_dtype(args[0].dtype)
+    return check_op_against_reference(
+        op_backend.forward_op, op_backend.backward_op, args,
+        compute_dtype=op_backend.computes_in(args[0].dtype), generator=gen,
+        weights_dtype=weights if weights in (torch.float16, torch.bfloat16) else None, **kw)
 
 
 # ------------------------------------------------------------------------------------------
@@ -55,6 +57,11 @@ def test_get_backend(backend):
         assert info.computes_in(torch.float64) == torch.float64
     if backend.name == "triton":
         assert info.computes_in(torch.float64) == torch.float32
+    # the tensor-core backends round the backward's weights to a 16-bit input's dtype, the
+    # others keep them in the compute dtype; never coarser than the input
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        rounded = backend.name in ("triton", "cuda") and dtype in (torch.float16, torch.bfloat16)
+        assert info.gradient_weights_dtype(dtype) == (dtype if rounded else info.computes_in(dtype))
 
 
 # ------------------------------------------------------------------------------------------

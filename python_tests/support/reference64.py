@@ -11,6 +11,7 @@ same (already rounded) inputs, and compares the loss and the gradients w.r.t. fe
 and a tensor temperature with dtype-dependent tolerances.
 """
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -280,13 +281,47 @@ def _focal_weight_sensitivity(ref):
     return torch.where(ref.positive, slope.abs() * size, torch.zeros_like(x))
 
 
+class TemperatureScale(NamedTuple):
+    """The sizes of the terms of dLoss/dt = -(1/t) sum_ij G_ij l_ij (l = the logits), from the
+    bound |G|_ij of :func:`gradient_scales`: ``bound`` = sum_ij |G|_ij |q_i| |z_j| / t^2 (every
+    term at its largest), ``rounding_rss`` = ||(|G|_ij |l_ij|)||_2 / t (the root of the sum of the
+    squared terms, for independent roundings of the weights; the focal loss's sensitivity to the
+    rounding of x = LSE - s is an fp32 effect, kept out of it)."""
+    bound: float
+    rounding_rss: float
+
+
+def temperature_grad_atol(scale, factor, compute_eps, weights_dtype=None):
+    """The absolute error allowed in dLoss/dt: the accumulation's rounding in the compute dtype,
+    plus, where the backward's products take their weights G_ij rounded to a 16-bit dtype (the
+    GPU backends on 16-bit inputs, as FlashAttention's backward does), that rounding. The terms
+    cancel (dLoss/dt is a small difference of large sums at small t), so each term's relative
+    rounding of up to eps/2 is what the sum carries; those roundings are independent, and by
+    Hoeffding's inequality their sum exceeds 6 (eps/2) ||terms||_2 with probability below
+    2 e^-18 = 3e-8. At t = 0.02 in bfloat16 that allows tens of percent of the result: the
+    temperature's gradient is only as exact as the weights' dtype there (docs/MATH.md)."""
+    atol = 32 * compute_eps * factor * scale.bound
+    if weights_dtype is not None:
+        atol += 6 * torch.finfo(weights_dtype).eps / 2 * factor * scale.rounding_rss
+    return atol
+
+
+def _gradient_weights_dtype(backend, dtype):
+    """The 16-bit dtype a named backend's backward rounds its weights to, else None."""
+    from scl_kernels.backends import REGISTRY
+    if backend not in REGISTRY:
+        return None
+    weights = REGISTRY[backend].gradient_weights_dtype(dtype)
+    return weights if weights in (torch.float16, torch.bfloat16) else None
+
+
 def gradient_scales(ref, t_value, anchor_grads, normalize):
     """Per-row magnitudes that bound the rounding error of any sane implementation.
 
     A backend sums terms g_i p_ij s_ij and w_i [j in P(i)] s_ij that cancel (G_ij ~ 0 when the
     softmax mass sits on the positives, and exactly 0 after the radial projection for D = 1), so
     errors scale with sum_j |G|_ij |z_j| / t rather than with the gradient itself.
-    Returns (features scale [rows], contrast scale [M] or None, temperature scale).
+    Returns (features scale [rows], contrast scale [M] or None, :class:`TemperatureScale`).
     """
     g = anchor_grads.detach().abs() * (ref.num_positives > 0)
     p = torch.where(ref.allowed, torch.exp(ref.logits.detach() - torch.where(
@@ -295,6 +330,9 @@ def gradient_scales(ref, t_value, anchor_grads, normalize):
     # pi (-log pi) / (1 - pi) <= 1.
     w = g * (1 + ref.focal_gamma) / ref.num_positives.clamp_min(1)
     a = g[:, None] * p * (1 + ref.focal_gamma) + w[:, None] * ref.positive  # |G|_ij bound
+    logits = torch.where(torch.isfinite(ref.logits.detach()), ref.logits.detach().abs(),
+                         torch.zeros(()))
+    rounding_rss = float(torch.linalg.vector_norm(a * logits)) / t_value
     if ref.focal_gamma:
         # hterm(x) is steep near x = 0 for gamma < 1, and x = LSE - s carries an absolute
         # rounding error of the size of its terms: that error, through hterm, moves H_i (the
@@ -311,7 +349,7 @@ def gradient_scales(ref, t_value, anchor_grads, normalize):
 
     # dLoss/dt = -(1/t) sum_i q_i . dq_i: terms of size |q_i| |z_j| / t each, whatever s_ij is
     s = ref.anchors.abs() @ ref.columns.abs().T / t_value
-    t_scale = float((a * s).sum()) / t_value
+    t_scale = TemperatureScale(float((a * s).sum()) / t_value, rounding_rss)
     if ref.single_set:
         rows = column_side.clone()
         rows[: anchor_side.shape[0]] += anchor_side
@@ -448,7 +486,8 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
         rtol = max(tol.grad_rtol * factor, fi.eps)
         atol = max(fi.tiny * fi.eps, flush_floor(ref, t_value, tol_dtype))
         if name == "temperature":
-            atol += 32 * compute_eps * factor * t_scale
+            atol += temperature_grad_atol(t_scale, factor, compute_eps,
+                                          _gradient_weights_dtype(backend, dtype))
         else:
             atol = atol + tol.grad_atol * factor * scales[name]
         assert_close_elementwise(g, w, rtol, atol, f"grad of {name}")
@@ -534,13 +573,16 @@ class OpChecked:
 
 def check_op_against_reference(forward_op, backward_op, args, *, anchor_offset=None,
                                compute_dtype=None, grad_loss=None, generator=None,
-                               backward=True, lse_float64=True, focal_gamma=None):
+                               backward=True, lse_float64=True, focal_gamma=None,
+                               weights_dtype=None):
     """Runs a backend's raw ops (``forward_op`` / ``backward_op``, OpOverloadPackets) on
     ``args`` = (features, labels, contrast, contrast_labels, temperature, num_anchors, normalize),
     with ``anchor_offset`` when not None, and compares every output with
     :func:`op_reference64`. Free memory is poisoned with NaN before each call, so outputs must
     be written in full. ``lse_float64``: the contract that lse is float64 for every input dtype
-    (checked last, after every value). ``focal_gamma``: passed to both ops when not None."""
+    (checked last, after every value). ``focal_gamma``: passed to both ops when not None.
+    ``weights_dtype``: the 16-bit dtype the backward's products take their weights in, if they
+    round them (``Backend.gradient_weights_dtype``); it widens the temperature's tolerance."""
     features, labels, contrast, contrast_labels, temperature, num_anchors, normalize = args
     kwargs = {} if anchor_offset is None else {"anchor_offset": anchor_offset}
     if focal_gamma is not None:
@@ -611,7 +653,9 @@ def check_op_against_reference(forward_op, backward_op, args, *, anchor_offset=N
         fi = torch.finfo(temperature.dtype)
         assert_close_elementwise(grad_temperature, want.grads[2],
                                  max(tol.grad_rtol * factor, fi.eps),
-                                 fi.tiny + 32 * compute_eps * factor * t_scale, "grad_temperature")
+                                 fi.tiny + temperature_grad_atol(t_scale, factor, compute_eps,
+                                                                 weights_dtype),
+                                 "grad_temperature")
     if lse_float64:
         assert lse.dtype == torch.float64, (
             f"lse is {lse.dtype}: the contract is float64 lse for every input dtype (the "

@@ -53,6 +53,11 @@ class Backend:
     # Whether it runs the focal contrastive loss (focal_gamma > 0: its kernels supply the positive
     # walk, csrc/core/tile_kernels.h). backend="auto" never picks one that cannot run the call.
     focal: bool = True
+    # Whether the backward's tile products take the weights G_ij (dLoss/dlogit) rounded to the
+    # input dtype when it is 16-bit, as FlashAttention's backward does: the tensor-core kernels.
+    # The gradients keep the input dtype's precision; dLoss/dt, a small difference of large sums
+    # at small t, carries that rounding (docs/MATH.md, "Precision").
+    low_precision_gradient_weights: bool = False
 
     def available(self, device) -> bool:
         device = torch.device(device)
@@ -83,6 +88,12 @@ class Backend:
     def computes_in(self, dtype: torch.dtype) -> torch.dtype:
         """The precision this backend really computes in for an input dtype."""
         return loss_dtype(dtype) if self.float64_kernels else torch.float32
+
+    def gradient_weights_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        """The dtype the backward's tile products take their weights G_ij in, for an input dtype."""
+        if self.low_precision_gradient_weights and dtype in (torch.float16, torch.bfloat16):
+            return dtype
+        return self.computes_in(dtype)
 
     def runs(self, focal_gamma) -> bool:
         """Whether its kernels compute a call with this focal_gamma."""
@@ -129,13 +140,14 @@ REGISTRY = {backend.name: backend for backend in (
             lambda device: library_loaded() and triton_installed()
             and (device.type == "cuda" or triton_interpreter_enabled()),
             prepare=load_triton_backend, float64_kernels=False,
-            hard_pairs_op_name="hard_pairs_triton"),
+            hard_pairs_op_name="hard_pairs_triton", low_precision_gradient_weights=True),
     # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
     # scl::supcon's CUDA key. Opt-in until its GPU tests have passed on hardware: flip
     # auto_eligible once bench/results/ holds such a run (docs/CUDA_KERNELS.md).
     # No focal loss: its kernels have no positive walk yet.
     Backend("cuda", ("cuda",), "supcon", lambda device: cuda_kernels_built(),
-            float64_kernels=False, auto_eligible=False, focal=False),
+            float64_kernels=False, auto_eligible=False, focal=False,
+            low_precision_gradient_weights=True),
     # dense PyTorch: the whole N x N logit matrix, for tests and tiny batches
     Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True),
 )}
