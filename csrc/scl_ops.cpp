@@ -86,6 +86,14 @@ TORCH_LIBRARY(scl, m) {
   m.def("supcon_triton_anchor_losses(Tensor q, Tensor q_inv_norm, Tensor class_sums, "
         "Tensor anchor_class, Tensor num_positives, Tensor lse, float inv_t, bool single_set) "
         "-> Tensor loss");
+  // The backward's assembly for one output's rows in one kernel
+  // (scl::TileKernels::assemble_backward; registered from Python like the tiles). An empty
+  // extra, anchor_weight or row_class leaves its term out.
+  m.def("supcon_triton_assemble_backward(Tensor rows, Tensor inv_norm, Tensor grads, "
+        "Tensor extra, int anchor_offset, Tensor anchor_weight, Tensor anchor_class, "
+        "Tensor class_sums, bool self_in_class, Tensor row_class, Tensor weighted_sums, "
+        "float inv_t, bool normalize, float max_inv_norm, ScalarType out_dtype) -> "
+        "(Tensor grad, Tensor unit_dot)");
   // Whether the host may wait for values on `like`'s device now (false while a CUDA graph is
   // being captured): TileKernels::host_may_wait, answered in Python because csrc/triton is
   // compiled without CUDA.

@@ -137,8 +137,8 @@ def compile_hard_pairs(dtype):
 def compile_fused_stages():
     """The kernels of the call's O(N D) stages, one configuration each: the launchers' per-column
     terms (kernels.column_terms_kernel; the coefficient form of the symmetric backward and the
-    bias form) and the forward's per-anchor losses (anchor_losses.anchor_losses_kernel, bf16
-    rows, single set)."""
+    bias form), the forward's per-anchor losses (anchor_losses.anchor_losses_kernel, bf16
+    rows, single set) and the backward's assembly."""
     from scl_kernels.backends.triton import anchor_losses
     records = []
     kernel = kernels.column_terms_kernel
@@ -164,7 +164,29 @@ def compile_fused_stages():
     records.append(_single_config_record(
         "anchor_losses", "bf16", compiled,
         f"{anchor_losses.BLOCK_M} anchors x {anchor_losses.MAX_BLOCK_D} columns"))
+    records.append(_compile_backward_assembly())
     return records
+
+
+def _compile_backward_assembly():
+    """The backward's assembly (backward_assembly.assemble_backward_kernel) in its largest form:
+    bf16 rows of a single set with every term (the plain schedule's anchor side, the positive
+    pairs of both sides, the projection)."""
+    from scl_kernels.backends.triton import backward_assembly
+    kernel = backward_assembly.assemble_backward_kernel
+    constexprs = {"EXTRA": True, "ANCHOR_PART": True, "SELF_IN_CLASS": True, "ROW_PART": True,
+                  "NORMALIZE": True, "BLOCK_R": backward_assembly.BLOCK_R,
+                  "BLOCK_D": backward_assembly.MAX_BLOCK_D}
+    pointers = {"x_ptr": "*bf16", "out_ptr": "*bf16", "anchor_class_ptr": "*i64",
+                "row_class_ptr": "*i64"}
+    signature = {name: ("constexpr" if name in constexprs else
+                        pointers.get(name, "*fp32") if name.endswith("_ptr") else
+                        "fp32" if name in ("inv_t", "max_inv_norm") else "i32")
+                 for name in kernel.arg_names}
+    compiled = _compile(kernel, signature, constexprs, [], 4, 1)
+    return _single_config_record(
+        "backward_assembly", "bf16", compiled,
+        f"{backward_assembly.BLOCK_R} rows x {backward_assembly.MAX_BLOCK_D} columns, every term")
 
 
 def _single_config_record(use, dtype, compiled, tile_text):

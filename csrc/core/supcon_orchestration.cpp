@@ -95,6 +95,47 @@ at::Tensor focal_anchor_losses(const TileKernels& kernels, const SupConProblem& 
   return at::where(p.num_positives > 0, mean, 0.0).to(p.compute_type);
 }
 
+// The backward's assembly by the backend's fused step (TileKernels::assemble_backward): one
+// call per output, the positive pairs' weighted class sums beforehand, and the temperature's
+// gradient from the rows' unit dots (half their sum: tile_kernels.h).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
+    const TileKernels& kernels, const SupConProblem& p, const SupConArgs& args,
+    const at::Tensor& g, const TileGrads& tiles, Schedule schedule, bool temperature_grad) {
+  const at::Tensor w = positive_weights(p, g);
+  const at::Tensor weighted = weighted_class_sums(p, w);
+  const auto side = [&](const at::Tensor& rows, const at::Tensor& inv_norm,
+                        const at::Tensor& grads, const at::Tensor& extra, bool anchors,
+                        bool contrast, at::ScalarType out_dtype) {
+    return kernels.assemble_backward(
+        {rows, inv_norm, grads, extra, p.single_set ? p.anchor_offset : 0,
+         anchors ? w : at::Tensor(), p.anchor_class, p.class_sums, p.single_set,
+         contrast ? p.contrast_class : at::Tensor(), weighted, p.inv_t, p.normalize,
+         1.0 / kNormEps, out_dtype});
+  };
+  BackwardAssembly features, contrast;
+  if (p.single_set) {
+    const at::Tensor extra = schedule == Schedule::kSymmetric ? at::Tensor() : tiles.dq;
+    features = side(p.z, p.z_inv_norm, tiles.dz, extra, true, true,
+                    args.features.scalar_type());
+  } else {
+    features = side(p.q, p.q_inv_norm, tiles.dq, at::Tensor(), true, false,
+                    args.features.scalar_type());
+    contrast = side(p.z, p.z_inv_norm, tiles.dz, at::Tensor(), false, true,
+                    args.contrast->scalar_type());
+  }
+  const at::Tensor& t = args.temperature;
+  at::Tensor grad_t;
+  if (temperature_grad) {
+    at::Tensor dots = features.unit_dot.sum(0, false, at::kDouble);
+    if (contrast.unit_dot.defined()) dots.add_(contrast.unit_dot.sum(0, false, at::kDouble));
+    grad_t = dots.mul_(-0.5 * p.inv_t).to(t.scalar_type()).reshape(t.sizes()).to(t.device());
+  } else {
+    grad_t = at::zeros_like(t);
+  }
+  return {features.grad,
+          p.single_set ? at::empty({0, p.d}, args.features.options()) : contrast.grad, grad_t};
+}
+
 // Below this many multiply-adds in the tiles, a call is a few dozen small ATen steps whose cost
 // is dispatch and thread wake-ups, not arithmetic: it runs on the calling thread alone.
 constexpr int64_t kSerialWork = int64_t{1} << 22;
@@ -173,6 +214,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   }
   const TileGrads tiles =
       kernels.grad(in, grad_coefficients(p, schedule, softmax_g, lse64, kernel_type));
+  if (!focal && kernels.assemble_backward && p.compute_type == at::kFloat) {
+    return assemble_backward(kernels, p, args, g, tiles, schedule, temperature_grad);
+  }
   const at::Tensor dz = tiles.dz.to(p.compute_type);
   const bool symmetric = schedule == Schedule::kSymmetric;
   // The symmetric kernels sum both sides into dz; dq is then the same buffer.

@@ -13,7 +13,6 @@
 namespace scl {
 namespace {
 
-constexpr double kNormEps = 1e-12;  // as torch.nn.functional.normalize
 
 // Elements per chunk of the row-wise temporaries (64 MiB of float32). SCL_CHUNK_ELEMENTS
 // overrides it, so that tests can run the chunked paths on small inputs.
@@ -289,22 +288,35 @@ at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad
   return at::where(p.num_positives > 0, as_type(grad_loss, p.compute_type), 0.0);
 }
 
+at::Tensor positive_weights(const SupConProblem& p, const at::Tensor& g) {
+  return g / p.num_positives.clamp_min(1).to(g.scalar_type());
+}
+
+at::Tensor weighted_class_sums(const SupConProblem& p, const at::Tensor& w) {
+  at::Tensor weighted = at::zeros_like(p.class_sums);
+  for_row_chunks(p.m, p.d, [&](int64_t start, int64_t length) {
+    // unit() may return the kept unit rows themselves: never modified in place.
+    weighted.index_add_(0, rows_of(p.anchor_class, start, length),
+                        p.unit(Rows::kAnchors, start, length) *
+                            rows_of(w, start, length).unsqueeze(1));
+  });
+  return weighted;
+}
+
 void add_positive_grads(const SupConProblem& p, const at::Tensor& g, const at::Tensor& dq,
                         const at::Tensor& dz) {
   // w_i = g_i / |P(i)|: dq_i -= (w_i / t) (C_{y_i} - [self] q_i), and every contrast row of
   // class c gets -(1/t) W_c with W_c = sum of w_i q_i over the anchors of class c; in single
   // set, the anchor's own row gives back its [self] share.
-  const at::Tensor w = g / p.num_positives.clamp_min(1).to(g.scalar_type());
-  at::Tensor weighted = at::zeros_like(p.class_sums);
+  const at::Tensor w = positive_weights(p, g);
+  const at::Tensor weighted = weighted_class_sums(p, w);
   for_row_chunks(p.m, p.d, [&](int64_t start, int64_t length) {
-    const at::Tensor q_unit = p.unit(Rows::kAnchors, start, length);
     const at::Tensor w_part = rows_of(w, start, length).unsqueeze(1);
     const at::Tensor classes = rows_of(p.anchor_class, start, length);
-    const at::Tensor w_q = w_part * q_unit;
-    weighted.index_add_(0, classes, w_q);
-    // In single set the anchor's own row was counted in its class sum: give it back.
     at::Tensor row_part = p.class_sums.index_select(0, classes).mul_(w_part);
+    // In single set the anchor's own row was counted in its class sum: give it back.
     if (p.single_set) {
+      const at::Tensor w_q = p.unit(Rows::kAnchors, start, length) * w_part;
       row_part.sub_(w_q);
       rows_of(dz, p.anchor_offset + start, length).add_(w_q, p.inv_t);
     }

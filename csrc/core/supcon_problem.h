@@ -25,6 +25,9 @@ struct SupConArgs {
   double focal_gamma;  // 0: SupCon; > 0: the focal contrastive loss
 };
 
+// The smallest norm a row is divided by, as torch.nn.functional.normalize's eps.
+constexpr double kNormEps = 1e-12;
+
 // Which rows of a problem: the anchors q or the contrast rows z.
 enum class Rows { kAnchors, kContrast };
 
@@ -63,6 +66,13 @@ at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse);
 
 // g_i in the compute dtype, 0 for anchors that carry no loss (whatever the upstream gradient).
 at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad_loss);
+
+// w_i = g_i / |P(i)| per anchor (0 without positives, since g_i is), in g's dtype.
+at::Tensor positive_weights(const SupConProblem& p, const at::Tensor& g);
+
+// W_c = sum of w_i u_i over the anchors of class c ([classes, d], class_sums' dtype): what the
+// positive pairs give each contrast row of class c, times -1/t.
+at::Tensor weighted_class_sums(const SupConProblem& p, const at::Tensor& w);
 
 // Adds the positive-pair part of the gradient w.r.t. unit rows to dq [m, d] and dz [n, d]
 // (dq may be dz itself, for the symmetric kernels' combined gradient).

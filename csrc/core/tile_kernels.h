@@ -1,7 +1,7 @@
 // What a backend supplies to the shared SupCon core: the two tiled O(N^2) steps, for the focal
 // loss a walk over the positive pairs (docs/MATH.md, sections "Forward", "Backward" and "Focal
 // contrastive loss"), and optionally fused forms of O(N*D) stages (the forward's per-anchor
-// losses). Everything O(N*D) that a backend does not take over (checks, norms, labels,
+// losses, the backward's assembly). Everything O(N*D) that a backend does not take over (checks, norms, labels,
 // positives, gradient assembly) lives in supcon_problem.* and supcon_orchestration.*.
 #pragma once
 
@@ -90,6 +90,39 @@ struct AnchorLossInputs {
   bool single_set;           // the anchor's own row is in its class sum: take it out
 };
 
+// The backward's assembly for one output's rows (docs/MATH.md, "Backward"): from the tiles'
+// gradient w.r.t. the unit rows, add the positive pairs' part and go back through the
+// normalisation. Per row r, with u_r = rows_r * inv_norm_r and a = r - anchor_offset,
+//   d_r = grads_r + [a an anchor] (extra_a - (w_a / t) (C_{y_a} - [self_in_class] 2 u_r))
+//         - [row_class given] (1 / t) W_{c_r}
+//   grad_r = normalize ? (d_r - [inv_norm_r < max_inv_norm] (u_r . d_r) u_r) inv_norm_r : d_r
+// in out_dtype, and unit_dot_r = u_r . d_r in the compute dtype (the temperature's gradient is
+// -(1/t) / 2 times their sum over every output row: each pair's term appears once on the anchor
+// side and once on the contrast side). Undefined tensors leave their term out.
+struct BackwardAssemblyInputs {
+  at::Tensor rows;           // [R, d] the caller's rows of this output, contiguous
+  at::Tensor inv_norm;       // [R] compute dtype
+  at::Tensor grads;          // [R, d] compute dtype: the tiles' gradient w.r.t. the unit rows
+  at::Tensor extra;          // [A, d] or undefined: added at the anchor rows (the plain
+                             // schedule's anchor side, in single set)
+  int64_t anchor_offset;     // anchors are rows anchor_offset .. anchor_offset + A - 1
+  at::Tensor anchor_weight;  // [A] w_a = g_a / |P(a)|, or undefined: no anchor part
+  at::Tensor anchor_class;   // [A] int64 rows of class_sums
+  at::Tensor class_sums;     // [classes, d] compute dtype
+  bool self_in_class;        // single set: the anchor's own row is in its class sum
+  at::Tensor row_class;      // [R] int64 rows of weighted_sums, or undefined: no contrast part
+  at::Tensor weighted_sums;  // [classes, d] W_c = sum of w_a u_a over the anchors of class c
+  double inv_t;
+  bool normalize;
+  double max_inv_norm;       // 1 / eps: rows shorter than eps are scaled, not projected
+  at::ScalarType out_dtype;
+};
+
+struct BackwardAssembly {
+  at::Tensor grad;      // [R, d] out_dtype
+  at::Tensor unit_dot;  // [R] compute dtype
+};
+
 struct TileKernels {
   // Precision the kernels compute in for an input dtype (float64 stays float64 only where the
   // kernels support it); it decides the fixed shift's range.
@@ -110,6 +143,10 @@ struct TileKernels {
   // The per-anchor losses in one fused step (empty: the core's ATen steps, anchor_losses in
   // supcon_problem.h, a dozen launches on a GPU).
   std::function<at::Tensor(const AnchorLossInputs&)> anchor_losses;
+  // The backward's assembly in one fused step per output, for float32 compute and the
+  // non-focal loss (empty: the core's ATen steps, add_positive_grads, unit_dot and
+  // normalize_backward in supcon_problem.h, three dozen launches on a GPU).
+  std::function<BackwardAssembly(const BackwardAssemblyInputs&)> assemble_backward;
 };
 
 }  // namespace scl

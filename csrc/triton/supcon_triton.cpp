@@ -1,6 +1,7 @@
 // scl::supcon_triton: the shared core (csrc/core) with tile kernels written in Triton. Triton
 // launches from Python, so the tiles (the focal loss's positive walk, the forward's per-anchor
-// losses) are the ops scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk,anchor_losses}, whose kernels
+// losses, the backward's assembly) are the ops
+// scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk,anchor_losses,assemble_backward}, whose kernels
 // scl_kernels/backends/triton registers; this file calls them through the dispatcher.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -81,6 +82,26 @@ at::Tensor anchor_losses(const AnchorLossInputs& in) {
                  in.inv_t, in.single_set);
 }
 
+BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("scl::supcon_triton_assemble_backward", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, const at::Tensor&,
+              const at::Tensor&, double, bool, double, at::ScalarType)>();
+  require_tile_kernel("scl::supcon_triton_assemble_backward", in.rows);
+  // The schema has no optional tensors: a term left out is an empty tensor.
+  const at::Tensor none = at::empty({0}, in.grads.options());
+  const auto given = [&](const at::Tensor& t) { return t.defined() ? t : none; };
+  auto [grad, unit_dot] =
+      op.call(in.rows, in.inv_norm, in.grads, given(in.extra), in.anchor_offset,
+              given(in.anchor_weight), in.anchor_class, in.class_sums, in.self_in_class,
+              given(in.row_class), in.weighted_sums, in.inv_t, in.normalize, in.max_inv_norm,
+              in.out_dtype);
+  return {grad, unit_dot};
+}
+
 bool host_may_wait(const at::Tensor& like) {
   if (!like.is_cuda()) return true;  // Triton's interpreter: nothing to capture
   static const auto op = c10::Dispatcher::singleton()
@@ -94,7 +115,8 @@ const TileKernels& triton_kernels() {
   // The symmetric forward sums a row's tiles by atomics: not reproducible.
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false, lse_tiles,
-                                   grad_tiles, host_may_wait, positive_walk, anchor_losses};
+                                   grad_tiles, host_may_wait, positive_walk, anchor_losses,
+                                   assemble_backward};
   return kernels;
 }
 

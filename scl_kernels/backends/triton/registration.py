@@ -1,11 +1,12 @@
 """Registers the Triton tile kernels (the focal loss's positive walk, the forward's per-anchor
-losses) as the CUDA (and, under Triton's interpreter, CPU) kernels
+losses, the backward's assembly) as the CUDA (and, under Triton's interpreter, CPU) kernels
 of the ops that csrc/triton/supcon_triton.cpp calls. Importing it is what makes
 torch.ops.scl.supcon_triton runnable: scl_kernels.backends.triton.load_triton_backend does."""
 import torch
 
 from . import TRITON_CPU_NEEDS_INTERPRETER, triton_interpreter_enabled
 from .anchor_losses import anchor_losses
+from .backward_assembly import assemble_backward
 from .hard_pairs import hard_pairs
 from .positive_walk import positive_walk
 from .tiles import grad_tiles, lse_tiles
@@ -24,7 +25,8 @@ def _on_cpu(fn):
 for _name, _fn in (("supcon_triton_lse_tiles", lse_tiles), ("supcon_triton_grad_tiles", grad_tiles),
                    ("hard_pairs_triton", hard_pairs),
                    ("supcon_triton_positive_walk", positive_walk),
-                   ("supcon_triton_anchor_losses", anchor_losses)):
+                   ("supcon_triton_anchor_losses", anchor_losses),
+                   ("supcon_triton_assemble_backward", assemble_backward)):
     _library.impl(_name, _fn, "CUDA")
     _library.impl(_name, _on_cpu(_fn), "CPU")
 

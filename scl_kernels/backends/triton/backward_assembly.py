@@ -1,0 +1,116 @@
+"""The backward's assembly for one output's rows in one Triton kernel
+(scl::TileKernels::assemble_backward, through the op scl::supcon_triton_assemble_backward;
+csrc/core/tile_kernels.h states the formula): the tiles' gradient w.r.t. the unit rows plus the
+positive pairs' part, then back through the normalisation, and each row's u . d for the
+temperature's gradient. On a GPU the core's ATen form of these steps is about three dozen
+launches (gathers of class-sum rows, products, subtractions, row sums, the projection); here it is
+one per output.
+"""
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_R = 16
+MAX_BLOCK_D = 64
+
+
+@triton.jit
+def _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, rows, anchors,
+                  is_anchor, valid, scale, anchor_scale, anchor_class, row_class, ks, D,
+                  x_stride, g_stride, sums_stride, inv_t, EXTRA: tl.constexpr,
+                  ANCHOR_PART: tl.constexpr, SELF_IN_CLASS: tl.constexpr,
+                  ROW_PART: tl.constexpr):
+    """The unit rows u and the gradient d w.r.t. them, columns ks of the block's rows (float32)."""
+    inside = valid[:, None] & (ks < D)[None, :]
+    unit = tl.load(x_ptr + rows[:, None] * x_stride + ks[None, :], mask=inside,
+                   other=0.0).to(tl.float32) * scale[:, None]
+    d = tl.load(grads_ptr + rows[:, None] * g_stride + ks[None, :], mask=inside, other=0.0)
+    at_anchor = is_anchor[:, None] & (ks < D)[None, :]
+    if EXTRA:
+        d += tl.load(extra_ptr + anchors[:, None] * g_stride + ks[None, :], mask=at_anchor,
+                     other=0.0)
+    if ANCHOR_PART:
+        target = tl.load(class_sums_ptr + anchor_class[:, None] * sums_stride + ks[None, :],
+                         mask=at_anchor, other=0.0)
+        if SELF_IN_CLASS:
+            # the anchor's own row: out of its class sum, and its own share as a column
+            target = target - 2 * unit
+        d -= anchor_scale[:, None] * target
+    if ROW_PART:
+        d -= inv_t * tl.load(weighted_ptr + row_class[:, None] * sums_stride + ks[None, :],
+                             mask=inside, other=0.0)
+    return unit, d
+
+
+@triton.jit
+def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_weight_ptr,
+                             anchor_class_ptr, class_sums_ptr, row_class_ptr, weighted_ptr,
+                             out_ptr, dot_ptr, R, D, x_stride, g_stride, sums_stride,
+                             anchor_offset, anchor_count, inv_t, max_inv_norm,
+                             EXTRA: tl.constexpr, ANCHOR_PART: tl.constexpr,
+                             SELF_IN_CLASS: tl.constexpr, ROW_PART: tl.constexpr,
+                             NORMALIZE: tl.constexpr, BLOCK_R: tl.constexpr,
+                             BLOCK_D: tl.constexpr):
+    """One program per BLOCK_R rows, two passes over D in BLOCK_D steps: the first sums
+    u . d, which the projection needs, the second writes the rows' gradients."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    valid = rows < R
+    scale = tl.load(inv_norm_ptr + rows, mask=valid, other=0.0)
+    anchors = rows - anchor_offset
+    is_anchor = valid & (anchors >= 0) & (anchors < anchor_count)
+    anchor_scale = tl.zeros([BLOCK_R], dtype=tl.float32)
+    anchor_class = tl.zeros([BLOCK_R], dtype=tl.int64)
+    row_class = tl.zeros([BLOCK_R], dtype=tl.int64)
+    if ANCHOR_PART:
+        anchor_scale = tl.load(anchor_weight_ptr + anchors, mask=is_anchor, other=0.0) * inv_t
+        anchor_class = tl.load(anchor_class_ptr + anchors, mask=is_anchor, other=0)
+    if ROW_PART:
+        row_class = tl.load(row_class_ptr + rows, mask=valid, other=0)
+    dot = tl.zeros([BLOCK_R], dtype=tl.float32)
+    for d0 in range(0, D, BLOCK_D):
+        unit, d = _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, rows,
+                                anchors, is_anchor, valid, scale, anchor_scale, anchor_class,
+                                row_class, d0 + tl.arange(0, BLOCK_D), D, x_stride, g_stride,
+                                sums_stride, inv_t, EXTRA, ANCHOR_PART, SELF_IN_CLASS, ROW_PART)
+        dot += tl.sum(unit * d, axis=1)
+    tl.store(dot_ptr + rows, dot, mask=valid)
+    # Rows shorter than eps are divided by eps, a constant: scaled, not projected.
+    radial = tl.where(scale < max_inv_norm, dot, 0.0)
+    for d0 in range(0, D, BLOCK_D):
+        ks = d0 + tl.arange(0, BLOCK_D)
+        unit, d = _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, rows,
+                                anchors, is_anchor, valid, scale, anchor_scale, anchor_class,
+                                row_class, ks, D, x_stride, g_stride, sums_stride, inv_t, EXTRA,
+                                ANCHOR_PART, SELF_IN_CLASS, ROW_PART)
+        if NORMALIZE:
+            d = (d - unit * radial[:, None]) * scale[:, None]
+        tl.store(out_ptr + rows[:, None] * x_stride + ks[None, :],
+                 d.to(out_ptr.dtype.element_ty), mask=valid[:, None] & (ks < D)[None, :])
+
+
+def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight, anchor_class,
+                      class_sums, self_in_class, row_class, weighted_sums, inv_t, normalize,
+                      max_inv_norm, out_dtype):
+    """(grad [R, d] in out_dtype, unit_dot [R] float32); the op's schema: csrc/scl_ops.cpp."""
+    r, d = rows.shape
+    rows = rows.contiguous()
+    grads = grads.float().contiguous()
+    out = torch.empty((r, d), dtype=out_dtype, device=rows.device)
+    dots = torch.empty(r, dtype=torch.float32, device=rows.device)
+    if r == 0 or d == 0:
+        return out, dots.zero_()
+    # Every [*, d] operand shares one row stride: the rows', the gradients' and the sums'.
+    extra = extra.float().contiguous() if extra.numel() else grads
+    anchor_part, row_part = anchor_weight.numel() > 0, row_class.numel() > 0
+    assemble_backward_kernel[(triton.cdiv(r, BLOCK_R),)](
+        rows, inv_norm.float().contiguous(), grads, extra,
+        anchor_weight.float().contiguous() if anchor_part else grads,
+        anchor_class.contiguous(), class_sums.float().contiguous(),
+        row_class.contiguous() if row_part else anchor_class, weighted_sums.float().contiguous(),
+        out, dots, r, d, rows.stride(0), grads.stride(0), class_sums.stride(0),
+        anchor_offset, max(anchor_weight.numel(), extra.shape[0] if extra is not grads else 0),
+        float(inv_t), float(max_inv_norm),
+        EXTRA=extra is not grads, ANCHOR_PART=anchor_part, SELF_IN_CLASS=self_in_class,
+        ROW_PART=row_part, NORMALIZE=normalize, BLOCK_R=BLOCK_R,
+        BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
+    return out, dots
