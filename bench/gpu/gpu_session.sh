@@ -21,8 +21,8 @@
 # build). Measured on an H100 on 2026-11-26 (bench/results/gpu_h100_2026-11-26): build 74 s
 # (sm_90a only, SCL_CUDA_ARCH_LIST=9.0a), the whole test selection 348 s on 16 workers, profile
 # 32 s, a one-size sweep 30 s, a four-size fit 11 s: everything but sanitize fits one 10-minute
-# call with that architecture list. Results go to $OUT (the device tool's folder) when set, else bench/results/local/
-# (git-ignored); environment.txt records the git hash, the clocks at start and end, and versions.
+# call with that architecture list. Results go to $OUT (the device tool's folder) when set,
+# else bench/results/local/ (git-ignored); environment.txt records the git hash, the clocks at start and end, and versions.
 # SCL_CUTLASS_INCLUDE: the CuTe headers (else pip installs nvidia-cutlass, which needs a network).
 # Extra arguments are passed to bench.gpu_sweep, e.g.
 #   SCL_GPU_PHASES=sweep bash bench/gpu/gpu_session.sh --dims 256,768 --dtypes bf16,fp32

@@ -13,7 +13,6 @@
 namespace scl {
 namespace {
 
-
 // Elements per chunk of the row-wise temporaries (64 MiB of float32). SCL_CHUNK_ELEMENTS
 // overrides it, so that tests can run the chunked paths on small inputs.
 int64_t chunk_elements() {

@@ -1,8 +1,9 @@
 // What a backend supplies to the shared SupCon core: the two tiled O(N^2) steps, for the focal
 // loss a walk over the positive pairs (docs/MATH.md, sections "Forward", "Backward" and "Focal
 // contrastive loss"), and optionally fused forms of O(N*D) stages (the forward's per-anchor
-// losses, the backward's assembly). Everything O(N*D) that a backend does not take over (checks, norms, labels,
-// positives, gradient assembly) lives in supcon_problem.* and supcon_orchestration.*.
+// losses, the backward's assembly). Everything O(N*D) that a backend does not take over
+// (checks, norms, labels, positives, gradient assembly) lives in supcon_problem.* and
+// supcon_orchestration.*.
 #pragma once
 
 #include <ATen/ATen.h>

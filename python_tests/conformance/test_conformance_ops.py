@@ -21,11 +21,10 @@ def _check(op_backend, args, gen, **kw):
     if not op_backend.info.runs(kw.get("focal_gamma") or 0.0):
         pytest.skip(f"{op_backend} does not implement focal_gamma={kw['focal_gamma']}")
     args = op_backend.put(tuple(args))
-    weights = op_backend.info.gradient_weights_dtype(args[0].dtype)
     return check_op_against_reference(
         op_backend.forward_op, op_backend.backward_op, args,
         compute_dtype=op_backend.computes_in(args[0].dtype), generator=gen,
-        weights_dtype=weights if weights in (torch.float16, torch.bfloat16) else None, **kw)
+        weights_dtype=op_backend.info.gradient_weights_dtype(args[0].dtype), **kw)
 
 
 # ------------------------------------------------------------------------------------------

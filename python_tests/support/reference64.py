@@ -293,7 +293,7 @@ class TemperatureScale(NamedTuple):
 
 def temperature_grad_atol(scale, factor, compute_eps, weights_dtype=None):
     """The absolute error allowed in dLoss/dt: the accumulation's rounding in the compute dtype,
-    plus, where the backward's products take their weights G_ij rounded to a 16-bit dtype (the
+    plus, where the backward's products take their weights G_ij rounded to a coarser dtype (the
     GPU backends on 16-bit inputs, as FlashAttention's backward does), that rounding. The terms
     cancel (dLoss/dt is a small difference of large sums at small t), so each term's relative
     rounding of up to eps/2 is what the sum carries; those roundings are independent, and by
@@ -301,18 +301,15 @@ def temperature_grad_atol(scale, factor, compute_eps, weights_dtype=None):
     2 e^-18 = 3e-8. At t = 0.02 in bfloat16 that allows tens of percent of the result: the
     temperature's gradient is only as exact as the weights' dtype there (docs/MATH.md)."""
     atol = 32 * compute_eps * factor * scale.bound
-    if weights_dtype is not None:
+    if weights_dtype is not None and torch.finfo(weights_dtype).eps > compute_eps:
         atol += 6 * torch.finfo(weights_dtype).eps / 2 * factor * scale.rounding_rss
     return atol
 
 
 def _gradient_weights_dtype(backend, dtype):
-    """The 16-bit dtype a named backend's backward rounds its weights to, else None."""
+    """The dtype a named backend's backward takes its weights in (None for other names)."""
     from scl_kernels.backends import REGISTRY
-    if backend not in REGISTRY:
-        return None
-    weights = REGISTRY[backend].gradient_weights_dtype(dtype)
-    return weights if weights in (torch.float16, torch.bfloat16) else None
+    return REGISTRY[backend].gradient_weights_dtype(dtype) if backend in REGISTRY else None
 
 
 def gradient_scales(ref, t_value, anchor_grads, normalize):
@@ -581,8 +578,9 @@ def check_op_against_reference(forward_op, backward_op, args, *, anchor_offset=N
     :func:`op_reference64`. Free memory is poisoned with NaN before each call, so outputs must
     be written in full. ``lse_float64``: the contract that lse is float64 for every input dtype
     (checked last, after every value). ``focal_gamma``: passed to both ops when not None.
-    ``weights_dtype``: the 16-bit dtype the backward's products take their weights in, if they
-    round them (``Backend.gradient_weights_dtype``); it widens the temperature's tolerance."""
+    ``weights_dtype``: the dtype the backward's products take their weights in
+    (``Backend.gradient_weights_dtype``); coarser than the compute dtype, it widens the
+    temperature's tolerance."""
     features, labels, contrast, contrast_labels, temperature, num_anchors, normalize = args
     kwargs = {} if anchor_offset is None else {"anchor_offset": anchor_offset}
     if focal_gamma is not None:

@@ -17,27 +17,27 @@ MAX_BLOCK_D = 64
 @triton.jit
 def _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, rows, anchors,
                   is_anchor, valid, scale, anchor_scale, anchor_class, row_class, ks, D,
-                  x_stride, g_stride, sums_stride, inv_t, EXTRA: tl.constexpr,
-                  ANCHOR_PART: tl.constexpr, SELF_IN_CLASS: tl.constexpr,
-                  ROW_PART: tl.constexpr):
-    """The unit rows u and the gradient d w.r.t. them, columns ks of the block's rows (float32)."""
+                  inv_t, EXTRA: tl.constexpr, ANCHOR_PART: tl.constexpr,
+                  SELF_IN_CLASS: tl.constexpr, ROW_PART: tl.constexpr):
+    """The unit rows u and the gradient d w.r.t. them, columns ks of the block's rows (float32).
+    Every [*, D] operand is contiguous: D is each one's row stride."""
     inside = valid[:, None] & (ks < D)[None, :]
-    unit = tl.load(x_ptr + rows[:, None] * x_stride + ks[None, :], mask=inside,
+    unit = tl.load(x_ptr + rows[:, None] * D + ks[None, :], mask=inside,
                    other=0.0).to(tl.float32) * scale[:, None]
-    d = tl.load(grads_ptr + rows[:, None] * g_stride + ks[None, :], mask=inside, other=0.0)
+    d = tl.load(grads_ptr + rows[:, None] * D + ks[None, :], mask=inside, other=0.0)
     at_anchor = is_anchor[:, None] & (ks < D)[None, :]
     if EXTRA:
-        d += tl.load(extra_ptr + anchors[:, None] * g_stride + ks[None, :], mask=at_anchor,
+        d += tl.load(extra_ptr + anchors[:, None] * D + ks[None, :], mask=at_anchor,
                      other=0.0)
     if ANCHOR_PART:
-        target = tl.load(class_sums_ptr + anchor_class[:, None] * sums_stride + ks[None, :],
+        target = tl.load(class_sums_ptr + anchor_class[:, None] * D + ks[None, :],
                          mask=at_anchor, other=0.0)
         if SELF_IN_CLASS:
             # the anchor's own row: out of its class sum, and its own share as a column
             target = target - 2 * unit
         d -= anchor_scale[:, None] * target
     if ROW_PART:
-        d -= inv_t * tl.load(weighted_ptr + row_class[:, None] * sums_stride + ks[None, :],
+        d -= inv_t * tl.load(weighted_ptr + row_class[:, None] * D + ks[None, :],
                              mask=inside, other=0.0)
     return unit, d
 
@@ -45,8 +45,8 @@ def _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, row
 @triton.jit
 def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_weight_ptr,
                              anchor_class_ptr, class_sums_ptr, row_class_ptr, weighted_ptr,
-                             out_ptr, dot_ptr, R, D, x_stride, g_stride, sums_stride,
-                             anchor_offset, anchor_count, inv_t, max_inv_norm,
+                             out_ptr, dot_ptr, R, D, anchor_offset, anchor_count, inv_t,
+                             max_inv_norm,
                              EXTRA: tl.constexpr, ANCHOR_PART: tl.constexpr,
                              SELF_IN_CLASS: tl.constexpr, ROW_PART: tl.constexpr,
                              NORMALIZE: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -70,8 +70,8 @@ def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_w
     for d0 in range(0, D, BLOCK_D):
         unit, d = _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, rows,
                                 anchors, is_anchor, valid, scale, anchor_scale, anchor_class,
-                                row_class, d0 + tl.arange(0, BLOCK_D), D, x_stride, g_stride,
-                                sums_stride, inv_t, EXTRA, ANCHOR_PART, SELF_IN_CLASS, ROW_PART)
+                                row_class, d0 + tl.arange(0, BLOCK_D), D, inv_t, EXTRA,
+                                ANCHOR_PART, SELF_IN_CLASS, ROW_PART)
         dot += tl.sum(unit * d, axis=1)
     tl.store(dot_ptr + rows, dot, mask=valid)
     # Rows shorter than eps are divided by eps, a constant: scaled, not projected.
@@ -80,11 +80,11 @@ def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_w
         ks = d0 + tl.arange(0, BLOCK_D)
         unit, d = _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, rows,
                                 anchors, is_anchor, valid, scale, anchor_scale, anchor_class,
-                                row_class, ks, D, x_stride, g_stride, sums_stride, inv_t, EXTRA,
-                                ANCHOR_PART, SELF_IN_CLASS, ROW_PART)
+                                row_class, ks, D, inv_t, EXTRA, ANCHOR_PART, SELF_IN_CLASS,
+                                ROW_PART)
         if NORMALIZE:
             d = (d - unit * radial[:, None]) * scale[:, None]
-        tl.store(out_ptr + rows[:, None] * x_stride + ks[None, :],
+        tl.store(out_ptr + rows[:, None] * D + ks[None, :],
                  d.to(out_ptr.dtype.element_ty), mask=valid[:, None] & (ks < D)[None, :])
 
 
@@ -99,18 +99,18 @@ def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight
     dots = torch.empty(r, dtype=torch.float32, device=rows.device)
     if r == 0 or d == 0:
         return out, dots.zero_()
-    # Every [*, d] operand shares one row stride: the rows', the gradients' and the sums'.
-    extra = extra.float().contiguous() if extra.numel() else grads
-    anchor_part, row_part = anchor_weight.numel() > 0, row_class.numel() > 0
+    has_extra, anchor_part = extra.numel() > 0, anchor_weight.numel() > 0
+    row_part = row_class.numel() > 0
+    # Empty terms get a placeholder pointer: their constexpr flag keeps the kernel off it.
+    extra = extra.float().contiguous() if has_extra else grads
+    anchor_count = extra.shape[0] if has_extra else anchor_weight.numel()
     assemble_backward_kernel[(triton.cdiv(r, BLOCK_R),)](
         rows, inv_norm.float().contiguous(), grads, extra,
         anchor_weight.float().contiguous() if anchor_part else grads,
         anchor_class.contiguous(), class_sums.float().contiguous(),
         row_class.contiguous() if row_part else anchor_class, weighted_sums.float().contiguous(),
-        out, dots, r, d, rows.stride(0), grads.stride(0), class_sums.stride(0),
-        anchor_offset, max(anchor_weight.numel(), extra.shape[0] if extra is not grads else 0),
-        float(inv_t), float(max_inv_norm),
-        EXTRA=extra is not grads, ANCHOR_PART=anchor_part, SELF_IN_CLASS=self_in_class,
+        out, dots, r, d, anchor_offset, anchor_count, float(inv_t), float(max_inv_norm),
+        EXTRA=has_extra, ANCHOR_PART=anchor_part, SELF_IN_CLASS=self_in_class,
         ROW_PART=row_part, NORMALIZE=normalize, BLOCK_R=BLOCK_R,
         BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
     return out, dots
