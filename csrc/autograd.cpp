@@ -55,6 +55,8 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
     ctx->saved_data["anchor_offset"] = anchor_offset;
     ctx->saved_data["focal_gamma"] = focal_gamma;
     ctx->mark_non_differentiable({lse, num_positives});
+    // Gradients of lse and num_positives never exist: zeros for them would be two launches.
+    ctx->set_materialize_grads(false);
     return {loss, lse, num_positives};
   }
 

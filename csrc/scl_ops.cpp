@@ -94,6 +94,20 @@ TORCH_LIBRARY(scl, m) {
         "Tensor class_sums, bool self_in_class, Tensor row_class, Tensor weighted_sums, "
         "float inv_t, bool normalize, float max_inv_norm, ScalarType out_dtype) -> "
         "(Tensor grad, Tensor unit_dot)");
+  // The preparation of one set of rows in one kernel (scl::TileKernels::prepare_rows;
+  // registered from Python like the tiles); class_sums and non_finite are empty when not asked
+  // for.
+  m.def("supcon_triton_prepare_rows(Tensor rows, Tensor labels, Tensor sorted_labels, "
+        "bool normalize, bool self_in_class, bool class_sums, bool check_values) -> "
+        "(Tensor inv_norm, Tensor row_class, Tensor num_positives, Tensor class_sums, "
+        "Tensor non_finite)");
+  // The backward's per-anchor weights in one kernel (scl::TileKernels::anchor_weights;
+  // registered from Python like the tiles); lse_hi and lse_lo are empty for the symmetric
+  // schedule.
+  m.def("supcon_triton_anchor_weights(Tensor grad_loss, Tensor lse, Tensor num_positives, "
+        "Tensor q, Tensor q_inv_norm, Tensor anchor_class, int classes, float inv_t, "
+        "bool symmetric) -> (Tensor weight, Tensor weighted_sums, Tensor coef, Tensor lse_hi, "
+        "Tensor lse_lo)");
   // Whether the host may wait for values on `like`'s device now (false while a CUDA graph is
   // being captured): TileKernels::host_may_wait, answered in Python because csrc/triton is
   // compiled without CUDA.

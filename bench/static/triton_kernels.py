@@ -134,19 +134,26 @@ def compile_hard_pairs(dtype):
         f"{tile.block_m}x{tile.block_n}x{tile.block_k} w{tile.warps} s{tile.stages}")
 
 
+def _stage_signature(kernel, constexprs, pointers, floats):
+    """A fused stage's signature: its constexprs, pointers (fp32 unless `pointers` names another
+    type), the float32 scalars named in `floats`, every other scalar an int32."""
+    return {name: ("constexpr" if name in constexprs else
+                   pointers.get(name, "*fp32") if name.endswith("_ptr") else
+                   "fp32" if name in floats else "i32") for name in kernel.arg_names}
+
+
 def compile_fused_stages():
     """The kernels of the call's O(N D) stages, one configuration each: the launchers' per-column
     terms (kernels.column_terms_kernel; the coefficient form of the symmetric backward and the
     bias form), the forward's per-anchor losses (anchor_losses.anchor_losses_kernel, bf16
-    rows, single set) and the backward's assembly."""
+    rows, single set), the backward's assembly, the preparation, the backward's per-anchor
+    weights and the log-sum-exp's merge."""
     from scl_kernels.backends.triton import anchor_losses
     records = []
     kernel = kernels.column_terms_kernel
     for has_coef in (False, True):
         constexprs = {"HAS_COEF": has_coef, "BLOCK": launch.TERMS_PADDING}
-        signature = {name: ("constexpr" if name in constexprs else
-                            "*fp32" if name.endswith("_ptr") else
-                            "i32" if name == "N" else "fp32") for name in kernel.arg_names}
+        signature = _stage_signature(kernel, constexprs, {}, ("scale_log2", "bias"))
         compiled = _compile(kernel, signature, constexprs, ["terms_ptr"], 4, 1)
         records.append(_single_config_record(
             "column_terms", "fp32", compiled,
@@ -156,15 +163,67 @@ def compile_fused_stages():
                   "BLOCK_D": anchor_losses.MAX_BLOCK_D}
     pointers = {"q_ptr": "*bf16", "anchor_class_ptr": "*i64", "num_positives_ptr": "*i64",
                 "lse_ptr": "*fp64"}
-    signature = {name: ("constexpr" if name in constexprs else
-                        pointers.get(name, "*fp32") if name.endswith("_ptr") else
-                        "fp32" if name.startswith("inv_t") else "i32")
-                 for name in kernel.arg_names}
+    signature = _stage_signature(kernel, constexprs, pointers, ("inv_t_hi", "inv_t_lo"))
     compiled = _compile(kernel, signature, constexprs, [], 4, 1)
     records.append(_single_config_record(
         "anchor_losses", "bf16", compiled,
         f"{anchor_losses.BLOCK_M} anchors x {anchor_losses.MAX_BLOCK_D} columns"))
     records.append(_compile_backward_assembly())
+    records.append(_compile_row_preparation())
+    records.extend(_compile_anchor_weights())
+    records.extend(_compile_lse_merge())
+    return records
+
+
+def _compile_lse_merge():
+    """The log-sum-exp's float64 merge (kernels.lse_merge_kernel) in both forms."""
+    kernel = kernels.lse_merge_kernel
+    records = []
+    for fixed_shift in (False, True):
+        constexprs = {"FIXED_SHIFT": fixed_shift, "BLOCK": launch.MERGE_BLOCK}
+        signature = _stage_signature(kernel, constexprs, {"lse_ptr": "*fp64"},
+                                     ("fixed_shift", "log2e_hi", "log2e_lo"))
+        compiled = _compile(kernel, signature, constexprs, [], 4, 1)
+        records.append(_single_config_record(
+            "lse_merge", "fp32", compiled,
+            f"{launch.MERGE_BLOCK} rows, {'fixed shift' if fixed_shift else 'running maxima'}"))
+    return records
+
+
+def _compile_row_preparation():
+    """The preparation (row_preparation.prepare_rows_kernel) in its largest form: bf16 rows with
+    the norms, the NaN / inf count and the class sums."""
+    from scl_kernels.backends.triton import row_preparation
+    kernel = row_preparation.prepare_rows_kernel
+    constexprs = {"NORMALIZE": True, "SELF_IN_CLASS": True, "CLASS_SUMS": True,
+                  "CHECK_VALUES": True, "BLOCK_R": row_preparation.BLOCK_R,
+                  "BLOCK_D": row_preparation.MAX_BLOCK_D}
+    pointers = {"x_ptr": "*bf16", "labels_ptr": "*i64", "sorted_ptr": "*i64", "class_ptr": "*i64",
+                "positives_ptr": "*i64", "non_finite_ptr": "*i32"}
+    signature = _stage_signature(kernel, constexprs, pointers, ())
+    compiled = _compile(kernel, signature, constexprs, [], 4, 1)
+    return _single_config_record(
+        "row_preparation", "bf16", compiled,
+        f"{row_preparation.BLOCK_R} rows x {row_preparation.MAX_BLOCK_D} columns, every step")
+
+
+def _compile_anchor_weights():
+    """The backward's per-anchor weights (anchor_weights.anchor_weights_kernel), bf16 rows, for
+    each schedule (the plain one also splits the log-sum-exp)."""
+    from scl_kernels.backends.triton import anchor_weights
+    kernel = anchor_weights.anchor_weights_kernel
+    pointers = {"q_ptr": "*bf16", "lse_ptr": "*fp64", "positives_ptr": "*i64",
+                "class_ptr": "*i64"}
+    records = []
+    for symmetric in (True, False):
+        constexprs = {"SYMMETRIC": symmetric, "BLOCK_M": anchor_weights.BLOCK_M,
+                      "BLOCK_D": anchor_weights.MAX_BLOCK_D}
+        signature = _stage_signature(kernel, constexprs, pointers, ("inv_t_hi", "inv_t_lo"))
+        compiled = _compile(kernel, signature, constexprs, [], 4, 1)
+        records.append(_single_config_record(
+            "anchor_weights", "bf16", compiled,
+            f"{anchor_weights.BLOCK_M} anchors x {anchor_weights.MAX_BLOCK_D} columns, "
+            f"{'symmetric' if symmetric else 'plain'}"))
     return records
 
 
@@ -179,10 +238,7 @@ def _compile_backward_assembly():
                   "BLOCK_D": backward_assembly.MAX_BLOCK_D}
     pointers = {"x_ptr": "*bf16", "out_ptr": "*bf16", "anchor_class_ptr": "*i64",
                 "row_class_ptr": "*i64"}
-    signature = {name: ("constexpr" if name in constexprs else
-                        pointers.get(name, "*fp32") if name.endswith("_ptr") else
-                        "fp32" if name in ("inv_t", "max_inv_norm") else "i32")
-                 for name in kernel.arg_names}
+    signature = _stage_signature(kernel, constexprs, pointers, ("inv_t", "max_inv_norm"))
     compiled = _compile(kernel, signature, constexprs, [], 4, 1)
     return _single_config_record(
         "backward_assembly", "bf16", compiled,

@@ -35,7 +35,10 @@ void wait_for(c10::Event& copies_done) {
 const DeferredValueChecks::Pending* first_failure(
     const std::vector<DeferredValueChecks::Pending>& checks) {
   for (const auto& check : checks) {
-    if (!*check.host_ok.const_data_ptr<bool>()) return &check;
+    const at::Tensor& verdict = check.host_verdict;
+    const bool ok = verdict.scalar_type() == at::kBool ? *verdict.const_data_ptr<bool>()
+                                                       : *verdict.const_data_ptr<int32_t>() == 0;
+    if (!ok) return &check;
   }
   return nullptr;
 }
@@ -56,19 +59,28 @@ std::vector<EarlierCall>& earlier_calls() {
 
 void DeferredValueChecks::expect(const at::Tensor& ok, std::string failure) {
   TORCH_INTERNAL_ASSERT(ok.scalar_type() == at::kBool && ok.numel() == 1);
-  if (ok.is_cpu()) {
-    pending_.push_back({ok, std::move(failure)});
+  queue(ok, std::move(failure));
+}
+
+void DeferredValueChecks::expect_zero(const at::Tensor& failures, std::string failure) {
+  TORCH_INTERNAL_ASSERT(failures.scalar_type() == at::kInt && failures.numel() == 1);
+  queue(failures, std::move(failure));
+}
+
+void DeferredValueChecks::queue(const at::Tensor& verdict, std::string failure) {
+  if (verdict.is_cpu()) {
+    pending_.push_back({verdict, std::move(failure)});
     return;
   }
   // Pinned, so that the copy is queued on the device's stream instead of blocking the host.
-  at::Tensor host_ok = at::empty({}, ok.options().device(at::kCPU).pinned_memory(true));
-  host_ok.copy_(ok.reshape({}), /*non_blocking=*/true);
-  const c10::Device device = ok.device();
+  at::Tensor host_verdict = at::empty({}, verdict.options().device(at::kCPU).pinned_memory(true));
+  host_verdict.copy_(verdict.reshape({}), /*non_blocking=*/true);
+  const c10::Device device = verdict.device();
   // One event for all copies, recorded again after each: streams run in order, so the last
   // copy's completion covers the earlier ones queued on the same stream.
   if (!copies_done_.has_value()) copies_done_.emplace(device.type());
   copies_done_->record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
-  pending_.push_back({std::move(host_ok), std::move(failure)});
+  pending_.push_back({std::move(host_verdict), std::move(failure)});
 }
 
 void DeferredValueChecks::finish_call() {

@@ -31,17 +31,22 @@ class DeferredValueChecks {
   // Queues the read of `ok` (a bool tensor of one element, on any device); `failure` is the
   // ValueError's message if it turns out false.
   void expect(const at::Tensor& ok, std::string failure);
+  // The same for an int32 count of failures (one element): the check passes when it is 0.
+  void expect_zero(const at::Tensor& failures, std::string failure);
   // At the end of the call: raises the first failed expectation's ValueError (in the order they
   // were queued) when SCL_VALUE_CHECKS says the verdict is read now, or hands the checks to the
   // later calls.
   void finish_call();
 
   struct Pending {
-    at::Tensor host_ok;  // pinned copy (accelerator flags) or the flag itself (CPU)
+    at::Tensor host_verdict;  // pinned copy (accelerator flags) or the flag itself (CPU): a bool
+                              // that is true, or an int32 that is 0, when the check passes
     std::string failure;
   };
 
  private:
+  void queue(const at::Tensor& verdict, std::string failure);
+
   std::vector<Pending> pending_;
   std::optional<c10::Event> copies_done_;  // recorded again after each device-to-host copy
 };

@@ -96,13 +96,12 @@ at::Tensor focal_anchor_losses(const TileKernels& kernels, const SupConProblem& 
 }
 
 // The backward's assembly by the backend's fused step (TileKernels::assemble_backward): one
-// call per output, the positive pairs' weighted class sums beforehand, and the temperature's
-// gradient from the rows' unit dots (half their sum: tile_kernels.h).
+// call per output, from the anchors' positive weights w and the weighted class sums, and the
+// temperature's gradient from the rows' unit dots (half their sum: tile_kernels.h).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
     const TileKernels& kernels, const SupConProblem& p, const SupConArgs& args,
-    const at::Tensor& g, const TileGrads& tiles, Schedule schedule, bool temperature_grad) {
-  const at::Tensor w = positive_weights(p, g);
-  const at::Tensor weighted = weighted_class_sums(p, w);
+    const at::Tensor& w, const at::Tensor& weighted, const TileGrads& tiles, Schedule schedule,
+    bool temperature_grad) {
   const auto side = [&](const at::Tensor& rows, const at::Tensor& inv_norm,
                         const at::Tensor& grads, const at::Tensor& extra, bool anchors,
                         bool contrast, at::ScalarType out_dtype) {
@@ -164,7 +163,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   raise_earlier_failures(/*wait=*/false);
   DeferredValueChecks value_checks;
   const bool check_values = !kernels.host_may_wait || kernels.host_may_wait(args.features);
-  const SupConProblem p = prepare_problem(args, check_values ? &value_checks : nullptr);
+  const SupConProblem p =
+      prepare_problem(args, check_values ? &value_checks : nullptr, kernels.prepare_rows);
   const bool focal = is_focal(kernels, args);
   const TileInputs in = tile_inputs(p, choose_schedule(p, kernels, true));
   const at::Tensor lse = kernels.lse(in);
@@ -195,13 +195,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   // The forward's own problem when its autograd node kept it (prepared_handoff.h): the same
   // inputs, so the same terms.
   const SupConProblem* kept = prepared_for_backward();
-  const SupConProblem p = kept != nullptr ? *kept : prepare_problem(args, /*value_checks=*/nullptr);
+  const SupConProblem p = kept != nullptr ? *kept
+                                          : prepare_problem(args, /*value_checks=*/nullptr,
+                                                            kernels.prepare_rows);
   check_lse(p, lse);
-  const at::Tensor g = effective_anchor_grads(p, grad_loss);
+  check_grad_loss(p, grad_loss);
   const Schedule schedule = choose_schedule(p, kernels, false);
   const at::ScalarType kernel_type = kernels.compute_type(p.z.scalar_type());
   const TileInputs in = tile_inputs(p, schedule);
   const at::Tensor lse64 = lse.to(at::kDouble);
+  const bool fused_assembly = !focal && kernels.assemble_backward && p.compute_type == at::kFloat;
+  if (fused_assembly && kernels.anchor_weights && !at::globalContext().deterministicAlgorithms()) {
+    const AnchorWeights weights = kernels.anchor_weights(
+        {grad_loss, lse64, p.num_positives, p.q, p.q_inv_norm, p.anchor_class,
+         p.class_sums.size(0), p.inv_t, schedule});
+    const TileGrads tiles = kernels.grad(in, weights.coefficients);
+    return assemble_backward(kernels, p, args, weights.weight, weights.weighted_sums, tiles,
+                             schedule, temperature_grad);
+  }
+  const at::Tensor g = effective_anchor_grads(p, grad_loss);
   // The focal loss (docs/MATH.md, "Focal contrastive loss"): one walk over the positive pairs
   // gives their part of the gradient and H_i = mean_p hterm_ip, which scales the softmax part.
   PositiveWalkOutputs walk;
@@ -214,8 +226,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   }
   const TileGrads tiles =
       kernels.grad(in, grad_coefficients(p, schedule, softmax_g, lse64, kernel_type));
-  if (!focal && kernels.assemble_backward && p.compute_type == at::kFloat) {
-    return assemble_backward(kernels, p, args, g, tiles, schedule, temperature_grad);
+  if (fused_assembly) {
+    const at::Tensor w = positive_weights(p, g);
+    return assemble_backward(kernels, p, args, w, weighted_class_sums(p, w), tiles, schedule,
+                             temperature_grad);
   }
   const at::Tensor dz = tiles.dz.to(p.compute_type);
   const bool symmetric = schedule == Schedule::kSymmetric;

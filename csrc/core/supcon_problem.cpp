@@ -176,7 +176,54 @@ at::Tensor SupConProblem::unit(Rows which, int64_t start, int64_t length) const 
   return unit_chunk(anchors ? q : z, anchors ? q_inv_norm : z_inv_norm, start, length);
 }
 
-SupConProblem prepare_problem(const SupConArgs& a, DeferredValueChecks* value_checks) {
+namespace {
+
+// The preparation by the backend's fused step (TileKernels::prepare_rows): one sort of the
+// contrast labels and one step per set of rows (the contrast rows first, which the class sums
+// come from).
+void prepare_fused(SupConProblem& p, const SupConArgs& a, DeferredValueChecks* value_checks,
+                   const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows) {
+  const at::Tensor& contrast_labels = p.single_set ? a.labels : *a.contrast_labels;
+  const at::Tensor sorted_labels = std::get<0>(contrast_labels.sort());
+  const bool check_values = value_checks != nullptr;
+  p.z = (p.single_set ? a.features : *a.contrast).contiguous();
+  p.n = p.z.size(0);
+  const PreparedRows z = prepare_rows(
+      {p.z, contrast_labels, sorted_labels, p.normalize, p.single_set, true, check_values});
+  p.z_inv_norm = z.inv_norm;
+  p.contrast_class = z.row_class;
+  p.class_sums = z.class_sums;
+  PreparedRows q;
+  if (p.single_set) {
+    p.m = a.num_anchors;
+    p.q = p.z.narrow(0, p.anchor_offset, p.m);
+    p.q_inv_norm = p.z_inv_norm.narrow(0, p.anchor_offset, p.m);
+    p.anchor_class = z.row_class.narrow(0, p.anchor_offset, p.m);
+    // An output of the op: a tensor of its own, not a view into the rows' counts.
+    p.num_positives = p.m == p.n ? z.num_positives
+                                 : z.num_positives.narrow(0, p.anchor_offset, p.m).clone();
+  } else {
+    p.q = a.features.contiguous();
+    p.m = p.q.size(0);
+    q = prepare_rows(
+        {p.q, a.labels, sorted_labels, p.normalize, false, false, check_values});
+    p.q_inv_norm = q.inv_norm;
+    p.anchor_class = q.row_class;
+    p.num_positives = q.num_positives;
+  }
+  if (check_values) {  // the features' errors first
+    const std::string not_finite(kNotFinite);
+    if (!p.single_set) value_checks->expect_zero(q.non_finite, "features" + not_finite);
+    value_checks->expect_zero(z.non_finite,
+                              (p.single_set ? "features" : "contrast") + not_finite);
+  }
+}
+
+}  // namespace
+
+SupConProblem prepare_problem(
+    const SupConArgs& a, DeferredValueChecks* value_checks,
+    const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows) {
   const double temperature = check_args(a);
   // Every tensor is on the features' device (check_args): one choice for the whole call.
   const bool without_host_reads = prepare_without_host_reads(a.features);
@@ -188,6 +235,11 @@ SupConProblem prepare_problem(const SupConArgs& a, DeferredValueChecks* value_ch
   p.d = a.features.size(1);
   p.anchor_offset = a.anchor_offset;
   p.compute_type = a.features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  if (prepare_rows && p.compute_type == at::kFloat &&
+      !at::globalContext().deterministicAlgorithms()) {
+    prepare_fused(p, a, value_checks, prepare_rows);
+    return p;
+  }
   if (!p.single_set) {  // the features' errors first
     std::tie(p.q, p.q_inv_norm) =
         rows_and_inv_norms(a.features, "features", p.compute_type, a.normalize, value_checks,
@@ -279,11 +331,14 @@ at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse) {
   return as_type(at::where(p.num_positives > 0, lse - mean_positive, 0.0), p.compute_type);
 }
 
-at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad_loss) {
+void check_grad_loss(const SupConProblem& p, const at::Tensor& grad_loss) {
   TORCH_CHECK_VALUE(grad_loss.dim() == 1 && grad_loss.size(0) == p.m,
                     "grad_loss must have shape [", p.m, "], got ", grad_loss.sizes());
   TORCH_CHECK_VALUE(grad_loss.device() == p.z.device(), "grad_loss is on ", grad_loss.device(),
                     " but features is on ", p.z.device());
+}
+
+at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad_loss) {
   return at::where(p.num_positives > 0, as_type(grad_loss, p.compute_type), 0.0);
 }
 

@@ -6,7 +6,10 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <optional>
+
+#include "tile_kernels.h"
 
 namespace scl {
 
@@ -58,11 +61,18 @@ struct SupConProblem {
 // Validates the op's arguments (TypeError / ValueError naming the argument) and prepares them.
 // With value_checks, NaN / inf in the rows is an error too: raised at once on the CPU, queued in
 // value_checks off it (deferred_value_check.h). Forward checks values; backward (same inputs)
-// passes nullptr. Off the CPU nothing is read on the host but a device temperature.
-SupConProblem prepare_problem(const SupConArgs& args, DeferredValueChecks* value_checks);
+// passes nullptr. Off the CPU nothing is read on the host but a device temperature. A backend's
+// fused preparation (TileKernels::prepare_rows) serves where it applies: float32 compute, and
+// reproducible results not asked for.
+SupConProblem prepare_problem(
+    const SupConArgs& args, DeferredValueChecks* value_checks,
+    const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows);
 
 // Per-anchor loss l_i from the float64 log-sum-exp: in the loss dtype, 0 without positives.
 at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse);
+
+// ValueError unless grad_loss is [m] on the problem's device.
+void check_grad_loss(const SupConProblem& p, const at::Tensor& grad_loss);
 
 // g_i in the compute dtype, 0 for anchors that carry no loss (whatever the upstream gradient).
 at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad_loss);

@@ -1,9 +1,9 @@
 // What a backend supplies to the shared SupCon core: the two tiled O(N^2) steps, for the focal
 // loss a walk over the positive pairs (docs/MATH.md, sections "Forward", "Backward" and "Focal
-// contrastive loss"), and optionally fused forms of O(N*D) stages (the forward's per-anchor
-// losses, the backward's assembly). Everything O(N*D) that a backend does not take over
-// (checks, norms, labels, positives, gradient assembly) lives in supcon_problem.* and
-// supcon_orchestration.*.
+// contrastive loss"), and optionally fused forms of O(N*D) stages (the preparation of the rows,
+// the forward's per-anchor losses, the backward's per-anchor weights and its assembly).
+// Everything O(N*D) that a backend does not take over (checks, norms, labels, positives,
+// gradient assembly) lives in supcon_problem.* and supcon_orchestration.*.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -124,6 +124,58 @@ struct BackwardAssembly {
   at::Tensor unit_dot;  // [R] compute dtype
 };
 
+// The backward's per-anchor weights in one fused step (docs/MATH.md, "Backward"): per anchor a,
+//   g_a = |P(a)| > 0 ? grad_loss_a : 0,   weight_a = w_a = g_a / |P(a)|   (0 without positives)
+//   coefficients: GradCoefficients of g for the schedule (lse split into hi + lo for kPlain)
+//   weighted_sums = [classes, d], row c the sum of w_a u_a over the anchors of class c
+//                   (u_a = q_a * q_inv_norm_a)
+// in float32, the coefficients' arithmetic in float64 as the core's grad_coefficients does it.
+struct AnchorWeightInputs {
+  at::Tensor grad_loss;      // [m] the upstream gradient of the per-anchor losses
+  at::Tensor lse;            // [m] float64
+  at::Tensor num_positives;  // [m] int64
+  at::Tensor q;              // [m, d] the caller's anchor rows, contiguous
+  at::Tensor q_inv_norm;     // [m] float32
+  at::Tensor anchor_class;   // [m] int64 rows of weighted_sums, below `classes`
+  int64_t classes;
+  double inv_t;
+  Schedule schedule;
+};
+
+struct AnchorWeights {
+  at::Tensor weight;         // [m] float32
+  at::Tensor weighted_sums;  // [classes, d] float32
+  GradCoefficients coefficients;
+};
+
+// The preparation of one set of rows in one fused step (docs/MATH.md, "Labels leave the
+// quadratic loop"). With lower_r and upper_r the first and one-past-last positions of label_r
+// among the contrast rows' sorted labels, per row r:
+//   inv_norm_r  = normalize ? 1 / max(||x_r||, eps) : 1                      (float32)
+//   class_r     = min(lower_r, n - 1): a row of class_sums, one per contrast row
+//   positives_r = label_r >= 0 ? upper_r - lower_r - [self_in_class] : 0     (int64)
+//   class_sums  = [n, d] float32, row c the sum of x_r inv_norm_r over the rows of class c
+//   non_finite  = [1] int32, the number of rows holding a NaN or inf
+// The class id of a label is where its run starts in the sorted labels: a row index below n,
+// found by binary search, so that no count of the classes is ever read on the host.
+struct RowPreparationInputs {
+  at::Tensor rows;           // [R, d] the caller's rows, contiguous
+  at::Tensor labels;         // [R] integer
+  at::Tensor sorted_labels;  // [n] the contrast rows' labels, ascending
+  bool normalize;
+  bool self_in_class;        // single set: a row's own label is among the sorted labels
+  bool class_sums;           // these are the contrast rows: sum them per class
+  bool check_values;         // count the rows holding a NaN or inf
+};
+
+struct PreparedRows {
+  at::Tensor inv_norm;       // [R] float32
+  at::Tensor row_class;      // [R] int64
+  at::Tensor num_positives;  // [R] int64
+  at::Tensor class_sums;     // [n, d] float32, or undefined when not asked for
+  at::Tensor non_finite;     // [1] int32, or undefined when not asked for
+};
+
 struct TileKernels {
   // Precision the kernels compute in for an input dtype (float64 stays float64 only where the
   // kernels support it); it decides the fixed shift's range.
@@ -148,6 +200,15 @@ struct TileKernels {
   // non-focal loss (empty: the core's ATen steps, add_positive_grads, unit_dot and
   // normalize_backward in supcon_problem.h, three dozen launches on a GPU).
   std::function<BackwardAssembly(const BackwardAssemblyInputs&)> assemble_backward;
+  // The preparation in one fused step per set of rows, for float32 compute where reproducible
+  // results are not asked for (the class sums add by atomics; empty: the core's ATen steps in
+  // supcon_problem.cpp, two dozen launches on a GPU).
+  std::function<PreparedRows(const RowPreparationInputs&)> prepare_rows;
+  // The backward's per-anchor weights in one fused step, where the fused assembly serves and
+  // reproducible results are not asked for (the weighted sums add by atomics; empty: the core's
+  // ATen steps, effective_anchor_grads, grad_coefficients, positive_weights and
+  // weighted_class_sums, about twenty launches on a GPU).
+  std::function<AnchorWeights(const AnchorWeightInputs&)> anchor_weights;
 };
 
 }  // namespace scl

@@ -1,7 +1,8 @@
 // scl::supcon_triton: the shared core (csrc/core) with tile kernels written in Triton. Triton
 // launches from Python, so the tiles (the focal loss's positive walk, the forward's per-anchor
-// losses, the backward's assembly) are the ops
-// scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk,anchor_losses,assemble_backward}, whose kernels
+// losses, the backward's weights and assembly, the preparation) are the ops
+// scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk,anchor_losses,anchor_weights,
+// assemble_backward,prepare_rows}, whose kernels
 // scl_kernels/backends/triton registers; this file calls them through the dispatcher.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -102,6 +103,37 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
   return {grad, unit_dot};
 }
 
+PreparedRows prepare_rows(const RowPreparationInputs& in) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("scl::supcon_triton_prepare_rows", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, bool, bool, bool)>();
+  require_tile_kernel("scl::supcon_triton_prepare_rows", in.rows);
+  auto [inv_norm, row_class, num_positives, class_sums, non_finite] =
+      op.call(in.rows, in.labels, in.sorted_labels, in.normalize, in.self_in_class,
+              in.class_sums, in.check_values);
+  // The schema has no optional tensors: what was not asked for comes back empty.
+  return {inv_norm, row_class, num_positives, in.class_sums ? class_sums : at::Tensor(),
+          in.check_values ? non_finite : at::Tensor()};
+}
+
+AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("scl::supcon_triton_anchor_weights", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, const at::Tensor&, int64_t, double, bool)>();
+  require_tile_kernel("scl::supcon_triton_anchor_weights", in.q);
+  const bool symmetric = in.schedule == Schedule::kSymmetric;
+  auto [weight, weighted_sums, coef, lse_hi, lse_lo] =
+      op.call(in.grad_loss, in.lse, in.num_positives, in.q, in.q_inv_norm, in.anchor_class,
+              in.classes, in.inv_t, symmetric);
+  return {weight, weighted_sums,
+          {coef, symmetric ? at::Tensor() : lse_hi, symmetric ? at::Tensor() : lse_lo}};
+}
+
 bool host_may_wait(const at::Tensor& like) {
   if (!like.is_cuda()) return true;  // Triton's interpreter: nothing to capture
   static const auto op = c10::Dispatcher::singleton()
@@ -116,7 +148,7 @@ const TileKernels& triton_kernels() {
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false, lse_tiles,
                                    grad_tiles, host_may_wait, positive_walk, anchor_losses,
-                                   assemble_backward};
+                                   assemble_backward, prepare_rows, anchor_weights};
   return kernels;
 }
 

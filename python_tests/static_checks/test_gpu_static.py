@@ -162,11 +162,14 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
         assert r["loop_hgmma"] and r["tma"], r
     # One configuration each: hard-pair mining per dtype, the launchers' column terms (two forms),
-    # the forward's per-anchor losses, the backward's assembly.
+    # the forward's per-anchor losses, the backward's assembly, the preparation, the backward's
+    # per-anchor weights (one per schedule) and the log-sum-exp's merge (one per form).
     single = report["single_config"]
-    assert sorted(r["use"] for r in single) == ["anchor_losses", "backward_assembly",
+    assert sorted(r["use"] for r in single) == ["anchor_losses", "anchor_weights",
+                                                "anchor_weights", "backward_assembly",
                                                 "column_terms", "column_terms", "hard_pairs",
-                                                "hard_pairs"]
+                                                "hard_pairs", "lse_merge", "lse_merge",
+                                                "row_preparation"]
     for r in single:
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
     lines = run.stdout.strip().splitlines()

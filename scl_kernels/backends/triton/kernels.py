@@ -86,6 +86,39 @@ def column_terms_kernel(scale_ptr, coef_ptr, terms_ptr, N, scale_log2, bias, HAS
 
 
 @triton.jit
+def lse_merge_kernel(part_max_ptr, part_sum_ptr, lse_ptr, M, num_splits, fixed_shift, log2e_hi,
+                     log2e_lo, FIXED_SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    """The float64 log-sum-exp of each row from its column splits' base-2 partial sums
+    ([num_splits, M] each): with the running maxima (the plain schedule), the sums rescaled to
+    the largest; with FIXED_SHIFT (the symmetric one), one sum per row under the fixed shift.
+    lse = (shift + log2(total)) / log2(e) in float64, so that log2(total) is not rounded away
+    beside a large shift; log2(e) arrives as a float32 hi + lo pair (Triton passes a Python
+    float as float32). One launch in place of the dozen tensor ops of the merge."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = rows < M
+    if FIXED_SHIFT:
+        shift = tl.zeros([BLOCK], dtype=tl.float32) + fixed_shift
+        total = tl.load(part_sum_ptr + rows, mask=valid, other=1.0)
+    else:
+        row_max = tl.full([BLOCK], float("-inf"), tl.float32)
+        for split in range(num_splits):
+            row_max = tl.maximum(row_max, tl.load(part_max_ptr + split * M + rows, mask=valid,
+                                                  other=float("-inf")))
+        # A row without columns keeps -inf: shifted by 0, its total is 0 and its lse -inf.
+        shift = tl.where(row_max > float("-inf"), row_max, 0.0)
+        total = tl.zeros([BLOCK], dtype=tl.float32)
+        for split in range(num_splits):
+            part = tl.load(part_max_ptr + split * M + rows, mask=valid, other=float("-inf"))
+            total += tl.load(part_sum_ptr + split * M + rows, mask=valid,
+                             other=0.0) * tl.exp2(part - shift)
+    log2e = tl.zeros([BLOCK], dtype=tl.float64) + log2e_hi + log2e_lo
+    empty = total == 0  # log2 of 1 there, so that no log2(0) is ever evaluated
+    log_total = tl.log2(tl.where(empty, 1.0, total).to(tl.float64))
+    lse = tl.where(empty, float("-inf"), (shift.to(tl.float64) + log_total) / log2e)
+    tl.store(lse_ptr + rows, lse, mask=valid)
+
+
+@triton.jit
 def _column_terms(terms_ptr, c0, BLOCK_N: tl.constexpr):
     """Columns c0.. and their two terms (launch.column_terms): r log2(e)/t, and what the FFMA
     finishing a logit adds (a bias, -inf past the last column) or, for the symmetric backward,

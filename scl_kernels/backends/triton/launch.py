@@ -305,11 +305,22 @@ def lse_plain(q, z, q_scale, z_scale, inv_t, self_offset):
                      **column_terms(z_scale, inv_t, 0.0), part_max_ptr=part_max,
                      part_sum_ptr=part_sum, M=m, N=n, self_offset=max(self_offset, 0),
                      num_splits=splits, SELF_COLUMN=self_offset >= 0, **meta)
-    row_max = part_max.max(dim=0).values
-    shift = torch.where(torch.isinf(row_max), 0.0, row_max)
-    total = (part_sum * torch.exp2(part_max - shift)).sum(dim=0)
-    # In float64: the maximum and log2(total) must add without rounding away the latter.
-    return (shift.double() + torch.log2(total.double())) / LOG2E  # -inf: an anchor with no column
+    return merge_lse(part_max, part_sum, m, splits)  # -inf: an anchor with no column
+
+
+MERGE_BLOCK = 256
+_LOG2E_HI = _fp32(LOG2E)
+
+
+def merge_lse(part_max, part_sum, m, splits, fixed_shift=None):
+    """float64 [m] log-sum-exp from the splits' partial maxima and sums (kernels.lse_merge_kernel);
+    with fixed_shift, the sums alone (part_max unread)."""
+    lse = torch.empty(m, dtype=torch.float64, device=part_sum.device)
+    kernels.lse_merge_kernel[(triton.cdiv(m, MERGE_BLOCK),)](
+        part_max, part_sum, lse, m, splits, 0.0 if fixed_shift is None else fixed_shift,
+        _LOG2E_HI, _fp32(LOG2E - _LOG2E_HI), FIXED_SHIFT=fixed_shift is not None,
+        BLOCK=MERGE_BLOCK)
+    return lse
 
 
 def symmetric_grid(n, block, splits):
@@ -332,7 +343,7 @@ def lse_symmetric(z, scale, inv_t):
     shift2 = _fp32(inv_t * LOG2E)
     _lse_symmetric[grid](z_desc=args["z_desc"], z_ptr=z, **column_terms(scale, inv_t, -shift2),
                          row_sum_ptr=row_sum, N=n, num_splits=splits, **meta)
-    return (shift2 + torch.log2(row_sum[:n].double())) / LOG2E
+    return merge_lse(row_sum, row_sum, n, 1, fixed_shift=shift2)
 
 
 def _base2_split(lse_hi, lse_lo):

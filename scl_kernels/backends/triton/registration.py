@@ -1,14 +1,17 @@
 """Registers the Triton tile kernels (the focal loss's positive walk, the forward's per-anchor
-losses, the backward's assembly) as the CUDA (and, under Triton's interpreter, CPU) kernels
-of the ops that csrc/triton/supcon_triton.cpp calls. Importing it is what makes
-torch.ops.scl.supcon_triton runnable: scl_kernels.backends.triton.load_triton_backend does."""
+losses, the backward's weights and assembly, the preparation) as the CUDA (and, under Triton's
+interpreter, CPU) kernels of the ops that csrc/triton/supcon_triton.cpp calls. Importing it is
+what makes torch.ops.scl.supcon_triton runnable: scl_kernels.backends.triton.load_triton_backend
+does."""
 import torch
 
 from . import TRITON_CPU_NEEDS_INTERPRETER, triton_interpreter_enabled
 from .anchor_losses import anchor_losses
+from .anchor_weights import anchor_weights
 from .backward_assembly import assemble_backward
 from .hard_pairs import hard_pairs
 from .positive_walk import positive_walk
+from .row_preparation import prepare_rows
 from .tiles import grad_tiles, lse_tiles
 
 _library = torch.library.Library("scl", "IMPL")
@@ -26,7 +29,9 @@ for _name, _fn in (("supcon_triton_lse_tiles", lse_tiles), ("supcon_triton_grad_
                    ("hard_pairs_triton", hard_pairs),
                    ("supcon_triton_positive_walk", positive_walk),
                    ("supcon_triton_anchor_losses", anchor_losses),
-                   ("supcon_triton_assemble_backward", assemble_backward)):
+                   ("supcon_triton_anchor_weights", anchor_weights),
+                   ("supcon_triton_assemble_backward", assemble_backward),
+                   ("supcon_triton_prepare_rows", prepare_rows)):
     _library.impl(_name, _fn, "CUDA")
     _library.impl(_name, _on_cpu(_fn), "CPU")
 

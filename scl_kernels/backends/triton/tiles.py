@@ -9,7 +9,7 @@ from . import launch
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def _kernel_rows(x, name):
+def kernel_rows(x, name):
     """Rows as the kernels read them: contiguous, float64 as float32 (the kernels compute in fp32)."""
     if x.numel() >= 2**31:  # the kernels address rows with int32 offsets
         raise ValueError(f"{name} has {x.numel()} elements; the Triton backend takes fewer than "
@@ -18,7 +18,7 @@ def _kernel_rows(x, name):
 
 
 def _operands(q, z, q_inv_norm, z_inv_norm):
-    return (_kernel_rows(q, "features"), _kernel_rows(z, "contrast"),
+    return (kernel_rows(q, "features"), kernel_rows(z, "contrast"),
             q_inv_norm.float().contiguous(), z_inv_norm.float().contiguous())
 
 

@@ -1,0 +1,83 @@
+"""The backward's per-anchor weights in one Triton kernel (scl::TileKernels::anchor_weights,
+through the op scl::supcon_triton_anchor_weights; csrc/core/tile_kernels.h states the formulas):
+each anchor's upstream gradient kept where it has positives, its positive weight, the tiles'
+coefficient for the schedule (and the log-sum-exp split for the plain one), and its weighted unit
+row added to its class's sum. On a GPU the core's ATen form of these steps is about twenty
+launches (conversions, float64 arithmetic, an exp, the weighted class sums); here it is one, after
+the sums' zeroed buffer.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from .launch import _fp32
+
+BLOCK_M = 32
+MAX_BLOCK_D = 64
+
+
+@triton.jit
+def anchor_weights_kernel(grad_ptr, lse_ptr, positives_ptr, q_ptr, q_inv_norm_ptr, class_ptr,
+                          weighted_ptr, weight_ptr, coef_ptr, lse_hi_ptr, lse_lo_ptr, M, D,
+                          grad_stride, inv_t_hi, inv_t_lo, SYMMETRIC: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """One program per BLOCK_M anchors: the scalars in float64 where the core takes them so
+    (1/t arrives as a float32 hi + lo pair, since Triton passes a Python float as float32), then
+    one pass over D adding w_a u_a to its class's row by atomics."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    valid = rows < M
+    positives = tl.load(positives_ptr + rows, mask=valid, other=0)
+    g = tl.load(grad_ptr + rows * grad_stride, mask=valid, other=0.0).to(tl.float32)
+    g = tl.where(positives > 0, g, 0.0)
+    weight = g / tl.maximum(positives, 1).to(tl.float32)
+    tl.store(weight_ptr + rows, weight, mask=valid)
+    lse = tl.load(lse_ptr + rows, mask=valid, other=0.0)
+    g64 = g.to(tl.float64)
+    # Each float32 half widens exactly to float64 beside a float64 operand.
+    inv_t = tl.zeros([BLOCK_M], dtype=tl.float64) + inv_t_hi + inv_t_lo
+    if SYMMETRIC:
+        # Zero-gradient rows must not evaluate exp(1/t - lse): lse may be -inf there.
+        shifted = tl.where(g64 != 0, inv_t - lse, 0.0)
+        coef = tl.where(g64 != 0, g64 * tl.exp(shifted) * inv_t, 0.0)
+        tl.store(coef_ptr + rows, coef.to(tl.float32), mask=valid)
+    else:
+        tl.store(coef_ptr + rows, (g64 * inv_t).to(tl.float32), mask=valid)
+        # A row without columns (lse -inf) has coef 0 and never reads its lse: lo 0 there,
+        # without evaluating -inf - -inf.
+        finite = lse > float("-inf")
+        bounded = tl.where(finite, lse, 0.0)
+        lo = bounded - bounded.to(tl.float32).to(tl.float64)
+        tl.store(lse_hi_ptr + rows, lse.to(tl.float32), mask=valid)
+        tl.store(lse_lo_ptr + rows, lo.to(tl.float32), mask=valid)
+    scale = tl.load(q_inv_norm_ptr + rows, mask=valid, other=0.0) * weight
+    classes = tl.load(class_ptr + rows, mask=valid, other=0)
+    carries = valid & (weight != 0)
+    for d0 in range(0, D, BLOCK_D):
+        ks = d0 + tl.arange(0, BLOCK_D)
+        inside = carries[:, None] & (ks < D)[None, :]
+        x = tl.load(q_ptr + rows[:, None] * D + ks[None, :], mask=inside, other=0.0)
+        tl.atomic_add(weighted_ptr + classes[:, None] * D + ks[None, :],
+                      x.to(tl.float32) * scale[:, None], mask=inside)
+
+
+def anchor_weights(grad_loss, lse, num_positives, q, q_inv_norm, anchor_class, classes, inv_t,
+                   symmetric):
+    """(weight [m], weighted_sums [classes, d], coef [m], lse_hi, lse_lo), all float32 (the lse
+    parts empty for the symmetric schedule); the op's schema: csrc/scl_ops.cpp."""
+    m, d = q.shape
+    q = q.contiguous()
+    weight, coef = (torch.empty(m, dtype=torch.float32, device=q.device) for _ in range(2))
+    weighted_sums = torch.zeros(classes, d, dtype=torch.float32, device=q.device)
+    parts = 0 if symmetric else m
+    lse_hi, lse_lo = (torch.empty(parts, dtype=torch.float32, device=q.device) for _ in range(2))
+    inv_t_hi = _fp32(inv_t)
+    # grad_loss as it comes: the gradient of a mean is one value expanded (stride 0). The
+    # symmetric schedule's lse parts get placeholder pointers: SYMMETRIC keeps the kernel off
+    # them.
+    anchor_weights_kernel[(triton.cdiv(m, BLOCK_M),)](
+        grad_loss, lse.double().contiguous(), num_positives.contiguous(), q,
+        q_inv_norm.contiguous(), anchor_class.contiguous(), weighted_sums, weight, coef,
+        coef if symmetric else lse_hi, coef if symmetric else lse_lo, m, d, grad_loss.stride(0),
+        inv_t_hi, _fp32(inv_t - inv_t_hi), SYMMETRIC=symmetric, BLOCK_M=BLOCK_M,
+        BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
+    return weight, weighted_sums, coef, lse_hi, lse_lo

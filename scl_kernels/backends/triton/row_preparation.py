@@ -1,0 +1,113 @@
+"""The preparation of one set of rows in one Triton kernel (scl::TileKernels::prepare_rows, through
+the op scl::supcon_triton_prepare_rows; csrc/core/tile_kernels.h states what it computes): each
+row's inverse norm, its class id and positive count by binary search in the contrast rows' sorted
+labels, its unit row added to its class's sum, and a count of the rows holding a NaN or inf. On a
+GPU the core's ATen form of these steps is about two dozen launches (norms, a sort-based
+numbering of the classes, counts, gathers, the class sums); here it is one per set of rows,
+after one sort and one zeroed buffer.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from .tiles import kernel_rows
+
+BLOCK_R = 32
+MAX_BLOCK_D = 64
+NORM_EPS = tl.constexpr(1e-12)  # torch.nn.functional.normalize's, as the core's kNormEps
+
+
+@triton.jit
+def _search(sorted_ptr, keys, n, steps, AFTER: tl.constexpr):
+    """Per key, the first position in sorted[0:n] whose value is >= key (AFTER: > key); `steps`
+    halvings (the bit length of n) narrow [0, n] to it."""
+    lo = tl.zeros(keys.shape, dtype=tl.int64)
+    hi = lo + n
+    for _ in range(steps):
+        open_range = lo < hi
+        mid = (lo + hi) // 2
+        value = tl.load(sorted_ptr + mid, mask=open_range, other=0).to(tl.int64)
+        if AFTER:
+            right = open_range & (value <= keys)
+        else:
+            right = open_range & (value < keys)
+        lo = tl.where(right, mid + 1, lo)
+        hi = tl.where(open_range & ~right, mid, hi)
+    return lo
+
+
+@triton.jit
+def prepare_rows_kernel(x_ptr, labels_ptr, sorted_ptr, inv_norm_ptr, class_ptr, positives_ptr,
+                        class_sums_ptr, non_finite_ptr, R, D, n, search_steps,
+                        NORMALIZE: tl.constexpr, SELF_IN_CLASS: tl.constexpr,
+                        CLASS_SUMS: tl.constexpr, CHECK_VALUES: tl.constexpr,
+                        BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+    """One program per BLOCK_R rows: the labels' search, then a pass over D for the norms (and
+    the NaN / inf count), then a second for the class sums, whose rows add by atomics."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    valid = rows < R
+    labels = tl.load(labels_ptr + rows, mask=valid, other=0).to(tl.int64)
+    lower = _search(sorted_ptr, labels, n, search_steps, False)
+    upper = _search(sorted_ptr, labels, n, search_steps, True)
+    positives = upper - lower
+    if SELF_IN_CLASS:
+        positives -= 1
+    positives = tl.where(labels >= 0, positives, 0)
+    classes = tl.minimum(lower, n - 1)
+    tl.store(class_ptr + rows, classes, mask=valid)
+    tl.store(positives_ptr + rows, positives, mask=valid)
+
+    squares = tl.zeros([BLOCK_R], dtype=tl.float32)
+    bad = tl.zeros([BLOCK_R], dtype=tl.int32)
+    for d0 in range(0, D, BLOCK_D):
+        ks = d0 + tl.arange(0, BLOCK_D)
+        inside = valid[:, None] & (ks < D)[None, :]
+        x = tl.load(x_ptr + rows[:, None] * D + ks[None, :], mask=inside, other=0.0)
+        x = x.to(tl.float32)
+        squares += tl.sum(x * x, axis=1)
+        if CHECK_VALUES:
+            # x - x is 0 for a finite x and NaN for a NaN or an infinity
+            bad += tl.sum(((x - x) != 0).to(tl.int32), axis=1)
+    if NORMALIZE:
+        # Correctly rounded, as the core's ATen norm and reciprocal are.
+        scale = tl.div_rn(tl.full([BLOCK_R], 1.0, tl.float32),
+                          tl.maximum(tl.sqrt_rn(squares), NORM_EPS))
+    else:
+        scale = tl.full([BLOCK_R], 1.0, tl.float32)
+    tl.store(inv_norm_ptr + rows, scale, mask=valid)
+    if CHECK_VALUES:
+        tl.atomic_add(non_finite_ptr, tl.sum((bad > 0).to(tl.int32), axis=0))
+    if CLASS_SUMS:
+        for d0 in range(0, D, BLOCK_D):
+            ks = d0 + tl.arange(0, BLOCK_D)
+            inside = valid[:, None] & (ks < D)[None, :]
+            x = tl.load(x_ptr + rows[:, None] * D + ks[None, :], mask=inside, other=0.0)
+            tl.atomic_add(class_sums_ptr + classes[:, None] * D + ks[None, :],
+                          x.to(tl.float32) * scale[:, None], mask=inside)
+
+
+def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_sums,
+                 check_values):
+    """(inv_norm [R] float32, row_class [R] int64, num_positives [R] int64, class_sums [n, d]
+    float32, non_finite [1] int32), the last two empty when not asked for; the op's schema:
+    csrc/scl_ops.cpp. One zeroed buffer holds both sums."""
+    r, d = rows.shape
+    n = sorted_labels.numel()
+    # Only a cross set's contrast rows are summed without their own label among the sorted ones.
+    rows = kernel_rows(rows, "contrast" if class_sums and not self_in_class else "features")
+    inv_norm = torch.empty(r, dtype=torch.float32, device=rows.device)
+    row_class = torch.empty(r, dtype=torch.int64, device=rows.device)
+    positives = torch.empty(r, dtype=torch.int64, device=rows.device)
+    sums_size = n * d if class_sums else 0
+    zeroed = torch.zeros(sums_size + (1 if check_values else 0), dtype=torch.float32,
+                         device=rows.device)
+    sums = zeroed[:sums_size].view(n if class_sums else 0, d)
+    non_finite = zeroed[sums_size:].view(torch.int32)
+    # Sums not asked for get a placeholder pointer: their constexpr flag keeps the kernel off it.
+    prepare_rows_kernel[(triton.cdiv(r, BLOCK_R),)](
+        rows, labels.contiguous(), sorted_labels.contiguous(), inv_norm, row_class, positives,
+        sums if class_sums else inv_norm, non_finite if check_values else row_class, r, d, n,
+        n.bit_length(), NORMALIZE=normalize, SELF_IN_CLASS=self_in_class, CLASS_SUMS=class_sums,
+        CHECK_VALUES=check_values, BLOCK_R=BLOCK_R,
+        BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
+    return inv_norm, row_class, positives, sums, non_finite
