@@ -57,7 +57,7 @@ def anchor_weights_kernel(grad_ptr, lse_ptr, positives_ptr, q_ptr, q_inv_norm_pt
         inside = carries[:, None] & (ks < D)[None, :]
         x = tl.load(q_ptr + rows[:, None] * D + ks[None, :], mask=inside, other=0.0)
         tl.atomic_add(weighted_ptr + classes[:, None] * D + ks[None, :],
-                      x.to(tl.float32) * scale[:, None], mask=inside)
+                      x.to(tl.float32) * scale[:, None], mask=inside, sem="relaxed")
 
 
 def anchor_weights(grad_loss, lse, num_positives, q, q_inv_norm, anchor_class, classes, inv_t,

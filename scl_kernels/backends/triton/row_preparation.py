@@ -43,7 +43,8 @@ def prepare_rows_kernel(x_ptr, labels_ptr, sorted_ptr, inv_norm_ptr, class_ptr, 
                         CLASS_SUMS: tl.constexpr, CHECK_VALUES: tl.constexpr,
                         BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per BLOCK_R rows: the labels' search, then a pass over D for the norms (and
-    the NaN / inf count), then a second for the class sums, whose rows add by atomics."""
+    the NaN / inf count), then a second for the class sums, whose rows add by atomics (relaxed:
+    nothing reads a sum before the kernel ends)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     valid = rows < R
     labels = tl.load(labels_ptr + rows, mask=valid, other=0).to(tl.int64)
@@ -76,14 +77,14 @@ def prepare_rows_kernel(x_ptr, labels_ptr, sorted_ptr, inv_norm_ptr, class_ptr, 
         scale = tl.full([BLOCK_R], 1.0, tl.float32)
     tl.store(inv_norm_ptr + rows, scale, mask=valid)
     if CHECK_VALUES:
-        tl.atomic_add(non_finite_ptr, tl.sum((bad > 0).to(tl.int32), axis=0))
+        tl.atomic_add(non_finite_ptr, tl.sum((bad > 0).to(tl.int32), axis=0), sem="relaxed")
     if CLASS_SUMS:
         for d0 in range(0, D, BLOCK_D):
             ks = d0 + tl.arange(0, BLOCK_D)
             inside = valid[:, None] & (ks < D)[None, :]
             x = tl.load(x_ptr + rows[:, None] * D + ks[None, :], mask=inside, other=0.0)
             tl.atomic_add(class_sums_ptr + classes[:, None] * D + ks[None, :],
-                          x.to(tl.float32) * scale[:, None], mask=inside)
+                          x.to(tl.float32) * scale[:, None], mask=inside, sem="relaxed")
 
 
 def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_sums,
