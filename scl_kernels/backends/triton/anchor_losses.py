@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import _fp32
+from .launch import float32_pair
 
 BLOCK_M = 32
 MAX_BLOCK_D = 64
@@ -53,12 +53,9 @@ def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, i
     m, d = q.shape
     q = q.contiguous()
     out = torch.empty(m, dtype=class_sums.dtype, device=q.device)
-    # 1/t as float32 hi + lo: hi + lo holds it to about 48 bits.
-    inv_t_hi = _fp32(inv_t)
-    inv_t_lo = _fp32(inv_t - inv_t_hi)
     anchor_losses_kernel[(triton.cdiv(m, BLOCK_M),)](
         q, q_inv_norm.contiguous(), class_sums.contiguous(), anchor_class.contiguous(),
         num_positives.contiguous(), lse.contiguous(), out, m, d, q.stride(0),
-        class_sums.stride(0), inv_t_hi, inv_t_lo, SINGLE_SET=single_set, BLOCK_M=BLOCK_M,
+        class_sums.stride(0), *float32_pair(inv_t), SINGLE_SET=single_set, BLOCK_M=BLOCK_M,
         BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
     return out

@@ -10,7 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import _fp32
+from .launch import float32_pair
+from .row_preparation import add_rows_to_classes
 
 BLOCK_M = 32
 MAX_BLOCK_D = 64
@@ -51,13 +52,8 @@ def anchor_weights_kernel(grad_ptr, lse_ptr, positives_ptr, q_ptr, q_inv_norm_pt
         tl.store(lse_lo_ptr + rows, lo.to(tl.float32), mask=valid)
     scale = tl.load(q_inv_norm_ptr + rows, mask=valid, other=0.0) * weight
     classes = tl.load(class_ptr + rows, mask=valid, other=0)
-    carries = valid & (weight != 0)
-    for d0 in range(0, D, BLOCK_D):
-        ks = d0 + tl.arange(0, BLOCK_D)
-        inside = carries[:, None] & (ks < D)[None, :]
-        x = tl.load(q_ptr + rows[:, None] * D + ks[None, :], mask=inside, other=0.0)
-        tl.atomic_add(weighted_ptr + classes[:, None] * D + ks[None, :],
-                      x.to(tl.float32) * scale[:, None], mask=inside, sem="relaxed")
+    add_rows_to_classes(weighted_ptr, q_ptr, rows, valid & (weight != 0), classes, scale, D,
+                        BLOCK_D)
 
 
 def anchor_weights(grad_loss, lse, num_positives, q, q_inv_norm, anchor_class, classes, inv_t,
@@ -70,7 +66,6 @@ def anchor_weights(grad_loss, lse, num_positives, q, q_inv_norm, anchor_class, c
     weighted_sums = torch.zeros(classes, d, dtype=torch.float32, device=q.device)
     parts = 0 if symmetric else m
     lse_hi, lse_lo = (torch.empty(parts, dtype=torch.float32, device=q.device) for _ in range(2))
-    inv_t_hi = _fp32(inv_t)
     # grad_loss as it comes: the gradient of a mean is one value expanded (stride 0). The
     # symmetric schedule's lse parts get placeholder pointers: SYMMETRIC keeps the kernel off
     # them.
@@ -78,6 +73,6 @@ def anchor_weights(grad_loss, lse, num_positives, q, q_inv_norm, anchor_class, c
         grad_loss, lse.double().contiguous(), num_positives.contiguous(), q,
         q_inv_norm.contiguous(), anchor_class.contiguous(), weighted_sums, weight, coef,
         coef if symmetric else lse_hi, coef if symmetric else lse_lo, m, d, grad_loss.stride(0),
-        inv_t_hi, _fp32(inv_t - inv_t_hi), SYMMETRIC=symmetric, BLOCK_M=BLOCK_M,
+        *float32_pair(inv_t), SYMMETRIC=symmetric, BLOCK_M=BLOCK_M,
         BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
     return weight, weighted_sums, coef, lse_hi, lse_lo

@@ -285,6 +285,13 @@ def _fp32(x):
         return math.copysign(math.inf, x)
 
 
+def float32_pair(x):
+    """x as float32 hi + lo (hi + lo holds it to about 48 bits): how a float64 scalar reaches a
+    kernel, which takes a Python float as float32."""
+    hi = _fp32(x)
+    return hi, _fp32(x - hi)
+
+
 def _common(q, tma, rows):
     return dict(D=q.shape[1], stride=q.stride(0), n_bucket=n_bucket(rows), USE_TMA=tma,
                 PRECISION=_precision(q.dtype), **row_width(q.shape[1], q.element_size()).meta())
@@ -309,7 +316,7 @@ def lse_plain(q, z, q_scale, z_scale, inv_t, self_offset):
 
 
 MERGE_BLOCK = 256
-_LOG2E_HI = _fp32(LOG2E)
+_LOG2E_PAIR = float32_pair(LOG2E)
 
 
 def merge_lse(part_max, part_sum, m, splits, fixed_shift=None):
@@ -318,7 +325,7 @@ def merge_lse(part_max, part_sum, m, splits, fixed_shift=None):
     lse = torch.empty(m, dtype=torch.float64, device=part_sum.device)
     kernels.lse_merge_kernel[(triton.cdiv(m, MERGE_BLOCK),)](
         part_max, part_sum, lse, m, splits, 0.0 if fixed_shift is None else fixed_shift,
-        _LOG2E_HI, _fp32(LOG2E - _LOG2E_HI), FIXED_SHIFT=fixed_shift is not None,
+        *_LOG2E_PAIR, FIXED_SHIFT=fixed_shift is not None,
         BLOCK=MERGE_BLOCK)
     return lse
 

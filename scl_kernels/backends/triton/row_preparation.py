@@ -37,14 +37,27 @@ def _search(sorted_ptr, keys, n, steps, AFTER: tl.constexpr):
 
 
 @triton.jit
+def add_rows_to_classes(sums_ptr, x_ptr, rows, carries, classes, scale, D,
+                        BLOCK_D: tl.constexpr):
+    """sums[classes_r] += x_r * scale_r for the rows that `carries`, over D in BLOCK_D steps, by
+    relaxed atomics (nothing reads a sum before the kernel ends); every [*, D] operand is
+    contiguous."""
+    for d0 in range(0, D, BLOCK_D):
+        ks = d0 + tl.arange(0, BLOCK_D)
+        inside = carries[:, None] & (ks < D)[None, :]
+        x = tl.load(x_ptr + rows[:, None] * D + ks[None, :], mask=inside, other=0.0)
+        tl.atomic_add(sums_ptr + classes[:, None] * D + ks[None, :],
+                      x.to(tl.float32) * scale[:, None], mask=inside, sem="relaxed")
+
+
+@triton.jit
 def prepare_rows_kernel(x_ptr, labels_ptr, sorted_ptr, inv_norm_ptr, class_ptr, positives_ptr,
                         class_sums_ptr, non_finite_ptr, R, D, n, search_steps,
                         NORMALIZE: tl.constexpr, SELF_IN_CLASS: tl.constexpr,
                         CLASS_SUMS: tl.constexpr, CHECK_VALUES: tl.constexpr,
                         BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per BLOCK_R rows: the labels' search, then a pass over D for the norms (and
-    the NaN / inf count), then a second for the class sums, whose rows add by atomics (relaxed:
-    nothing reads a sum before the kernel ends)."""
+    the NaN / inf count), then a second for the class sums (add_rows_to_classes)."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     valid = rows < R
     labels = tl.load(labels_ptr + rows, mask=valid, other=0).to(tl.int64)
@@ -79,12 +92,7 @@ def prepare_rows_kernel(x_ptr, labels_ptr, sorted_ptr, inv_norm_ptr, class_ptr, 
     if CHECK_VALUES:
         tl.atomic_add(non_finite_ptr, tl.sum((bad > 0).to(tl.int32), axis=0), sem="relaxed")
     if CLASS_SUMS:
-        for d0 in range(0, D, BLOCK_D):
-            ks = d0 + tl.arange(0, BLOCK_D)
-            inside = valid[:, None] & (ks < D)[None, :]
-            x = tl.load(x_ptr + rows[:, None] * D + ks[None, :], mask=inside, other=0.0)
-            tl.atomic_add(class_sums_ptr + classes[:, None] * D + ks[None, :],
-                          x.to(tl.float32) * scale[:, None], mask=inside, sem="relaxed")
+        add_rows_to_classes(class_sums_ptr, x_ptr, rows, valid, classes, scale, D, BLOCK_D)
 
 
 def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_sums,
