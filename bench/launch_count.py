@@ -12,12 +12,18 @@ SCL_VALUE_CHECKS=end_of_call since the default reads the verdict when it has lan
 ATen call that reads a device value on the host (item, nonzero, unique, bincount,
 masked_select).
 
-CUDA C++: its tile launches are issued by host code compiled only with CUDA, which cannot run
-here; the ledger says so instead of printing a number (the GPU profile counts it:
-`python -m bench.gpu.profile`).
+CUDA C++: the library built without CUDA holds the CUDA backend's host code as a dry run
+(csrc/cuda_dry_run: the op scl::supcon_cuda_dry_run on CPU tensors): the same ATen glue and launch
+choices, for an H100 (compute capability 9.0, 132 SMs), with each kernel launch recorded as a
+profiler event instead of made. Counted: those events and the launching top-level ATen calls, as
+for Triton, at the headline size itself (N = 65,536, D = 128, bfloat16 rows: the wgmma kernels'
+path), since the dry run computes no tiles. The fused O(N*D) stages (csrc/cuda/row_stages.h) run
+their row code on the CPU; the tiles' outputs stay as allocated, so the values mean nothing and
+only the structure is counted. A CUDA build has no dry run: the ledger then says so (`python -m
+bench.gpu.profile` counts on the GPU).
 
-The counts are taken at two sizes (--n and 2 --n) and must agree: the call's structure does not
-depend on N, so the count at the headline N = 65,536 is the same.
+Triton's counts are taken at two sizes (--n and 2 --n) and must agree: the call's structure does
+not depend on N, so the count at the headline N = 65,536 is the same.
 
     python -m bench.launch_count                 # N = 256 and 512, D = 128
 
@@ -25,6 +31,7 @@ The last line: ``fwd+bwd launches: triton T, cuda C; host waits: triton Ht, cuda
 """
 import argparse
 import collections
+import os
 import sys
 
 from bench.harness.interpreter import in_interpreter_child, rerun_in_interpreter
@@ -42,6 +49,8 @@ HOST_READS = frozenset(f"aten::{name}" for name in (
     "bincount", "masked_select", "is_nonzero"))
 VALUE_CHECK_WAIT = "scl::host_wait_for_value_checks"
 KERNEL_SCOPE = "triton_kernel::"
+CUDA_KERNEL_SCOPE = "cuda_kernel::"  # csrc/cuda_dry_run's launch events
+HEADLINE_N, HEADLINE_D = 65536, 128  # issue 23's targets are stated at this size
 
 
 def launches_work(event, children):
@@ -73,8 +82,9 @@ def ledger_of(events):
         above = list(ancestors(e))
         if any(a.name.startswith(KERNEL_SCOPE) for a in above):
             continue  # the interpreter running a kernel
-        if e.name.startswith(KERNEL_SCOPE):
-            kernels[e.name[len(KERNEL_SCOPE):]] += 1
+        scope = next((s for s in (KERNEL_SCOPE, CUDA_KERNEL_SCOPE) if e.name.startswith(s)), None)
+        if scope is not None:
+            kernels[e.name[len(scope):]] += 1
         elif e.name == VALUE_CHECK_WAIT or e.name in HOST_READS:
             if not any(a.name in HOST_READS for a in above):  # item calls _local_scalar_dense
                 waits[e.name] += 1
@@ -114,12 +124,47 @@ def count_triton_step(n, d, classes=100):
     return ledger_of(prof.events())
 
 
+def count_cuda_dry_run_step(n, d, classes=100):
+    """The ledger of one forward + backward of the CUDA C++ backend's host code, in its dry run
+    (None when this library was built with CUDA and so has no dry run)."""
+    import torch
+    import scl_kernels  # noqa: F401  (loads the library)
+    from scl_kernels.functional import reduce_per_anchor
+
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("scl::supcon_cuda_dry_run", "CPU"):
+        return None
+    g = torch.Generator().manual_seed(n)
+    features = torch.randn(n, d, generator=g).to(torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, classes, (n,), generator=g)
+    temperature = torch.tensor(0.1, dtype=torch.float64)  # as supcon_loss passes a float's
+
+    def step():  # what supcon_loss does around scl::supcon on a CUDA tensor
+        loss, _lse, num_positives = torch.ops.scl.supcon_cuda_dry_run(
+            features, labels, None, None, temperature, n, True, 0, 0.0)
+        return torch.autograd.grad(reduce_per_anchor(loss, num_positives, "mean"), [features])
+
+    # The tiles are not computed (at this size on the CPU they would take hours): the count is
+    # the same either way.
+    previous = os.environ.get("SCL_CUDA_DRY_RUN_TILES")
+    os.environ["SCL_CUDA_DRY_RUN_TILES"] = "skip"
+    try:
+        step()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            step()
+    finally:
+        if previous is None:
+            del os.environ["SCL_CUDA_DRY_RUN_TILES"]
+        else:
+            os.environ["SCL_CUDA_DRY_RUN_TILES"] = previous
+    return ledger_of(prof.events())
+
+
 def total(ledger, part):
     return sum(ledger[part].values())
 
 
 def describe(name, ledger):
-    lines = [f"{name}: {total(ledger, 'kernels')} Triton kernel launches "
+    lines = [f"{name}: {total(ledger, 'kernels')} kernel launches "
              f"({', '.join(f'{k} {v}' for k, v in sorted(ledger['kernels'].items()))}), "
              f"{total(ledger, 'aten')} ATen calls that launch work, "
              f"{total(ledger, 'waits')} host waits"
@@ -138,20 +183,29 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not in_interpreter_child():
         return rerun_in_interpreter("bench.launch_count", argv)
+    counts = {}
     small, large = count_triton_step(args.n, args.d), count_triton_step(2 * args.n, args.d)
-    for lines in (describe(f"triton, N = {args.n}, D = {args.d}", small),
-                  describe(f"triton, N = {2 * args.n}, D = {args.d}", large)):
-        print("\n".join(lines))
-    same = all(small[part] == large[part] for part in ("kernels", "aten", "waits"))
-    if not same:
-        print(f"the counts differ between N = {args.n} and {2 * args.n}: the count at N = 65,536 "
-              "is not known from these")
+    for n, ledger in ((args.n, small), (2 * args.n, large)):
+        print("\n".join(describe(f"triton, N = {n}, D = {args.d}", ledger)))
+    if any(small[part] != large[part] for part in ("kernels", "aten", "waits")):
+        print(f"triton: the counts differ between N = {args.n} and {2 * args.n}: the count at "
+              "N = 65,536 is not known from these")
         return 1
-    launches = total(small, "kernels") + total(small, "aten")
-    print("cuda: not counted here (its launches are issued by host code built only with CUDA); "
-          "python -m bench.gpu.profile counts them on a GPU")
-    print(f"fwd+bwd launches: triton {launches}, cuda not counted; "
-          f"host waits: triton {total(small, 'waits')}, cuda not counted")
+    counts["triton"] = (total(small, "kernels") + total(small, "aten"), total(small, "waits"))
+    # The dry run computes no tiles: it counts at the headline size itself.
+    cuda = count_cuda_dry_run_step(HEADLINE_N, HEADLINE_D)
+    if cuda is None:
+        print("cuda: not counted here (this library was built with CUDA, so it has no dry run of "
+              "the CUDA host code); python -m bench.gpu.profile counts it on a GPU")
+    else:
+        print("\n".join(describe(f"cuda (dry run), N = {HEADLINE_N}, D = {HEADLINE_D}, bfloat16",
+                                 cuda)))
+        counts["cuda"] = (total(cuda, "kernels") + total(cuda, "aten"), total(cuda, "waits"))
+
+    def shown(backend, part):
+        return str(counts[backend][part]) if backend in counts else "not counted"
+    print(f"fwd+bwd launches: triton {shown('triton', 0)}, cuda {shown('cuda', 0)}; "
+          f"host waits: triton {shown('triton', 1)}, cuda {shown('cuda', 1)}")
     return 0
 
 

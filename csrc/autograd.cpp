@@ -1,4 +1,4 @@
-// Autograd of the fused ops, scl::supcon and scl::supcon_triton: forward saves the inputs and the
+// Autograd of the fused ops (scl::supcon, scl::supcon_triton, the CUDA dry run): forward saves the inputs and the
 // float64 log-sum-exp (O(N)), backward calls the op's backward. Registered in C++ rather than
 // with torch.library.register_autograd because a Python autograd wrapper costs more than the
 // whole computation at fine-tuning batch sizes (bench/DECISIONS.md, "Small batches").
@@ -150,6 +150,10 @@ struct SupConTritonNames {
   static constexpr const char* kForward = "scl::supcon_triton";
   static constexpr const char* kBackward = "scl::supcon_triton_backward";
 };
+struct SupConCudaDryRunNames {
+  static constexpr const char* kForward = "scl::supcon_cuda_dry_run";
+  static constexpr const char* kBackward = "scl::supcon_cuda_dry_run_backward";
+};
 
 }  // namespace
 
@@ -158,6 +162,8 @@ TORCH_LIBRARY_IMPL(scl, Autograd, m) {
   m.impl("supcon_backward", &supcon_backward_autograd<SupConNames>);
   m.impl("supcon_triton", &supcon_autograd<SupConTritonNames>);
   m.impl("supcon_triton_backward", &supcon_backward_autograd<SupConTritonNames>);
+  m.impl("supcon_cuda_dry_run", &supcon_autograd<SupConCudaDryRunNames>);
+  m.impl("supcon_cuda_dry_run_backward", &supcon_backward_autograd<SupConCudaDryRunNames>);
 }
 
 }  // namespace scl

@@ -34,6 +34,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CXX_SOURCE_PATTERNS = ("csrc/*.cpp", "csrc/core/*.cpp", "csrc/cpu/*.cpp", "csrc/triton/*.cpp")
 CUDA_SOURCE_PATTERNS = ("csrc/cuda/*.cu", "csrc/cuda/*.cpp")
+# Without CUDA, the CUDA backend's host code is built as a dry run (csrc/cuda_dry_run): its ATen
+# glue and launch choices on CPU tensors, each kernel launch recorded instead of made, so that
+# bench.launch_count counts the CUDA call without a GPU. A library has one of the two.
+CUDA_DRY_RUN_SOURCE_PATTERNS = ("csrc/cuda/supcon_cuda.cpp", "csrc/cuda/launch.cpp",
+                                "csrc/cuda_dry_run/*.cpp")
+CUDA_DRY_RUN_DEFINES = ("SCL_CUDA_DRY_RUN",)
 # -ffp-contract=off: the kernels round a logit before subtracting its row maximum, as the maximum
 # itself was rounded; a contracted multiply-add would break that (docs/MATH.md).
 # -g0: setuptools passes Python's own CFLAGS first, with -g; debug information doubles the compile
@@ -191,6 +197,10 @@ def describe(knobs=None):
         build.include_dirs += cuda_library_includes()
         build.cuda_include_dirs = [cutlass_include(knobs)[0]]
         log.append(f"CUDA architectures: {build.cuda_arch_list}; CuTe headers: {build.cuda_include_dirs[0]}")
+    else:
+        build.cxx_sources += sources(CUDA_DRY_RUN_SOURCE_PATTERNS)
+        build.defines = list(CUDA_DRY_RUN_DEFINES)
+        log.append("the CUDA backend's host code as a dry run (launches recorded, not made)")
     return build
 
 
@@ -225,7 +235,8 @@ def cmake_script(build):
         "SCL_CUDA_ARCH_LIST": [build.cuda_arch_list],
         # Directories whose contents (files added or removed) make CMake run this file again.
         "SCL_SOURCE_DIRS": sorted({os.path.dirname(p) for p in
-                                   absolute(CXX_SOURCE_PATTERNS + CUDA_SOURCE_PATTERNS)}),
+                                   absolute(CXX_SOURCE_PATTERNS + CUDA_SOURCE_PATTERNS
+                                            + CUDA_DRY_RUN_SOURCE_PATTERNS)}),
     }
     lines = [f"message(STATUS {cmake_string('scl_kernels: ' + line)})" for line in build.log]
     lines += [f"set({name} {cmake_list(values)})" for name, values in variables.items()]

@@ -68,6 +68,10 @@ TORCH_LIBRARY(scl, m) {
   // Triton's interpreter.
   m.def(("supcon_triton" + kForward).c_str());
   m.def(("supcon_triton_backward" + kBackward).c_str());
+  // The CUDA C++ backend's glue on CPU tensors with its launches recorded, not made: a dry run
+  // for counting them without a GPU (csrc/cuda_dry_run; built where the CUDA backend is not).
+  m.def(("supcon_cuda_dry_run" + kForward).c_str());
+  m.def(("supcon_cuda_dry_run_backward" + kBackward).c_str());
   // The Triton tile kernels (scl_kernels/backends/triton registers them from Python); the
   // arguments are those of scl::TileInputs and scl::GradCoefficients (csrc/core/tile_kernels.h).
   m.def("supcon_triton_lse_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "

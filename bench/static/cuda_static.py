@@ -24,7 +24,10 @@ from bench.static import issue_slots, sass
 from bench.static.requirements import CUDA_NEEDS, CUOBJDUMP, CUTLASS_PIN, TRITON_PIN
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCES = ("supcon_sm80.cu", "supcon_sm90.cu")
+SOURCES = ("supcon_sm80.cu", "supcon_sm90.cu", "row_stages.cu")
+# The fused O(N*D) stages' kernels (row_stages.h): one per row function, no tensor cores.
+ROW_STAGES = ("prepare_row", "anchor_loss", "anchor_weight", "assemble_row", "write_terms",
+              "merge_lse")
 ARCHS = ("sm_80", "sm_90a")
 # The flags of the build (setup.py): the same code as the extension's.
 FLAGS = ["-std=c++20", "-O3", "--use_fast_math", "--expt-relaxed-constexpr", "-DNDEBUG"]
@@ -108,7 +111,11 @@ def parse_resources(text):
 
 def kernel_name(mangled):
     """'sm90 walk_kernel<bf16, kLseSymmetric, 128>' from the mangled name (the sm90 kernels' last
-    argument is their resident row width)."""
+    argument is their resident row width); 'row_stages rows_kernel<prepare_row>' for a fused
+    stage."""
+    if "row_stages" in mangled:
+        stage = next((f for f in ROW_STAGES if re.search(rf"\d{f}E", mangled)), "unknown")
+        return f"row_stages rows_kernel<{stage}>"
     family = "sm90" if "sm90" in mangled else "sm80"
     kernel = "lse_symmetric_kernel" if "lse_symmetric_kernel" in mangled else "walk_kernel"
     dtype = ("bf16" if "bfloat16" in mangled else "fp16" if "half_t" in mangled else "fp32")
@@ -173,6 +180,8 @@ def problems(result):
     found = []
     if result["spill_bytes"] or result["spill_instructions"]:
         found.append(f"spills {result['spill_bytes']} B ({result['spill_instructions']} STL/LDL)")
+    if result["kernel"].startswith("row_stages"):
+        return found  # a loop over D per thread: nothing but its spills to check
     if result["kernel"].startswith("sm90"):
         if not result["loop_hgmma"]:
             found.append("no HGMMA in its tile loop")

@@ -172,7 +172,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   at::Tensor losses;
   if (focal) {
     losses = focal_anchor_losses(kernels, p, in, lse, args.focal_gamma);
-  } else if (kernels.anchor_losses) {
+  } else if (kernels.anchor_losses && p.compute_type == at::kFloat) {
     losses = kernels.anchor_losses({p.q, p.q_inv_norm, p.class_sums, p.anchor_class,
                                     p.num_positives, lse, p.inv_t, p.single_set});
   } else {

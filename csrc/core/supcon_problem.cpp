@@ -20,16 +20,6 @@ int64_t chunk_elements() {
   return text != nullptr ? std::max<int64_t>(1, std::atoll(text)) : int64_t{1} << 24;
 }
 
-// True to prepare without reading any value on the host (no unique, no bincount, value checks
-// deferred): always off the CPU, where each read would stall the device's queue. On the CPU the
-// direct ops are cheaper; SCL_DEVICE_PREPARATION=1 takes the device's path there too, so that
-// CPU tests cover it.
-bool prepare_without_host_reads(const at::Tensor& x) {
-  if (!x.is_cpu()) return true;
-  const char* text = std::getenv("SCL_DEVICE_PREPARATION");
-  return text != nullptr && std::string(text) == "1";
-}
-
 // Calls fn(start, length) for consecutive chunks of `rows` rows of width d.
 template <typename Fn>
 void for_row_chunks(int64_t rows, int64_t d, Fn&& fn) {
@@ -168,6 +158,12 @@ at::Tensor class_ids_by_sorting(const at::Tensor& labels) {
 }
 
 }  // namespace
+
+bool prepare_without_host_reads(const at::Tensor& x) {
+  if (!x.is_cpu()) return true;
+  const char* text = std::getenv("SCL_DEVICE_PREPARATION");
+  return text != nullptr && std::string(text) == "1";
+}
 
 at::Tensor SupConProblem::unit(Rows which, int64_t start, int64_t length) const {
   const bool anchors = which == Rows::kAnchors;

@@ -58,6 +58,12 @@ struct SupConProblem {
   at::Tensor unit(Rows rows, int64_t start, int64_t length) const;
 };
 
+// True to prepare without reading any value on the host (no unique, no bincount, value checks
+// deferred): always off the CPU, where each read would stall the device's queue. On the CPU the
+// direct ops are cheaper; SCL_DEVICE_PREPARATION=1 takes the device's path there too, so that
+// CPU tests (and the CUDA backend's dry run) cover it.
+bool prepare_without_host_reads(const at::Tensor& x);
+
 // Validates the op's arguments (TypeError / ValueError naming the argument) and prepares them.
 // With value_checks, NaN / inf in the rows is an error too: raised at once on the CPU, queued in
 // value_checks off it (deferred_value_check.h). Forward checks values; backward (same inputs)

@@ -78,8 +78,7 @@ struct PositiveWalkOutputs {
 // The forward's finish (docs/MATH.md, "Forward"): per anchor, from its float64 log-sum-exp,
 //   l_i = lse_i - (1 / (t |P(i)|)) u_i . (C_{y_i} - [single set] u_i),   0 where |P(i)| = 0,
 // with u_i = q_i * q_inv_norm_i the unit row and C the class sums of unit contrast rows (one row
-// per class id), in the compute dtype of class_sums. The dot product accumulates in that dtype,
-// the rest in float64.
+// per class id), for float32 compute: the dot product accumulates in float32, the rest in float64.
 struct AnchorLossInputs {
   at::Tensor q;              // [m, d] the caller's anchor rows
   at::Tensor q_inv_norm;     // [m] compute dtype
@@ -193,8 +192,8 @@ struct TileKernels {
   // The focal loss's positive walk (empty: this backend has no focal loss, and focal_gamma != 0
   // is refused).
   std::function<PositiveWalkOutputs(const TileInputs&, const PositiveWalkInputs&)> positive_walk;
-  // The per-anchor losses in one fused step (empty: the core's ATen steps, anchor_losses in
-  // supcon_problem.h, a dozen launches on a GPU).
+  // The per-anchor losses in one fused step, for float32 compute (empty, or float64 inputs: the
+  // core's ATen steps, anchor_losses in supcon_problem.h, a dozen launches on a GPU).
   std::function<at::Tensor(const AnchorLossInputs&)> anchor_losses;
   // The backward's assembly in one fused step per output, for float32 compute and the
   // non-focal loss (empty: the core's ATen steps, add_positive_grads, unit_dot and

@@ -4,7 +4,13 @@
 // grid and launches on `stream`; none synchronises with the host.
 #pragma once
 
+#ifdef SCL_CUDA_DRY_RUN
+// The dry run (csrc/cuda_dry_run) builds this layer without CUDA: a stream is only a handle.
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+#else
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 

@@ -9,7 +9,7 @@
 #include "fragments.cuh"
 #include "sm90_mainloop.cuh"
 #include "tile_args.h"
-#include "walk_terms.cuh"
+#include "walk_terms.h"
 
 namespace scl::cuda::sm90 {
 

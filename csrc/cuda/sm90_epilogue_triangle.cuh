@@ -19,7 +19,7 @@
 #include "sm90_epilogue_logits.cuh"
 #include "sm90_mainloop.cuh"
 #include "tile_args.h"
-#include "walk_terms.cuh"
+#include "walk_terms.h"
 
 namespace scl::cuda::sm90 {
 

@@ -17,7 +17,7 @@
 #include "sm90_mainloop.cuh"
 #include "sm90_tile_scheduler.cuh"
 #include "tile_args.h"
-#include "walk_terms.cuh"
+#include "walk_terms.h"
 
 namespace scl::cuda::sm90 {
 

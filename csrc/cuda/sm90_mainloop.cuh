@@ -21,18 +21,13 @@
 #include <utility>
 
 #include "fragments.cuh"
+#include "sm90_shape.h"
 #include "tile_args.h"
 
 namespace scl::cuda::sm90 {
 
 using namespace cute;
 
-constexpr int kBlock = 128;  // own rows per program, streamed rows per tile
-// The resident row width (D padded with zeros, which TMA fills): 128, or 256 for D in (128, 256],
-// whose two-stage ring (128 KiB) and own block (64 KiB) still fit the 227 KiB of shared memory
-// because the backward's weights stay in registers.
-constexpr int kMaxWidth = 256;
-constexpr int resident_width(int64_t d) { return d <= 128 ? 128 : kMaxWidth; }
 // Ring depth. A forward tile's products take about 1,000 cycles (0.6 us), less than a TMA load's
 // latency from HBM under load: the producer needs several tiles of lead. Four stages (128 KiB) at
 // width 128; at 256 two (128 KiB) are all that fit beside the own block. The triangle's tiles

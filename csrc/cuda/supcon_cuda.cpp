@@ -1,16 +1,15 @@
-// CUDA backend of scl::supcon: the shared core (csrc/core) with the CUDA tile kernels
-// (launch.h). This file is the only one that sees tensors: it brings rows to the kernels' form,
-// builds the per-row terms (tile_args.h), launches on the current stream under a device guard,
-// and merges the kernels' fp32 partial sums into the core's float64 log-sum-exp. No host
-// synchronisation and nothing of size N x N; under CUDA graph capture the core reads nothing.
+// CUDA backend of scl::supcon: the shared core (csrc/core) with the CUDA tile kernels (launch.h)
+// and the fused O(N*D) stages (row_stages.h: the core's hooks, the tiles' per-row terms, the
+// float64 log-sum-exp merge). This file is the only one that sees tensors: it brings rows to the
+// kernels' form, allocates what they write, and launches on the current stream under a device
+// guard. No host synchronisation and nothing of size N x N; under CUDA graph capture the core
+// reads nothing. The library built without CUDA compiles it too, as a dry run on CPU tensors
+// (csrc/cuda_dry_run): bench.launch_count counts the CUDA call from it, and the test suite checks
+// this glue against the float64 reference.
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -19,7 +18,9 @@
 
 #include "../core/supcon_orchestration.h"
 #include "../core/tile_math.h"
+#include "device_runtime.h"
 #include "launch.h"
+#include "row_stages.h"
 
 namespace scl::cuda {
 namespace {
@@ -58,30 +59,31 @@ RowMatrix row_matrix(const at::Tensor& rows) {
   return {rows.data_ptr(), rows.size(0), rows.stride(0)};
 }
 
-// [rows rounded up to kTermsPadding, 4] fp32 per-row terms (tile_args.h, RowTerms): the four
-// given columns ([rows] tensors), then `pad` in every padded row.
-at::Tensor row_terms(const std::array<at::Tensor, 4>& columns, const std::array<float, 4>& pad) {
-  const int64_t rows = columns[0].size(0);
+// [rows rounded up to kTermsPadding, 4] fp32 per-row terms (tile_args.h, RowTerms), written by
+// row_stages::row_terms.
+at::Tensor terms_buffer(int64_t rows, const at::TensorOptions& options) {
   const int64_t padded = (rows + kTermsPadding - 1) / kTermsPadding * kTermsPadding;
-  const auto options = columns[0].options().dtype(at::kFloat);
-  at::Tensor terms = at::empty({padded, 4}, options);
-  terms.narrow(0, 0, rows).copy_(at::stack({columns[0], columns[1], columns[2], columns[3]}, 1));
-  // The padding is filled on the device, term by term: a copy from a host tensor would block.
-  for (int k = 0; k < 4 && padded > rows; ++k) terms.narrow(0, rows, padded - rows).select(1, k).fill_(pad[k]);
-  return terms;
+  return at::empty({padded, 4}, options.dtype(at::kFloat));
 }
 
-const RowTerms* terms_ptr(const at::Tensor& terms) {
-  return reinterpret_cast<const RowTerms*>(terms.data_ptr<float>());
+RowTerms* terms_ptr(const at::Tensor& terms) {
+  return reinterpret_cast<RowTerms*>(terms.data_ptr<float>());
 }
 
-Device current_device(const at::Tensor& like) {
-  const cudaDeviceProp* props = at::cuda::getCurrentDeviceProperties();
-  return {props->major * 10 + props->minor, props->multiProcessorCount,
-          at::cuda::getCurrentCUDAStream(like.device().index()).stream()};
+// One array's description for row_stages::row_terms: `rows` rows of kind `kind`, into `terms`.
+row_stages::TermsArray terms_array(row_stages::TermsKind kind, const at::Tensor& inv_norm,
+                                   const at::Tensor& terms, const float* coef = nullptr,
+                                   const float* lse_hi = nullptr, const float* lse_lo = nullptr,
+                                   float bias = 0.0f) {
+  return {kind, inv_norm.size(0), terms.size(0), inv_norm.data_ptr<float>(), coef, lse_hi, lse_lo,
+          bias, terms_ptr(terms)};
 }
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
+void write_row_terms(float logit_scale, const row_stages::TermsArray& first,
+                     const row_stages::TermsArray& second, const Device& device) {
+  row_stages::row_terms({logit_scale, first, second}, device);
+  check_launch();
+}
 
 // The operands of one call: rows in the kernels' form, the anchors a view of the contrast rows
 // in the single set, and the inverse norms in fp32.
@@ -103,39 +105,45 @@ Operands operands(const TileInputs& in) {
   return o;
 }
 
+using row_stages::TermsKind;
+constexpr row_stages::TermsArray kNoTerms{};
+
 at::Tensor lse_tiles(const TileInputs& in) {
-  const c10::cuda::CUDAGuard guard(in.z.device());
+  const DeviceGuard guard(in.z.device());
   const int64_t m = in.q.size(0), n = in.z.size(0);
-  if (m == 0) return at::empty({0}, in.z.options().dtype(at::kDouble));
+  const auto float64 = in.z.options().dtype(at::kDouble);
+  if (m == 0) return at::empty({0}, float64);
   const Operands o = operands(in);
   const Device device = current_device(in.z);
   const float scale2 = float(in.inv_t * tm::kLog2e);  // log2(e) / t
-  const at::Tensor zeros_n = at::zeros({n}, o.rz.options());
+  at::Tensor lse = at::empty({m}, float64);
   if (in.schedule == Schedule::kSymmetric) {
-    const at::Tensor terms =
-        row_terms({o.rz * scale2, at::full({n}, -scale2, o.rz.options()), o.rz, zeros_n},
-                  {0.f, -kInf, 0.f, 0.f});
+    const at::Tensor terms = terms_buffer(n, o.rz.options());
+    write_row_terms(scale2, terms_array(TermsKind::kContrast, o.rz, terms, nullptr, nullptr, nullptr, -scale2),
+                    kNoTerms, device);
     at::Tensor row_sum = at::zeros({terms.size(0)}, o.rz.options());
     lse_symmetric(o.problem(o.z, o.z, terms, terms, 0), row_sum.data_ptr<float>(), device);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    // log(0) = -inf for a row without columns.
-    return row_sum.narrow(0, 0, n).to(at::kDouble).log_().add_(in.inv_t);
+    check_launch();
+    row_stages::lse_merge({nullptr, row_sum.data_ptr<float>(), n, 1, in.inv_t, lse.data_ptr<double>()},
+                          device);
+    check_launch();
+    return lse;
   }
-  const at::Tensor zeros_m = at::zeros({m}, o.rq.options());
-  const at::Tensor own = row_terms({o.rq, zeros_m, zeros_m, zeros_m}, {0.f, kInf, 0.f, 0.f});
-  const at::Tensor streamed = row_terms({o.rz * scale2, zeros_n, o.rz, zeros_n}, {0.f, -kInf, 0.f, 0.f});
+  const at::Tensor own = terms_buffer(m, o.rq.options()), streamed = terms_buffer(n, o.rz.options());
+  write_row_terms(scale2, terms_array(TermsKind::kLseAnchor, o.rq, own),
+                  terms_array(TermsKind::kContrast, o.rz, streamed), device);
   const TileProblem p = o.problem(o.q, o.z, own, streamed, in.self_offset);
   const int splits = lse_plain_splits(p, device);
   at::Tensor part_max = at::empty({splits, m}, o.rq.options());
   at::Tensor part_sum = at::empty({splits, m}, o.rq.options());
   lse_plain(p, part_max.data_ptr<float>(), part_sum.data_ptr<float>(), splits, device);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_launch();
   // The splits' base-2 (max, sum) pairs merged in float64 (docs/MATH.md section 6).
-  const at::Tensor maxima = part_max.to(at::kDouble), sums = part_sum.to(at::kDouble);
-  const at::Tensor top = std::get<0>(maxima.max(0));
-  const at::Tensor finite_top = at::where(at::isfinite(top), top, at::zeros_like(top));
-  const at::Tensor total = (sums * at::exp2(maxima - finite_top)).sum(0);
-  return ((finite_top + at::log2(total)) * tm::kLn2);
+  row_stages::lse_merge({part_max.data_ptr<float>(), part_sum.data_ptr<float>(), m, splits,
+                         in.inv_t, lse.data_ptr<double>()},
+                        device);
+  check_launch();
+  return lse;
 }
 
 // The symmetric backward walks the upper triangle (sm_90a, D <= 128; atomics) unless
@@ -151,21 +159,21 @@ bool symmetric_backward_by_triangle() {
 }
 
 TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
-  const c10::cuda::CUDAGuard guard(in.z.device());
+  const DeviceGuard guard(in.z.device());
   const int64_t m = in.q.size(0), n = in.z.size(0), d = in.z.size(1);
   const Operands o = operands(in);
   const Device device = current_device(in.z);
   const float scale2 = float(in.inv_t * tm::kLog2e);
-  const at::Tensor coef = c.coef.to(at::kFloat);
+  const at::Tensor coef = c.coef.to(at::kFloat).contiguous();
   const auto fp32 = o.rz.options();
   TileGrads out;
   if (in.schedule == Schedule::kSymmetric) {
     // Own and streamed rows are the same set: coef_i t / log2(e) meets r_j log2(e) / t; the
     // triangle's column side scales by r_i / r_j.
-    const at::Tensor own =
-        row_terms({o.rz, at::zeros({n}, fp32), at::zeros({n}, fp32), coef / scale2}, {0.f, kInf, 0.f, 0.f});
-    const at::Tensor streamed = row_terms(
-        {o.rz * scale2, at::full({n}, -scale2, fp32), o.rz.reciprocal(), coef * o.rz}, {0.f, -kInf, 0.f, 0.f});
+    const at::Tensor own = terms_buffer(n, fp32), streamed = terms_buffer(n, fp32);
+    write_row_terms(scale2, terms_array(TermsKind::kSymmetricGradOwn, o.rz, own, coef.data_ptr<float>()),
+                    terms_array(TermsKind::kSymmetricGradStreamed, o.rz, streamed, coef.data_ptr<float>()),
+                    device);
     const TileProblem problem = o.problem(o.z, o.z, own, streamed, 0);
     if (symmetric_backward_by_triangle() && symmetric_triangle_supported(problem, device)) {
       // The triangle adds whole 16-byte vectors into a padded buffer; the gradient is its view.
@@ -176,56 +184,186 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
       out.dz = at::empty({n, d}, fp32);
       grad(GradWalk::kRowsSymmetric, problem, out.dz.data_ptr<float>(), d, device);
     }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    check_launch();
     return out;
   }
-  // lse in base 2 as an fp32 (hi, lo) pair; rows without gradient get hi = +inf (weight 0).
-  const at::Tensor lse2 = (c.lse_hi.to(at::kDouble) + c.lse_lo.to(at::kDouble)) * tm::kLog2e;
-  const at::Tensor hi64 = lse2.to(at::kFloat).to(at::kDouble);
-  const at::Tensor lo = at::where(at::isfinite(lse2), lse2 - hi64, at::zeros_like(lse2)).to(at::kFloat);
-  const at::Tensor hi = at::where(coef != 0, lse2.to(at::kFloat), at::full_like(coef, kInf));
-  const at::Tensor zeros_n = at::zeros({n}, fp32);
-  const at::Tensor anchors = row_terms({o.rq, hi, lo, coef}, {0.f, kInf, 0.f, 0.f});
-  const at::Tensor columns = row_terms({o.rz * scale2, zeros_n, o.rz, zeros_n}, {0.f, -kInf, 0.f, 0.f});
+  // The anchors' lse in base 2 as an fp32 (hi, lo) pair; rows without gradient get hi = +inf
+  // (weight 0).
+  const at::Tensor lse_hi = c.lse_hi.to(at::kFloat).contiguous();
+  const at::Tensor lse_lo = c.lse_lo.to(at::kFloat).contiguous();
+  const at::Tensor anchors = terms_buffer(m, fp32), columns = terms_buffer(n, fp32);
+  const at::Tensor anchors_streamed = terms_buffer(m, fp32);
+  const float* lse_parts[2] = {lse_hi.data_ptr<float>(), lse_lo.data_ptr<float>()};
+  write_row_terms(scale2,
+                  terms_array(TermsKind::kAnchorGrad, o.rq, anchors, coef.data_ptr<float>(), lse_parts[0], lse_parts[1]),
+                  terms_array(TermsKind::kContrast, o.rz, columns), device);
+  write_row_terms(scale2,
+                  terms_array(TermsKind::kAnchorGradStreamed, o.rq, anchors_streamed, coef.data_ptr<float>(),
+                              lse_parts[0], lse_parts[1]),
+                  kNoTerms, device);
   out.dq = at::empty({m, d}, fp32);
   if (m > 0) {
     grad(GradWalk::kRowsPlain, o.problem(o.q, o.z, anchors, columns, in.self_offset),
          out.dq.data_ptr<float>(), d, device);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    check_launch();
   }
   // The contrast side: column blocks own their rows and walk the anchors (no atomics).
-  const at::Tensor anchors_streamed = row_terms({o.rq, hi, lo, coef * o.rq}, {0.f, kInf, 0.f, 0.f});
   out.dz = at::zeros({n, d}, fp32);
   if (m > 0) {
     grad(GradWalk::kColumns, o.problem(o.z, o.q, columns, anchors_streamed, in.self_offset),
          out.dz.data_ptr<float>(), d, device);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    check_launch();
   }
   return out;
 }
 
-// False while the current stream captures a CUDA graph: nothing may wait for the device then.
-bool host_may_wait(const at::Tensor& like) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(
-      at::cuda::getCurrentCUDAStream(like.device().index()).stream(), &status));
-  return status == cudaStreamCaptureStatusNone;
+// ---- The fused O(N*D) stages (row_stages.h): one launch each, after at most one zeroed buffer.
+
+row_stages::Rows rows_of(const at::Tensor& rows) {
+  TORCH_INTERNAL_ASSERT(rows.scalar_type() != at::kDouble && rows.stride(1) == 1);
+  return {element_type(rows.scalar_type()), rows.data_ptr(), rows.stride(0)};
 }
+
+template <class T>
+const T* ptr(const at::Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
+PreparedRows prepare_rows(const RowPreparationInputs& in) {
+  const DeviceGuard guard(in.rows.device());
+  const at::Tensor rows = in.rows.contiguous();
+  const at::Tensor labels = in.labels.to(at::kLong).contiguous();
+  const at::Tensor sorted = in.sorted_labels.to(at::kLong).contiguous();
+  const int64_t r = rows.size(0), d = rows.size(1), n = sorted.size(0);
+  const auto fp32 = rows.options().dtype(at::kFloat);
+  PreparedRows out{at::empty({r}, fp32), at::empty({r}, fp32.dtype(at::kLong)),
+                   at::empty({r}, fp32.dtype(at::kLong))};
+  // One zeroed buffer holds the class sums and the NaN / inf count.
+  const int64_t sums = in.class_sums ? n * d : 0, count = in.check_values ? 1 : 0;
+  if (sums + count > 0) {
+    const at::Tensor zeroed = at::zeros({sums + count}, fp32);
+    if (in.class_sums) out.class_sums = zeroed.narrow(0, 0, sums).view({n, d});
+    if (in.check_values) out.non_finite = zeroed.narrow(0, sums, 1).view(at::kInt);
+  }
+  row_stages::prepare_rows(
+      {rows_of(rows), r, d, labels.data_ptr<int64_t>(), sorted.data_ptr<int64_t>(), n,
+       in.normalize, in.self_in_class, out.inv_norm.data_ptr<float>(),
+       out.row_class.data_ptr<int64_t>(), out.num_positives.data_ptr<int64_t>(),
+       in.class_sums ? out.class_sums.data_ptr<float>() : nullptr,
+       in.check_values ? out.non_finite.data_ptr<int32_t>() : nullptr},
+      current_device(rows));
+  check_launch();
+  return out;
+}
+
+at::Tensor anchor_losses(const AnchorLossInputs& in) {
+  const DeviceGuard guard(in.q.device());
+  const at::Tensor q = in.q.contiguous(), q_inv_norm = in.q_inv_norm.contiguous();
+  const at::Tensor class_sums = in.class_sums.contiguous();
+  const at::Tensor anchor_class = in.anchor_class.contiguous();
+  const at::Tensor num_positives = in.num_positives.contiguous(), lse = in.lse.contiguous();
+  at::Tensor loss = at::empty({q.size(0)}, q.options().dtype(at::kFloat));
+  row_stages::anchor_losses(
+      {rows_of(q), q.size(0), q.size(1), q_inv_norm.data_ptr<float>(),
+       class_sums.data_ptr<float>(), anchor_class.data_ptr<int64_t>(),
+       num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), in.inv_t, in.single_set,
+       loss.data_ptr<float>()},
+      current_device(q));
+  check_launch();
+  return loss;
+}
+
+AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
+  const DeviceGuard guard(in.q.device());
+  const at::Tensor q = in.q.contiguous(), q_inv_norm = in.q_inv_norm.contiguous();
+  // As it comes: the gradient of a mean is one value expanded (stride 0).
+  const at::Tensor grad_loss = in.grad_loss.to(at::kFloat);
+  const at::Tensor lse = in.lse.contiguous(), num_positives = in.num_positives.contiguous();
+  const at::Tensor anchor_class = in.anchor_class.contiguous();
+  const int64_t m = q.size(0), d = q.size(1);
+  const bool symmetric = in.schedule == Schedule::kSymmetric;
+  const auto fp32 = q.options().dtype(at::kFloat);
+  AnchorWeights out{at::empty({m}, fp32), at::zeros({in.classes, d}, fp32),
+                    {at::empty({m}, fp32)}};
+  if (!symmetric) {
+    out.coefficients.lse_hi = at::empty({m}, fp32);
+    out.coefficients.lse_lo = at::empty({m}, fp32);
+  }
+  row_stages::anchor_weights(
+      {grad_loss.data_ptr<float>(), grad_loss.stride(0), lse.data_ptr<double>(),
+       num_positives.data_ptr<int64_t>(), rows_of(q), m, d, q_inv_norm.data_ptr<float>(),
+       anchor_class.data_ptr<int64_t>(), in.inv_t, symmetric, out.weight.data_ptr<float>(),
+       out.weighted_sums.data_ptr<float>(), out.coefficients.coef.data_ptr<float>(),
+       symmetric ? nullptr : out.coefficients.lse_hi.data_ptr<float>(),
+       symmetric ? nullptr : out.coefficients.lse_lo.data_ptr<float>()},
+      current_device(q));
+  check_launch();
+  return out;
+}
+
+BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
+  const DeviceGuard guard(in.rows.device());
+  const at::Tensor rows = in.rows.contiguous(), inv_norm = in.inv_norm.contiguous();
+  // The tiles' gradient as they left it (the triangle's is a view of a wider buffer).
+  const at::Tensor grads = in.grads.stride(1) == 1 ? in.grads : in.grads.contiguous();
+  const auto given = [](const at::Tensor& t) { return t.defined() ? t.contiguous() : t; };
+  const at::Tensor extra = given(in.extra), anchor_weight = given(in.anchor_weight);
+  const at::Tensor anchor_class = given(in.anchor_class), class_sums = given(in.class_sums);
+  const at::Tensor row_class = given(in.row_class), weighted_sums = given(in.weighted_sums);
+  const int64_t r = rows.size(0), d = rows.size(1);
+  const int64_t anchor_count = extra.defined() ? extra.size(0)
+                               : anchor_weight.defined() ? anchor_weight.size(0) : 0;
+  // The caller's dtype but float64, which the kernels read as float32 (compute_type).
+  const at::ScalarType grad_type = in.out_dtype == at::kDouble ? at::kFloat : in.out_dtype;
+  BackwardAssembly out{at::empty({r, d}, rows.options().dtype(grad_type)),
+                       at::empty({r}, rows.options().dtype(at::kFloat))};
+  row_stages::assemble_backward(
+      {rows_of(rows), r, d, inv_norm.data_ptr<float>(), grads.data_ptr<float>(), grads.stride(0),
+       ptr<float>(extra), in.anchor_offset, anchor_count, ptr<float>(anchor_weight),
+       ptr<int64_t>(anchor_class), ptr<float>(class_sums), in.self_in_class,
+       ptr<int64_t>(row_class), ptr<float>(weighted_sums), float(in.inv_t), in.normalize,
+       float(in.max_inv_norm), element_type(grad_type), out.grad.data_ptr(),
+       out.unit_dot.data_ptr<float>()},
+      current_device(rows));
+  check_launch();
+  if (in.out_dtype != grad_type) out.grad = out.grad.to(in.out_dtype);
+  return out;
+}
+
+// False while the current stream captures a CUDA graph: nothing may wait for the device then.
+bool host_may_wait(const at::Tensor& like) { return !stream_is_capturing(like); }
 
 const TileKernels& cuda_kernels() {
   // The symmetric forward adds a row's tiles by atomics: not reproducible. The symmetric
   // backward's triangle does too, so deterministic mode takes the full-row walk there
   // (symmetric_backward_by_triangle above); the other backward walks write every element once.
-  static const TileKernels kernels{compute_type, /*symmetric_forward_is_deterministic=*/false,
-                                   lse_tiles, grad_tiles, host_may_wait};
+  // No focal loss (no positive walk yet); the O(N*D) stages are fused (row_stages.h).
+  static const TileKernels kernels{compute_type,
+                                   /*symmetric_forward_is_deterministic=*/false,
+                                   lse_tiles,
+                                   grad_tiles,
+                                   host_may_wait,
+                                   /*positive_walk=*/{},
+                                   anchor_losses,
+                                   assemble_backward,
+                                   prepare_rows,
+                                   anchor_weights};
   return kernels;
 }
 
 }  // namespace
 
+#ifdef SCL_CUDA_DRY_RUN
+// The same glue on CPU tensors, its launches recorded instead of made (csrc/cuda_dry_run).
+TORCH_LIBRARY_IMPL(scl, CPU, m) {
+  m.impl("supcon_cuda_dry_run", &FusedOpKernels<cuda_kernels>::forward);
+  m.impl("supcon_cuda_dry_run_backward", &FusedOpKernels<cuda_kernels>::backward);
+}
+#else
 TORCH_LIBRARY_IMPL(scl, CUDA, m) {
   m.impl("supcon", &FusedOpKernels<cuda_kernels>::forward);
   m.impl("supcon_backward", &FusedOpKernels<cuda_kernels>::backward);
 }
+#endif
 
 }  // namespace scl::cuda

@@ -52,13 +52,6 @@ void run(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
 
 }  // namespace
 
-bool supports_triangle(const TileProblem& p) { return resident_width(p.d) == kBlock; }
-
-bool supports(const TileProblem& p, const Device& device) {
-  return device.compute_capability == 90 && p.type != ElementType::kFloat32 && p.d <= kMaxWidth &&
-         p.own.rows < (int64_t{1} << 31) && p.streamed.rows < (int64_t{1} << 31);
-}
-
 void lse_plain(const TileProblem& p, float* part_max, float* part_sum, int num_splits,
                cudaStream_t stream) {
   run<Walk::kLsePlain>(p, {part_max, part_sum, nullptr, nullptr, 0, num_splits}, stream);

@@ -15,7 +15,7 @@ namespace scl::cuda {
 enum class ElementType { kBFloat16, kFloat16, kFloat32 };
 
 // Four per-row numbers, 16 bytes, one vector load. What they hold depends on the walk and the
-// side: walk_terms.cuh names them per kind of row (the views' fields are in slot order x, y, z,
+// side: walk_terms.h names them per kind of row (the views' fields are in slot order x, y, z,
 // w) and is what the glue's columns must follow.
 struct RowTerms {
   float x, y, z, w;

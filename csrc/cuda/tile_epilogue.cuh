@@ -6,7 +6,7 @@
 #include "../core/tile_math.h"
 #include "fragments.cuh"
 #include "tile_args.h"
-#include "walk_terms.cuh"
+#include "walk_terms.h"
 
 namespace scl::cuda {
 

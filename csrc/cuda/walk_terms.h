@@ -1,8 +1,9 @@
 // What each walk's per-row terms hold, and the per-element arithmetic of a walk over them. The
-// glue (supcon_cuda.cpp) writes four fp32 slots per row (RowTerms: one 16-byte load); the kernels
-// read them only through the views below, one type per kind of row, whose fields are named for
-// what they hold and listed in slot order (the glue's column order). A view takes its fields from
-// registers already loaded, so it costs nothing in the machine code.
+// glue writes four fp32 slots per row (RowTerms: one 16-byte load; row_stages.h, row_terms); the
+// kernels read them only through the views below, one type per kind of row, whose fields are
+// named for what they hold and listed in slot order. A view takes its fields from registers
+// already loaded, so it costs nothing in the machine code. Host code too: the dry run
+// (csrc/cuda_dry_run) emulates the walks with these same views.
 #pragma once
 
 #include "../core/tile_math.h"
@@ -21,13 +22,13 @@ struct ContrastTerms {
   float logit_scale;  // r_j log2(e) / t
   float bias;         // 0, or the fixed shift -log2(e) / t in the symmetric forward; -inf past the last row
   float inv_norm;     // r_j
-  static __host__ __device__ ContrastTerms of(const RowTerms& t) { return {t.x, t.y, t.z}; }
+  static SCL_HOST_DEVICE ContrastTerms of(const RowTerms& t) { return {t.x, t.y, t.z}; }
 };
 
 // An anchor of the plain forward (own side).
 struct LseAnchorTerms {
   float inv_norm;  // r_i
-  static __host__ __device__ LseAnchorTerms of(const RowTerms& t) { return {t.x}; }
+  static SCL_HOST_DEVICE LseAnchorTerms of(const RowTerms& t) { return {t.x}; }
 };
 
 // An anchor of the plain backward, with its base-2 LSE as an fp32 pair (tile_math::Lse2Split;
@@ -40,7 +41,7 @@ struct AnchorGradTerms {
   // The rows walk applies the anchor's coef_i once per gradient row, at the end; the columns walk
   // scales every weight by coef_i r_i.
   float coef;
-  static __host__ __device__ AnchorGradTerms of(const RowTerms& t) { return {t.x, t.y, t.z, t.w}; }
+  static SCL_HOST_DEVICE AnchorGradTerms of(const RowTerms& t) { return {t.x, t.y, t.z, t.w}; }
 };
 
 // A row block's own side in the symmetric backward (both walks of it).
@@ -48,7 +49,7 @@ struct SymmetricGradOwnTerms {
   float inv_norm;  // r_i
   // coef_i t / log2(e): it meets a column's r_j log2(e) / t (tile_math::symmetric_grad_weight).
   float coef_per_logit_scale;
-  static __host__ __device__ SymmetricGradOwnTerms of(const RowTerms& t) { return {t.x, t.w}; }
+  static SCL_HOST_DEVICE SymmetricGradOwnTerms of(const RowTerms& t) { return {t.x, t.w}; }
 };
 
 // A streamed row of the symmetric backward.
@@ -57,7 +58,7 @@ struct SymmetricGradStreamedTerms {
   float bias;         // the fixed shift -log2(e) / t; -inf past the last row
   float norm;         // 1 / r_j (0 past the last row): the triangle's column side divides by r_j
   float coef_times_inv_norm;  // coef_j r_j
-  static __host__ __device__ SymmetricGradStreamedTerms of(const RowTerms& t) { return {t.x, t.y, t.z, t.w}; }
+  static SCL_HOST_DEVICE SymmetricGradStreamedTerms of(const RowTerms& t) { return {t.x, t.y, t.z, t.w}; }
 };
 
 // A walk's kinds of rows (Own, Streamed), its base-2 logit and, in the backward walks, a tile
@@ -69,7 +70,7 @@ template <>
 struct WalkTerms<Walk::kLsePlain> {
   using Own = LseAnchorTerms;
   using Streamed = ContrastTerms;
-  static __device__ __forceinline__ float logit2(float dot, const Own& own, const Streamed& column) {
+  static SCL_HOST_DEVICE float logit2(float dot, const Own& own, const Streamed& column) {
     return tile_math::logit2(dot, own.inv_norm, column.logit_scale, column.bias);
   }
 };
@@ -79,7 +80,7 @@ template <>
 struct WalkTerms<Walk::kLseSymmetric> {
   using Own = ContrastTerms;
   using Streamed = ContrastTerms;
-  static __device__ __forceinline__ float logit2(float dot, const Own& row_i, const Streamed& row_j) {
+  static SCL_HOST_DEVICE float logit2(float dot, const Own& row_i, const Streamed& row_j) {
     return tile_math::logit2(dot, row_i.inv_norm, row_j.logit_scale, row_j.bias);
   }
 };
@@ -88,10 +89,10 @@ template <>
 struct WalkTerms<Walk::kGradRowsPlain> {
   using Own = AnchorGradTerms;
   using Streamed = ContrastTerms;
-  static __device__ __forceinline__ float logit2(float dot, const Own& anchor, const Streamed& column) {
+  static SCL_HOST_DEVICE float logit2(float dot, const Own& anchor, const Streamed& column) {
     return tile_math::logit2(dot, anchor.inv_norm, column.logit_scale, column.bias);
   }
-  static __device__ __forceinline__ float weight(float s2, const Own& anchor, const Streamed& column) {
+  static SCL_HOST_DEVICE float weight(float s2, const Own& anchor, const Streamed& column) {
     return tile_math::plain_grad_weight(s2, {anchor.lse2_hi, anchor.lse2_lo}, column.inv_norm);
   }
 };
@@ -102,10 +103,10 @@ template <>
 struct WalkTerms<Walk::kGradColumns> {
   using Own = ContrastTerms;
   using Streamed = AnchorGradTerms;
-  static __device__ __forceinline__ float logit2(float dot, const Own& column, const Streamed& anchor) {
+  static SCL_HOST_DEVICE float logit2(float dot, const Own& column, const Streamed& anchor) {
     return tile_math::logit2(dot, anchor.inv_norm, column.logit_scale, 0.f);
   }
-  static __device__ __forceinline__ float weight(float s2, const Own&, const Streamed& anchor) {
+  static SCL_HOST_DEVICE float weight(float s2, const Own&, const Streamed& anchor) {
     return tile_math::plain_grad_weight(s2, {anchor.lse2_hi, anchor.lse2_lo}, anchor.coef);
   }
 };
@@ -114,10 +115,10 @@ template <>
 struct WalkTerms<Walk::kGradRowsSymmetric> {
   using Own = SymmetricGradOwnTerms;
   using Streamed = SymmetricGradStreamedTerms;
-  static __device__ __forceinline__ float logit2(float dot, const Own& own, const Streamed& streamed) {
+  static SCL_HOST_DEVICE float logit2(float dot, const Own& own, const Streamed& streamed) {
     return tile_math::logit2(dot, own.inv_norm, streamed.logit_scale, streamed.bias);
   }
-  static __device__ __forceinline__ float weight(float s2, const Own& own, const Streamed& streamed) {
+  static SCL_HOST_DEVICE float weight(float s2, const Own& own, const Streamed& streamed) {
     return tile_math::symmetric_grad_weight(s2, own.coef_per_logit_scale, streamed.logit_scale,
                                             streamed.coef_times_inv_norm);
   }

@@ -1,0 +1,450 @@
+// The CUDA backend's fused O(N*D) stages (scl::TileKernels::prepare_rows, anchor_losses,
+// anchor_weights and assemble_backward; csrc/core/tile_kernels.h states what each computes), and
+// the tiles' per-row terms and the forward's log-sum-exp merge: one kernel launch each, one
+// thread per row walking its D columns. Each row's work is written once
+// below for the host and the device: the CUDA kernels (row_stages.cu) run it per thread, the dry
+// run (csrc/cuda_dry_run) runs it row after row on the CPU, where the test suite checks it
+// against float64 references (python_tests/backends/test_cuda_row_stages.py).
+//
+// Torch-free: plain pointers and sizes, filled by the ATen glue (supcon_cuda.cpp). Class sums are
+// added by atomics on the device (not bitwise reproducible: the core serves
+// torch.use_deterministic_algorithms(True) with its ATen steps instead).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "../core/tile_math.h"
+#include "launch.h"
+#include "tile_args.h"
+
+namespace scl::cuda::row_stages {
+
+// 1 / max(||x||, eps) with torch.nn.functional.normalize's eps, correctly rounded as the core's
+// ATen norm and reciprocal are (the device's fast-math sqrt and division are not).
+constexpr float kNormEps = 1e-12f;
+
+SCL_HOST_DEVICE float bits_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+#endif
+}
+
+// IEEE half to float, exactly (subnormals, infinities and NaN included).
+SCL_HOST_DEVICE float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    const float magnitude = float(mantissa) * 5.9604644775390625e-8f;  // mantissa * 2^-24
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return bits_to_float(sign | 0x7f800000u | (mantissa << 13));
+  return bits_to_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+SCL_HOST_DEVICE uint32_t float_to_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return bits;
+#endif
+}
+
+// float to bfloat16 bits, rounded to nearest even (NaN stays a quiet NaN), by integer arithmetic:
+// the same bits on the host and the device, as torch's conversion gives.
+SCL_HOST_DEVICE uint16_t float_to_bfloat16(float x) {
+  const uint32_t bits = float_to_bits(x);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40u);
+  return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// float to IEEE half bits, rounded to nearest even (overflow to infinity, subnormals exact).
+SCL_HOST_DEVICE uint16_t float_to_half(float x) {
+  uint32_t bits = float_to_bits(x);
+  const uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
+  bits &= 0x7fffffffu;
+  if (bits > 0x7f800000u) return sign | 0x7e00u;               // NaN
+  if (bits >= 0x47800000u) return sign | 0x7c00u;              // >= 2^16: infinity
+  if (bits < 0x38800000u) {                                    // below 2^-14: a subnormal half
+    // Adding 0.5 puts the half's 10 subnormal bits at the bottom of the float's mantissa,
+    // rounded to nearest even by the float addition itself.
+    return sign | uint16_t(float_to_bits(bits_to_float(bits) + 0.5f) - 0x3f000000u);
+  }
+  // Rebias the exponent, round the 13 dropped bits to nearest even (a carry may reach infinity).
+  bits += (uint32_t(15 - 127) << 23) + 0xfffu + ((bits >> 13) & 1u);
+  return sign | uint16_t(bits >> 13);
+}
+
+// A row-major matrix of the caller's rows, 16- or 32-bit (the glue never passes float64: the core
+// takes its ATen steps for float64 inputs).
+struct Rows {
+  ElementType type;
+  const void* data;
+  int64_t stride;  // elements between rows
+
+  SCL_HOST_DEVICE float at(int64_t row, int64_t column) const {
+    const int64_t i = row * stride + column;
+    switch (type) {
+      case ElementType::kBFloat16:
+        return bits_to_float(uint32_t(static_cast<const uint16_t*>(data)[i]) << 16);
+      case ElementType::kFloat16: return half_to_float(static_cast<const uint16_t*>(data)[i]);
+      default: return static_cast<const float*>(data)[i];
+    }
+  }
+};
+
+SCL_HOST_DEVICE void add_to(float* target, float value) {
+#if defined(__CUDA_ARCH__)
+  atomicAdd(target, value);
+#else
+  *target += value;
+#endif
+}
+
+SCL_HOST_DEVICE void add_to(int32_t* target, int32_t value) {
+#if defined(__CUDA_ARCH__)
+  atomicAdd(target, value);
+#else
+  *target += value;
+#endif
+}
+
+SCL_HOST_DEVICE float divide_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+SCL_HOST_DEVICE float inverse_norm(float squares) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(1.0f, fmaxf(__fsqrt_rn(squares), kNormEps));
+#else
+  return 1.0f / std::fmax(std::sqrt(squares), kNormEps);
+#endif
+}
+
+SCL_HOST_DEVICE bool is_finite(float x) {
+#if defined(__CUDA_ARCH__)
+  return isfinite(x);
+#else
+  return std::isfinite(x);
+#endif
+}
+
+// The first position in sorted[0, n) whose value is >= key (after: > key).
+SCL_HOST_DEVICE int64_t search(const int64_t* sorted, int64_t n, int64_t key, bool after) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    const bool right = after ? sorted[mid] <= key : sorted[mid] < key;
+    lo = right ? mid + 1 : lo;
+    hi = right ? hi : mid;
+  }
+  return lo;
+}
+
+// sums[class] += rows[r] * scale over the d columns.
+SCL_HOST_DEVICE void add_row_to_class(float* sums, int64_t class_id, const Rows& rows, int64_t r,
+                                      int64_t d, float scale) {
+  float* target = sums + class_id * d;
+  for (int64_t k = 0; k < d; ++k) add_to(target + k, rows.at(r, k) * scale);
+}
+
+// ---- prepare_rows ------------------------------------------------------------------------------
+
+struct RowPreparation {
+  Rows rows;
+  int64_t count, d;
+  const int64_t* labels;         // [count]
+  const int64_t* sorted_labels;  // [n] the contrast rows' labels, ascending
+  int64_t n;
+  bool normalize, self_in_class;
+  float* inv_norm;               // [count]
+  int64_t* row_class;            // [count]
+  int64_t* num_positives;        // [count]
+  float* class_sums;             // [n, d] zeroed, or null: not asked for
+  int32_t* non_finite;           // [1] zeroed, or null: not asked for
+};
+
+SCL_HOST_DEVICE void prepare_row(const RowPreparation& a, int64_t r) {
+  const int64_t label = a.labels[r];
+  const int64_t lower = search(a.sorted_labels, a.n, label, false);
+  const int64_t upper = search(a.sorted_labels, a.n, label, true);
+  const int64_t class_id = lower < a.n - 1 ? lower : a.n - 1;
+  a.row_class[r] = class_id;
+  a.num_positives[r] = label >= 0 ? upper - lower - (a.self_in_class ? 1 : 0) : 0;
+  float squares = 0.0f;
+  bool finite = true;
+  for (int64_t k = 0; k < a.d; ++k) {
+    const float x = a.rows.at(r, k);
+    squares += x * x;
+    finite = finite && is_finite(x);
+  }
+  const float scale = a.normalize ? inverse_norm(squares) : 1.0f;
+  a.inv_norm[r] = scale;
+  if (a.non_finite != nullptr && !finite) add_to(a.non_finite, 1);
+  if (a.class_sums != nullptr) add_row_to_class(a.class_sums, class_id, a.rows, r, a.d, scale);
+}
+
+// ---- anchor_losses -----------------------------------------------------------------------------
+
+struct AnchorLosses {
+  Rows q;
+  int64_t count, d;
+  const float* q_inv_norm;     // [count]
+  const float* class_sums;     // [classes, d]
+  const int64_t* anchor_class;
+  const int64_t* num_positives;
+  const double* lse;
+  double inv_t;
+  bool single_set;
+  float* loss;                 // [count]
+};
+
+SCL_HOST_DEVICE void anchor_loss(const AnchorLosses& a, int64_t i) {
+  const float scale = a.q_inv_norm[i];
+  const float* target = a.class_sums + a.anchor_class[i] * a.d;
+  float dot = 0.0f;
+  for (int64_t k = 0; k < a.d; ++k) {
+    const float unit = a.q.at(i, k) * scale;
+    dot += unit * (a.single_set ? target[k] - unit : target[k]);
+  }
+  const int64_t positives = a.num_positives[i];
+  a.loss[i] = positives > 0 ? float(a.lse[i] - double(dot) * a.inv_t / double(positives)) : 0.0f;
+}
+
+// ---- anchor_weights ----------------------------------------------------------------------------
+
+struct AnchorWeightTerms {
+  const float* grad_loss;
+  int64_t grad_stride;  // 0 for a mean's gradient, one value expanded
+  const double* lse;
+  const int64_t* num_positives;
+  Rows q;
+  int64_t count, d;
+  const float* q_inv_norm;
+  const int64_t* anchor_class;
+  double inv_t;
+  bool symmetric;
+  float* weight;         // [count]
+  float* weighted_sums;  // [classes, d] zeroed
+  float* coef;           // [count]
+  float* lse_hi;         // [count] (plain schedule only)
+  float* lse_lo;
+};
+
+SCL_HOST_DEVICE void anchor_weight(const AnchorWeightTerms& a, int64_t i) {
+  const int64_t positives = a.num_positives[i];
+  const float g = positives > 0 ? a.grad_loss[i * a.grad_stride] : 0.0f;
+  const float w = divide_rn(g, float(positives > 1 ? positives : 1));
+  a.weight[i] = w;
+  const double g64 = g, lse = a.lse[i];
+  if (a.symmetric) {
+    // A zero-gradient row never evaluates exp(1/t - lse): its lse may be -inf.
+    a.coef[i] = g64 != 0 ? float(g64 * exp(a.inv_t - lse) * a.inv_t) : 0.0f;
+  } else {
+    a.coef[i] = float(g64 * a.inv_t);
+    // A row without columns (lse -inf) has coef 0 and never reads its lse: lo 0 there.
+    const double bounded = lse > -INFINITY ? lse : 0.0;
+    a.lse_hi[i] = float(lse);
+    a.lse_lo[i] = float(bounded - double(float(bounded)));
+  }
+  if (w != 0.0f) {
+    add_row_to_class(a.weighted_sums, a.anchor_class[i], a.q, i, a.d, a.q_inv_norm[i] * w);
+  }
+}
+
+// ---- assemble_backward -------------------------------------------------------------------------
+
+struct BackwardAssemblyTerms {
+  Rows rows;
+  int64_t count, d;
+  const float* inv_norm;
+  const float* grads;          // [count, d] with row stride grads_stride
+  int64_t grads_stride;
+  const float* extra;          // [anchor_count, d] contiguous, or null
+  int64_t anchor_offset, anchor_count;
+  const float* anchor_weight;  // [anchor_count], or null: no anchor part
+  const int64_t* anchor_class;
+  const float* class_sums;     // [classes, d]
+  bool self_in_class;
+  const int64_t* row_class;    // [count], or null: no contrast part
+  const float* weighted_sums;  // [classes, d]
+  float inv_t;
+  bool normalize;
+  float max_inv_norm;
+  ElementType grad_type;       // the caller's dtype
+  void* grad;                  // [count, d] contiguous
+  float* unit_dot;             // [count]
+};
+
+SCL_HOST_DEVICE void store(ElementType type, void* data, int64_t i, float value) {
+  switch (type) {
+    case ElementType::kBFloat16: static_cast<uint16_t*>(data)[i] = float_to_bfloat16(value); break;
+    case ElementType::kFloat16: static_cast<uint16_t*>(data)[i] = float_to_half(value); break;
+    default: static_cast<float*>(data)[i] = value;
+  }
+}
+
+// The gradient w.r.t. unit row r at column k, and that unit row's element.
+struct UnitGrad {
+  float unit, grad;
+};
+
+SCL_HOST_DEVICE UnitGrad unit_grad(const BackwardAssemblyTerms& a, int64_t r, int64_t k,
+                                   int64_t anchor, bool is_anchor, float anchor_scale,
+                                   int64_t anchor_class, int64_t row_class) {
+  const float unit = a.rows.at(r, k) * a.inv_norm[r];
+  float d = a.grads[r * a.grads_stride + k];
+  if (is_anchor && a.extra != nullptr) d += a.extra[anchor * a.d + k];
+  if (is_anchor && a.anchor_weight != nullptr) {
+    float target = a.class_sums[anchor_class * a.d + k];
+    // the anchor's own row: out of its class sum, and its own share as a column
+    if (a.self_in_class) target -= 2 * unit;
+    d -= anchor_scale * target;
+  }
+  if (a.row_class != nullptr) d -= a.inv_t * a.weighted_sums[row_class * a.d + k];
+  return {unit, d};
+}
+
+SCL_HOST_DEVICE void assemble_row(const BackwardAssemblyTerms& a, int64_t r) {
+  const int64_t anchor = r - a.anchor_offset;
+  const bool is_anchor = anchor >= 0 && anchor < a.anchor_count;
+  const float anchor_scale =
+      is_anchor && a.anchor_weight != nullptr ? a.anchor_weight[anchor] * a.inv_t : 0.0f;
+  const int64_t anchor_class =
+      is_anchor && a.anchor_weight != nullptr ? a.anchor_class[anchor] : 0;
+  const int64_t row_class = a.row_class != nullptr ? a.row_class[r] : 0;
+  float dot = 0.0f;
+  for (int64_t k = 0; k < a.d; ++k) {
+    const UnitGrad u = unit_grad(a, r, k, anchor, is_anchor, anchor_scale, anchor_class, row_class);
+    dot += u.unit * u.grad;
+  }
+  a.unit_dot[r] = dot;
+  const float scale = a.inv_norm[r];
+  // Rows shorter than eps are divided by eps, a constant: scaled, not projected.
+  const float radial = scale < a.max_inv_norm ? dot : 0.0f;
+  for (int64_t k = 0; k < a.d; ++k) {
+    const UnitGrad u = unit_grad(a, r, k, anchor, is_anchor, anchor_scale, anchor_class, row_class);
+    store(a.grad_type, a.grad, r * a.d + k, a.normalize ? (u.grad - u.unit * radial) * scale : u.grad);
+  }
+}
+
+// ---- the tiles' per-row terms -------------------------------------------------------------------
+// What each kind of row holds (walk_terms.h names the slots), from its inverse norm r, the
+// logit scale c = log2(e) / t and, in the backward, its coefficient and log-sum-exp; padded rows
+// (past `rows`, up to `padded`) get the values that make them contribute exact zeros.
+
+enum class TermsKind {
+  kContrast,               // {r c, bias, r, 0}           padded {0, -inf, 0, 0}
+  kLseAnchor,              // {r, 0, 0, 0}                 padded {0, +inf, 0, 0}
+  kSymmetricGradOwn,       // {r, 0, 0, coef / c}          padded {0, +inf, 0, 0}
+  kSymmetricGradStreamed,  // {r c, -c, 1 / r, coef r}     padded {0, -inf, 0, 0}
+  kAnchorGrad,             // {r, lse2 hi, lse2 lo, coef}  padded {0, +inf, 0, 0}
+  kAnchorGradStreamed,     // {r, lse2 hi, lse2 lo, coef r} padded {0, +inf, 0, 0}
+};
+
+struct TermsArray {
+  TermsKind kind;
+  int64_t rows, padded;
+  const float* inv_norm;  // [rows]
+  const float* coef;      // [rows], the backward's kinds
+  const float* lse_hi;    // [rows] natural-log lse = hi + lo, the anchor kinds
+  const float* lse_lo;
+  float bias;             // kContrast: 0, or the fixed shift -c
+  RowTerms* out;          // [padded]
+};
+
+// One launch writes one or two arrays (a walk's own and streamed rows), over the longer.
+struct RowTermsArgs {
+  float logit_scale;  // c = log2(e) / t, rounded to float once, as the tiles' callers always had it
+  TermsArray first, second;  // second.out null: one array
+  int64_t launch_rows() const {
+    return second.out != nullptr && second.padded > first.padded ? second.padded : first.padded;
+  }
+};
+
+SCL_HOST_DEVICE RowTerms terms_of(const TermsArray& a, float c, int64_t j) {
+  constexpr float inf = INFINITY;
+  const bool past = j >= a.rows;
+  switch (a.kind) {
+    case TermsKind::kContrast: {
+      if (past) return {0.0f, -inf, 0.0f, 0.0f};
+      const float r = a.inv_norm[j];
+      return {r * c, a.bias, r, 0.0f};
+    }
+    case TermsKind::kLseAnchor: return past ? RowTerms{0.0f, inf, 0.0f, 0.0f} : RowTerms{a.inv_norm[j], 0.0f, 0.0f, 0.0f};
+    case TermsKind::kSymmetricGradOwn:
+      if (past) return {0.0f, inf, 0.0f, 0.0f};
+      return {a.inv_norm[j], 0.0f, 0.0f, divide_rn(a.coef[j], c)};
+    case TermsKind::kSymmetricGradStreamed: {
+      if (past) return {0.0f, -inf, 0.0f, 0.0f};
+      const float r = a.inv_norm[j];
+      return {r * c, -c, divide_rn(1.0f, r), a.coef[j] * r};
+    }
+    default: {  // the plain backward's anchors
+      if (past) return {0.0f, inf, 0.0f, 0.0f};
+      const float r = a.inv_norm[j], coef = a.coef[j];
+      // The base-2 lse as a float pair; a row without gradient gets hi = +inf (weight 0).
+      const tile_math::Lse2Split lse2 =
+          tile_math::split_lse2(double(a.lse_hi[j]) + double(a.lse_lo[j]));
+      return {r, coef != 0.0f ? lse2.hi : inf, lse2.lo,
+              a.kind == TermsKind::kAnchorGrad ? coef : coef * r};
+    }
+  }
+}
+
+SCL_HOST_DEVICE void write_terms(const RowTermsArgs& a, int64_t j) {
+  if (j < a.first.padded) a.first.out[j] = terms_of(a.first, a.logit_scale, j);
+  if (a.second.out != nullptr && j < a.second.padded) a.second.out[j] = terms_of(a.second, a.logit_scale, j);
+}
+
+// ---- the forward's log-sum-exp -----------------------------------------------------------------
+// From the tiles' base-2 partial sums, in float64 (docs/MATH.md section 6): the plain schedule's
+// column splits ([splits, rows] running maxima and sums, rescaled to the largest), or the
+// symmetric schedule's one sum per row under the fixed shift 1/t.
+
+struct LseMerge {
+  const float* part_max;  // [splits, rows]; null: the symmetric schedule
+  const float* part_sum;  // [splits, rows], or the symmetric row sums [rows]
+  int64_t rows;
+  int splits;
+  double inv_t;
+  double* lse;            // [rows]
+};
+
+SCL_HOST_DEVICE void merge_lse(const LseMerge& a, int64_t i) {
+  if (a.part_max == nullptr) {
+    a.lse[i] = log(double(a.part_sum[i])) + a.inv_t;  // log(0) = -inf: a row without columns
+    return;
+  }
+  double top = -INFINITY;
+  for (int s = 0; s < a.splits; ++s) top = fmax(top, double(a.part_max[s * a.rows + i]));
+  const double shift = top > -INFINITY ? top : 0.0;
+  double total = 0.0;
+  for (int s = 0; s < a.splits; ++s) {
+    total += double(a.part_sum[s * a.rows + i]) * exp2(double(a.part_max[s * a.rows + i]) - shift);
+  }
+  a.lse[i] = (shift + log2(total)) * tile_math::kLn2;
+}
+
+// ---- launches (row_stages.cu; the dry run's in csrc/cuda_dry_run) ------------------------------
+// Each runs its row function once per row on device.stream; none synchronises with the host.
+
+void prepare_rows(const RowPreparation& a, const Device& device);
+void anchor_losses(const AnchorLosses& a, const Device& device);
+void anchor_weights(const AnchorWeightTerms& a, const Device& device);
+void assemble_backward(const BackwardAssemblyTerms& a, const Device& device);
+void row_terms(const RowTermsArgs& a, const Device& device);
+void lse_merge(const LseMerge& a, const Device& device);
+
+}  // namespace scl::cuda::row_stages

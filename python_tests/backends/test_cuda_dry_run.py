@@ -1,0 +1,107 @@
+"""The CUDA C++ backend's host code without a GPU: its dry run (csrc/cuda_dry_run, the ops
+scl::supcon_cuda_dry_run{,_backward} of a library built without CUDA) runs the backend's ATen glue
+and launch choices (for an H100) on CPU tensors, its fused O(N*D) stages' row code on the CPU
+(csrc/cuda/row_stages.h: the code the CUDA kernels run per thread) and the tile walks by their
+definition (walk_terms.h). Checked here against the float64 reference, on the device's path
+(SCL_DEVICE_PREPARATION=1, as a GPU always takes): the row terms, the log-sum-exp merges, the
+preparation, the per-anchor losses, the backward's weights and assembly, in every layout, both
+schedules (the triangle backward for 16-bit rows at D <= 128), anchor offsets, no positives, one
+class, negative labels, and the NaN / inf error."""
+import pytest
+import torch
+
+from support.layouts import LAYOUTS, make_layout, num_anchor_rows, op_args
+from support.reference64 import check_op_against_reference
+
+from scl_kernels._extension import library_loaded
+
+pytestmark = pytest.mark.skipif(
+    not library_loaded()
+    or not torch._C._dispatch_has_kernel_for_dispatch_key("scl::supcon_cuda_dry_run", "CPU"),
+    reason="the library was built with CUDA (or not at all): it has no dry run of the CUDA host code")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def device_path(monkeypatch):
+    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
+    monkeypatch.delenv("SCL_CUDA_DRY_RUN_TILES", raising=False)
+
+
+def check(args, gen, **kw):
+    return check_op_against_reference(
+        torch.ops.scl.supcon_cuda_dry_run, torch.ops.scl.supcon_cuda_dry_run_backward, args,
+        compute_dtype=torch.float32, generator=gen, weights_dtype=torch.float32, **kw)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("temperature", [0.02, 0.1])  # 0.02: the plain schedule in single set
+@pytest.mark.parametrize("normalize", [True, False])
+def test_layouts(layout, dtype, temperature, normalize, randn, randint, gen):
+    kw = make_layout(layout, randn, randint, dtype=dtype, n=70, d=37, classes=6)
+    res = check(op_args(kw, temperature, normalize), gen)
+    assert res.outputs[0].shape == (num_anchor_rows(kw),)
+
+
+# Sizes around the kernels' blocks (64, 128) and the terms' padding (256), and widths around the
+# triangle's limit (128) and the 16-byte row padding (8 bf16 elements).
+@pytest.mark.parametrize("n,d", [(1, 5), (2, 8), (129, 128), (257, 130), (300, 17)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_sizes(n, d, dtype, randn, randint, gen):
+    labels = randint(0, 4, (n,))
+    check((randn(n, d, dtype=dtype), labels, None, None, torch.tensor(0.1), n, True), gen)
+
+
+@pytest.mark.parametrize("case", [
+    ("no-positives", lambda n: torch.arange(n)),
+    ("one-class", lambda n: torch.zeros(n, dtype=torch.int64)),
+    ("negative-labels", lambda n: torch.arange(n) % 5 - 2),
+    ("int32-labels", lambda n: (torch.arange(n) % 3).to(torch.int32)),
+], ids=lambda c: c[0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_labels(case, dtype, randn, gen):
+    n = 90
+    res = check((randn(n, 24, dtype=dtype), case[1](n), None, None, torch.tensor(0.1), n, True), gen)
+    if case[0] == "no-positives":
+        assert not res.outputs[0].any()
+
+
+@pytest.mark.parametrize("n,num_anchors,offset", [(45, 13, 17), (45, 1, 44), (300, 130, 129)])
+@pytest.mark.parametrize("temperature", [0.02, 0.1])
+def test_anchor_offset(n, num_anchors, offset, temperature, randn, randint, gen):
+    args = (randn(n, 37, dtype=torch.bfloat16), randint(-1, 5, (n,)), None, None,
+            torch.tensor(temperature, dtype=torch.float64), num_anchors, True)
+    res = check(args, gen, anchor_offset=offset)
+    assert res.outputs[0].shape == (num_anchors,)
+
+
+def test_deterministic_mode_takes_the_core_steps(randn, randint, gen):
+    """torch.use_deterministic_algorithms(True): the core's ATen preparation and weights and the
+    full-row symmetric backward instead of the atomics; the same values."""
+    args = (randn(80, 40, dtype=torch.bfloat16), randint(0, 4, (80,)), None, None,
+            torch.tensor(0.1), 80, True)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        check(args, gen)
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+@pytest.mark.parametrize("where", ["features", "contrast"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_rows_are_an_error(where, value, randn, randint):
+    x, c = randn(20, 8), randn(25, 8)
+    (x if where == "features" else c)[3, 2] = value
+    with pytest.raises(ValueError, match=f"{where} contains NaN or inf"):
+        torch.ops.scl.supcon_cuda_dry_run(x, randint(0, 3, (20,)), c, randint(0, 3, (25,)),
+                                          torch.tensor(0.1), 20, True)
+
+
+def test_tiles_setting_is_checked(monkeypatch, randn, randint):
+    monkeypatch.setenv("SCL_CUDA_DRY_RUN_TILES", "sometimes")
+    with pytest.raises(ValueError, match='SCL_CUDA_DRY_RUN_TILES must be "emulate" or "skip"'):
+        torch.ops.scl.supcon_cuda_dry_run(randn(10, 4), randint(0, 2, (10,)), None, None,
+                                          torch.tensor(0.1), 10, True)
