@@ -25,9 +25,11 @@ from bench.static.requirements import CUDA_NEEDS, CUOBJDUMP, CUTLASS_PIN, TRITON
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCES = ("supcon_sm80.cu", "supcon_sm90.cu", "row_stages.cu")
-# The fused O(N*D) stages' kernels (row_stages.h): one per row function, no tensor cores.
-ROW_STAGES = ("prepare_row", "anchor_loss", "anchor_weight", "assemble_row", "write_terms",
-              "merge_lse")
+# The fused O(N*D) stages' kernels (row_stages.h), no tensor cores: the function in a kernel's
+# mangled name that tells which stage it is -> the stage.
+ROW_STAGES = {"prepare_row_partial": "prepare_rows", "anchor_loss_partial": "anchor_losses",
+              "anchor_weight_partial": "anchor_weights", "assemble_row_partial": "assemble_backward",
+              "write_terms": "row_terms", "merge_lse": "lse_merge"}
 ARCHS = ("sm_80", "sm_90a")
 # The flags of the build (setup.py): the same code as the extension's.
 FLAGS = ["-std=c++20", "-O3", "--use_fast_math", "--expt-relaxed-constexpr", "-DNDEBUG"]
@@ -111,11 +113,10 @@ def parse_resources(text):
 
 def kernel_name(mangled):
     """'sm90 walk_kernel<bf16, kLseSymmetric, 128>' from the mangled name (the sm90 kernels' last
-    argument is their resident row width); 'row_stages rows_kernel<prepare_row>' for a fused
-    stage."""
+    argument is their resident row width); 'row_stages prepare_rows' for a fused stage's."""
     if "row_stages" in mangled:
-        stage = next((f for f in ROW_STAGES if re.search(rf"\d{f}E", mangled)), "unknown")
-        return f"row_stages rows_kernel<{stage}>"
+        stage = next((v for f, v in ROW_STAGES.items() if re.search(rf"\d{f}E", mangled)), "unknown")
+        return f"row_stages {stage}"
     family = "sm90" if "sm90" in mangled else "sm80"
     kernel = "lse_symmetric_kernel" if "lse_symmetric_kernel" in mangled else "walk_kernel"
     dtype = ("bf16" if "bfloat16" in mangled else "fp16" if "half_t" in mangled else "fp32")

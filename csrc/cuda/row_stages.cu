@@ -1,50 +1,77 @@
-// The fused O(N*D) stages' kernels (row_stages.h): one thread per row, 128 threads a block.
-// Their work is memory-bound and small beside the tiles (a few reads of [N, D]); what they save
-// is the launches and passes of the ATen steps they replace (docs/CUDA_KERNELS.md).
+// The fused O(N*D) stages' kernels (row_stages.h): a warp per row for the stages that walk a
+// row's columns (lanes on consecutive elements, the row's totals by shuffles), a thread per row
+// for the row terms and the merge; 128 threads a block. Their work is memory-bound and small
+// beside the tiles (a few reads of [N, D]); what they save is the launches and passes of the ATen
+// steps they replace (docs/CUDA_KERNELS.md).
 #include "row_stages.h"
 
 namespace scl::cuda::row_stages {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kRowsPerBlock = kThreads / kLanes;
+
+__device__ __forceinline__ Partial warp_sum(Partial p) {
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
+    p.first += __shfl_xor_sync(0xffffffffu, p.first, offset);
+    p.second += __shfl_xor_sync(0xffffffffu, p.second, offset);
+  }
+  return p;
+}
+
+// Row r is warp r % 4 of block r / 4; a warp's rows are uniform, so whole warps exit together.
+template <class Stage>
+__global__ void __launch_bounds__(kThreads) warp_rows_kernel(const typename Stage::Args args, int64_t count) {
+  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kLanes;
+  if (r >= count) return;
+  const Lane lane{int(threadIdx.x % kLanes), kLanes};
+  Stage::finish(args, r, lane, warp_sum(Stage::partial(args, r, lane)));
+}
 
 template <class Args, void (*kRow)(const Args&, int64_t)>
-__global__ void __launch_bounds__(kThreads) rows_kernel(const Args args, int64_t count) {
+__global__ void __launch_bounds__(kThreads) thread_rows_kernel(const Args args, int64_t count) {
   const int64_t r = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (r < count) kRow(args, r);
 }
 
+template <class Stage>
+void launch_warps(const typename Stage::Args& args, int64_t count, const Device& device) {
+  if (count == 0) return;
+  const unsigned blocks = unsigned((count + kRowsPerBlock - 1) / kRowsPerBlock);
+  warp_rows_kernel<Stage><<<blocks, kThreads, 0, device.stream>>>(args, count);
+}
+
 template <class Args, void (*kRow)(const Args&, int64_t)>
-void launch(const Args& args, int64_t count, const Device& device) {
+void launch_threads(const Args& args, int64_t count, const Device& device) {
   if (count == 0) return;
   const unsigned blocks = unsigned((count + kThreads - 1) / kThreads);
-  rows_kernel<Args, kRow><<<blocks, kThreads, 0, device.stream>>>(args, count);
+  thread_rows_kernel<Args, kRow><<<blocks, kThreads, 0, device.stream>>>(args, count);
 }
 
 }  // namespace
 
 void prepare_rows(const RowPreparation& a, const Device& device) {
-  launch<RowPreparation, prepare_row>(a, a.count, device);
+  launch_warps<PrepareRowsStage>(a, a.count, device);
 }
 
 void anchor_losses(const AnchorLosses& a, const Device& device) {
-  launch<AnchorLosses, anchor_loss>(a, a.count, device);
+  launch_warps<AnchorLossesStage>(a, a.count, device);
 }
 
 void anchor_weights(const AnchorWeightTerms& a, const Device& device) {
-  launch<AnchorWeightTerms, anchor_weight>(a, a.count, device);
+  launch_warps<AnchorWeightsStage>(a, a.count, device);
 }
 
 void assemble_backward(const BackwardAssemblyTerms& a, const Device& device) {
-  launch<BackwardAssemblyTerms, assemble_row>(a, a.count, device);
+  launch_warps<AssemblyStage>(a, a.count, device);
 }
 
 void row_terms(const RowTermsArgs& a, const Device& device) {
-  launch<RowTermsArgs, write_terms>(a, a.launch_rows(), device);
+  launch_threads<RowTermsArgs, write_terms>(a, a.launch_rows(), device);
 }
 
 void lse_merge(const LseMerge& a, const Device& device) {
-  launch<LseMerge, merge_lse>(a, a.rows, device);
+  launch_threads<LseMerge, merge_lse>(a, a.rows, device);
 }
 
 }  // namespace scl::cuda::row_stages

@@ -1,10 +1,13 @@
 // The CUDA backend's fused O(N*D) stages (scl::TileKernels::prepare_rows, anchor_losses,
 // anchor_weights and assemble_backward; csrc/core/tile_kernels.h states what each computes), and
-// the tiles' per-row terms and the forward's log-sum-exp merge: one kernel launch each, one
-// thread per row walking its D columns. Each row's work is written once
-// below for the host and the device: the CUDA kernels (row_stages.cu) run it per thread, the dry
-// run (csrc/cuda_dry_run) runs it row after row on the CPU, where the test suite checks it
-// against float64 references (python_tests/backends/test_cuda_row_stages.py).
+// the tiles' per-row terms and the forward's log-sum-exp merge: one kernel launch each. A stage
+// that walks the D columns of a row gives the row to a warp (Lane below: lane l takes columns l,
+// l + 32, ..., so a warp's loads are consecutive elements), in two parts: each lane's partial
+// sums, then, with the row's totals, each lane's writes; the row terms and the merge take one
+// thread per row. Each part is written once below for the host and the device: the CUDA kernels
+// (row_stages.cu) run them on a warp, the dry run (csrc/cuda_dry_run) runs a row's 32 lanes one
+// after another on the CPU, where python_tests/backends/test_cuda_dry_run.py checks them against
+// the float64 reference.
 //
 // Torch-free: plain pointers and sizes, filled by the ATen glue (supcon_cuda.cpp). Class sums are
 // added by atomics on the device (not bitwise reproducible: the core serves
@@ -152,11 +155,27 @@ SCL_HOST_DEVICE int64_t search(const int64_t* sorted, int64_t n, int64_t key, bo
   return lo;
 }
 
-// sums[class] += rows[r] * scale over the d columns.
+// The columns of a row that one lane of its warp takes: index, index + count, ...
+struct Lane {
+  int index, count;
+  SCL_HOST_DEVICE bool leader() const { return index == 0; }
+};
+constexpr int kLanes = 32;
+
+// What a row's lanes sum before its writes: two float sums (a count of non-finite values is
+// exact in a float up to 2^24).
+struct Partial {
+  float first = 0.0f, second = 0.0f;
+  SCL_HOST_DEVICE Partial operator+(const Partial& other) const {
+    return {first + other.first, second + other.second};
+  }
+};
+
+// sums[class] += rows[r] * scale over this lane's columns.
 SCL_HOST_DEVICE void add_row_to_class(float* sums, int64_t class_id, const Rows& rows, int64_t r,
-                                      int64_t d, float scale) {
+                                      int64_t d, float scale, Lane lane) {
   float* target = sums + class_id * d;
-  for (int64_t k = 0; k < d; ++k) add_to(target + k, rows.at(r, k) * scale);
+  for (int64_t k = lane.index; k < d; k += lane.count) add_to(target + k, rows.at(r, k) * scale);
 }
 
 // ---- prepare_rows ------------------------------------------------------------------------------
@@ -175,24 +194,30 @@ struct RowPreparation {
   int32_t* non_finite;           // [1] zeroed, or null: not asked for
 };
 
-SCL_HOST_DEVICE void prepare_row(const RowPreparation& a, int64_t r) {
+// The lane's share of the row's squared norm and of its count of NaN / inf values.
+SCL_HOST_DEVICE Partial prepare_row_partial(const RowPreparation& a, int64_t r, Lane lane) {
+  Partial p;
+  for (int64_t k = lane.index; k < a.d; k += lane.count) {
+    const float x = a.rows.at(r, k);
+    p.first += x * x;
+    p.second += is_finite(x) ? 0.0f : 1.0f;
+  }
+  return p;
+}
+
+SCL_HOST_DEVICE void prepare_row_finish(const RowPreparation& a, int64_t r, Lane lane, Partial row) {
   const int64_t label = a.labels[r];
   const int64_t lower = search(a.sorted_labels, a.n, label, false);
-  const int64_t upper = search(a.sorted_labels, a.n, label, true);
   const int64_t class_id = lower < a.n - 1 ? lower : a.n - 1;
-  a.row_class[r] = class_id;
-  a.num_positives[r] = label >= 0 ? upper - lower - (a.self_in_class ? 1 : 0) : 0;
-  float squares = 0.0f;
-  bool finite = true;
-  for (int64_t k = 0; k < a.d; ++k) {
-    const float x = a.rows.at(r, k);
-    squares += x * x;
-    finite = finite && is_finite(x);
+  const float scale = a.normalize ? inverse_norm(row.first) : 1.0f;
+  if (lane.leader()) {
+    const int64_t upper = search(a.sorted_labels, a.n, label, true);
+    a.row_class[r] = class_id;
+    a.num_positives[r] = label >= 0 ? upper - lower - (a.self_in_class ? 1 : 0) : 0;
+    a.inv_norm[r] = scale;
+    if (a.non_finite != nullptr && row.second > 0.0f) add_to(a.non_finite, 1);
   }
-  const float scale = a.normalize ? inverse_norm(squares) : 1.0f;
-  a.inv_norm[r] = scale;
-  if (a.non_finite != nullptr && !finite) add_to(a.non_finite, 1);
-  if (a.class_sums != nullptr) add_row_to_class(a.class_sums, class_id, a.rows, r, a.d, scale);
+  if (a.class_sums != nullptr) add_row_to_class(a.class_sums, class_id, a.rows, r, a.d, scale, lane);
 }
 
 // ---- anchor_losses -----------------------------------------------------------------------------
@@ -210,16 +235,23 @@ struct AnchorLosses {
   float* loss;                 // [count]
 };
 
-SCL_HOST_DEVICE void anchor_loss(const AnchorLosses& a, int64_t i) {
+// The lane's share of u_i . (C_{y_i} - [single set] u_i).
+SCL_HOST_DEVICE Partial anchor_loss_partial(const AnchorLosses& a, int64_t i, Lane lane) {
   const float scale = a.q_inv_norm[i];
   const float* target = a.class_sums + a.anchor_class[i] * a.d;
-  float dot = 0.0f;
-  for (int64_t k = 0; k < a.d; ++k) {
+  Partial p;
+  for (int64_t k = lane.index; k < a.d; k += lane.count) {
     const float unit = a.q.at(i, k) * scale;
-    dot += unit * (a.single_set ? target[k] - unit : target[k]);
+    p.first += unit * (a.single_set ? target[k] - unit : target[k]);
   }
+  return p;
+}
+
+SCL_HOST_DEVICE void anchor_loss_finish(const AnchorLosses& a, int64_t i, Lane lane, Partial row) {
+  if (!lane.leader()) return;
   const int64_t positives = a.num_positives[i];
-  a.loss[i] = positives > 0 ? float(a.lse[i] - double(dot) * a.inv_t / double(positives)) : 0.0f;
+  a.loss[i] = positives > 0 ? float(a.lse[i] - double(row.first) * a.inv_t / double(positives))
+                            : 0.0f;
 }
 
 // ---- anchor_weights ----------------------------------------------------------------------------
@@ -242,24 +274,29 @@ struct AnchorWeightTerms {
   float* lse_lo;
 };
 
-SCL_HOST_DEVICE void anchor_weight(const AnchorWeightTerms& a, int64_t i) {
+// Nothing to sum first: the anchor's scalars, then its weighted unit row into its class's sum.
+SCL_HOST_DEVICE Partial anchor_weight_partial(const AnchorWeightTerms&, int64_t, Lane) { return {}; }
+
+SCL_HOST_DEVICE void anchor_weight_finish(const AnchorWeightTerms& a, int64_t i, Lane lane, Partial) {
   const int64_t positives = a.num_positives[i];
   const float g = positives > 0 ? a.grad_loss[i * a.grad_stride] : 0.0f;
   const float w = divide_rn(g, float(positives > 1 ? positives : 1));
-  a.weight[i] = w;
-  const double g64 = g, lse = a.lse[i];
-  if (a.symmetric) {
-    // A zero-gradient row never evaluates exp(1/t - lse): its lse may be -inf.
-    a.coef[i] = g64 != 0 ? float(g64 * exp(a.inv_t - lse) * a.inv_t) : 0.0f;
-  } else {
-    a.coef[i] = float(g64 * a.inv_t);
-    // A row without columns (lse -inf) has coef 0 and never reads its lse: lo 0 there.
-    const double bounded = lse > -INFINITY ? lse : 0.0;
-    a.lse_hi[i] = float(lse);
-    a.lse_lo[i] = float(bounded - double(float(bounded)));
+  if (lane.leader()) {
+    a.weight[i] = w;
+    const double g64 = g, lse = a.lse[i];
+    if (a.symmetric) {
+      // A zero-gradient row never evaluates exp(1/t - lse): its lse may be -inf.
+      a.coef[i] = g64 != 0 ? float(g64 * exp(a.inv_t - lse) * a.inv_t) : 0.0f;
+    } else {
+      a.coef[i] = float(g64 * a.inv_t);
+      // A row without columns (lse -inf) has coef 0 and never reads its lse: lo 0 there.
+      const double bounded = lse > -INFINITY ? lse : 0.0;
+      a.lse_hi[i] = float(lse);
+      a.lse_lo[i] = float(bounded - double(float(bounded)));
+    }
   }
   if (w != 0.0f) {
-    add_row_to_class(a.weighted_sums, a.anchor_class[i], a.q, i, a.d, a.q_inv_norm[i] * w);
+    add_row_to_class(a.weighted_sums, a.anchor_class[i], a.q, i, a.d, a.q_inv_norm[i] * w, lane);
   }
 }
 
@@ -316,25 +353,45 @@ SCL_HOST_DEVICE UnitGrad unit_grad(const BackwardAssemblyTerms& a, int64_t r, in
   return {unit, d};
 }
 
-SCL_HOST_DEVICE void assemble_row(const BackwardAssemblyTerms& a, int64_t r) {
+// Where row r is an anchor, its index among the anchors, its anchor-side scale and class.
+struct AssemblyRow {
+  int64_t anchor;
+  bool is_anchor;
+  float anchor_scale;
+  int64_t anchor_class, row_class;
+};
+
+SCL_HOST_DEVICE AssemblyRow assembly_row(const BackwardAssemblyTerms& a, int64_t r) {
   const int64_t anchor = r - a.anchor_offset;
   const bool is_anchor = anchor >= 0 && anchor < a.anchor_count;
-  const float anchor_scale =
-      is_anchor && a.anchor_weight != nullptr ? a.anchor_weight[anchor] * a.inv_t : 0.0f;
-  const int64_t anchor_class =
-      is_anchor && a.anchor_weight != nullptr ? a.anchor_class[anchor] : 0;
-  const int64_t row_class = a.row_class != nullptr ? a.row_class[r] : 0;
-  float dot = 0.0f;
-  for (int64_t k = 0; k < a.d; ++k) {
-    const UnitGrad u = unit_grad(a, r, k, anchor, is_anchor, anchor_scale, anchor_class, row_class);
-    dot += u.unit * u.grad;
+  const bool weighted = is_anchor && a.anchor_weight != nullptr;
+  return {anchor, is_anchor, weighted ? a.anchor_weight[anchor] * a.inv_t : 0.0f,
+          weighted ? a.anchor_class[anchor] : 0, a.row_class != nullptr ? a.row_class[r] : 0};
+}
+
+// The lane's share of u_r . d_r, which the projection needs.
+SCL_HOST_DEVICE Partial assemble_row_partial(const BackwardAssemblyTerms& a, int64_t r, Lane lane) {
+  const AssemblyRow row = assembly_row(a, r);
+  Partial p;
+  for (int64_t k = lane.index; k < a.d; k += lane.count) {
+    const UnitGrad u = unit_grad(a, r, k, row.anchor, row.is_anchor, row.anchor_scale,
+                                 row.anchor_class, row.row_class);
+    p.first += u.unit * u.grad;
   }
-  a.unit_dot[r] = dot;
+  return p;
+}
+
+SCL_HOST_DEVICE void assemble_row_finish(const BackwardAssemblyTerms& a, int64_t r, Lane lane,
+                                         Partial total) {
+  const AssemblyRow row = assembly_row(a, r);
+  const float dot = total.first;
+  if (lane.leader()) a.unit_dot[r] = dot;
   const float scale = a.inv_norm[r];
   // Rows shorter than eps are divided by eps, a constant: scaled, not projected.
   const float radial = scale < a.max_inv_norm ? dot : 0.0f;
-  for (int64_t k = 0; k < a.d; ++k) {
-    const UnitGrad u = unit_grad(a, r, k, anchor, is_anchor, anchor_scale, anchor_class, row_class);
+  for (int64_t k = lane.index; k < a.d; k += lane.count) {
+    const UnitGrad u = unit_grad(a, r, k, row.anchor, row.is_anchor, row.anchor_scale,
+                                 row.anchor_class, row.row_class);
     store(a.grad_type, a.grad, r * a.d + k, a.normalize ? (u.grad - u.unit * radial) * scale : u.grad);
   }
 }
@@ -437,8 +494,25 @@ SCL_HOST_DEVICE void merge_lse(const LseMerge& a, int64_t i) {
   a.lse[i] = (shift + log2(total)) * tile_math::kLn2;
 }
 
+// ---- the stages as (partial, finish) pairs, for the warp kernel and the dry run ----------------
+
+template <class A, Partial (*kPartial)(const A&, int64_t, Lane),
+          void (*kFinish)(const A&, int64_t, Lane, Partial)>
+struct WarpStage {
+  using Args = A;
+  SCL_HOST_DEVICE static Partial partial(const A& a, int64_t r, Lane lane) { return kPartial(a, r, lane); }
+  SCL_HOST_DEVICE static void finish(const A& a, int64_t r, Lane lane, Partial total) {
+    kFinish(a, r, lane, total);
+  }
+};
+using PrepareRowsStage = WarpStage<RowPreparation, prepare_row_partial, prepare_row_finish>;
+using AnchorLossesStage = WarpStage<AnchorLosses, anchor_loss_partial, anchor_loss_finish>;
+using AnchorWeightsStage = WarpStage<AnchorWeightTerms, anchor_weight_partial, anchor_weight_finish>;
+using AssemblyStage = WarpStage<BackwardAssemblyTerms, assemble_row_partial, assemble_row_finish>;
+
 // ---- launches (row_stages.cu; the dry run's in csrc/cuda_dry_run) ------------------------------
-// Each runs its row function once per row on device.stream; none synchronises with the host.
+// Each runs its stage on every row (a warp or a thread per row) on device.stream; none
+// synchronises with the host.
 
 void prepare_rows(const RowPreparation& a, const Device& device);
 void anchor_losses(const AnchorLosses& a, const Device& device);

@@ -1,7 +1,8 @@
 // The dry run's fused O(N*D) stages (csrc/cuda/row_stages.h): each launch is recorded as a
-// profiler event, as the tile kernels' are (kernel_launches.cpp), and then its row function runs
-// on the CPU row after row, so that the stages' per-row code, the one the CUDA kernels run, is
-// tested here (python_tests/backends/test_cuda_row_stages.py).
+// profiler event, as the tile kernels' are (kernel_launches.cpp), and then run on the CPU: a
+// warp stage's row by its 32 lanes one after another (their partial sums added, then each lane's
+// writes), a thread stage's row by one call. So the stages' per-lane code, the one the CUDA
+// kernels run, is tested here (python_tests/backends/test_cuda_dry_run.py).
 #include <ATen/record_function.h>
 
 #include <vector>
@@ -11,9 +12,20 @@
 namespace scl::cuda::row_stages {
 namespace {
 
-template <class Args, void (*kRow)(const Args&, int64_t)>
-void run(const char* name, const Args& args, int64_t count) {
+template <class Stage>
+void run_warps(const char* name, const typename Stage::Args& args, int64_t count) {
   if (count == 0) return;  // as the CUDA launch: no rows, no kernel
+  RECORD_FUNCTION(name, std::vector<c10::IValue>());
+  for (int64_t r = 0; r < count; ++r) {
+    Partial total;
+    for (int lane = 0; lane < kLanes; ++lane) total = total + Stage::partial(args, r, {lane, kLanes});
+    for (int lane = 0; lane < kLanes; ++lane) Stage::finish(args, r, {lane, kLanes}, total);
+  }
+}
+
+template <class Args, void (*kRow)(const Args&, int64_t)>
+void run_threads(const char* name, const Args& args, int64_t count) {
+  if (count == 0) return;
   RECORD_FUNCTION(name, std::vector<c10::IValue>());
   for (int64_t r = 0; r < count; ++r) kRow(args, r);
 }
@@ -21,27 +33,27 @@ void run(const char* name, const Args& args, int64_t count) {
 }  // namespace
 
 void prepare_rows(const RowPreparation& a, const Device&) {
-  run<RowPreparation, prepare_row>("cuda_kernel::row_stages.prepare_rows", a, a.count);
+  run_warps<PrepareRowsStage>("cuda_kernel::row_stages.prepare_rows", a, a.count);
 }
 
 void anchor_losses(const AnchorLosses& a, const Device&) {
-  run<AnchorLosses, anchor_loss>("cuda_kernel::row_stages.anchor_losses", a, a.count);
+  run_warps<AnchorLossesStage>("cuda_kernel::row_stages.anchor_losses", a, a.count);
 }
 
 void anchor_weights(const AnchorWeightTerms& a, const Device&) {
-  run<AnchorWeightTerms, anchor_weight>("cuda_kernel::row_stages.anchor_weights", a, a.count);
+  run_warps<AnchorWeightsStage>("cuda_kernel::row_stages.anchor_weights", a, a.count);
 }
 
 void assemble_backward(const BackwardAssemblyTerms& a, const Device&) {
-  run<BackwardAssemblyTerms, assemble_row>("cuda_kernel::row_stages.assemble_backward", a, a.count);
+  run_warps<AssemblyStage>("cuda_kernel::row_stages.assemble_backward", a, a.count);
 }
 
 void row_terms(const RowTermsArgs& a, const Device&) {
-  run<RowTermsArgs, write_terms>("cuda_kernel::row_stages.row_terms", a, a.launch_rows());
+  run_threads<RowTermsArgs, write_terms>("cuda_kernel::row_stages.row_terms", a, a.launch_rows());
 }
 
 void lse_merge(const LseMerge& a, const Device&) {
-  run<LseMerge, merge_lse>("cuda_kernel::row_stages.lse_merge", a, a.rows);
+  run_threads<LseMerge, merge_lse>("cuda_kernel::row_stages.lse_merge", a, a.rows);
 }
 
 }  // namespace scl::cuda::row_stages
