@@ -33,6 +33,7 @@ import argparse
 import collections
 import os
 import sys
+from unittest import mock
 
 from bench.harness.interpreter import in_interpreter_child, rerun_in_interpreter
 
@@ -94,6 +95,22 @@ def ledger_of(events):
     return {"kernels": kernels, "aten": aten, "waits": waits}
 
 
+def profiled_ledger(step):
+    """The ledger of step()'s second call (the first fills caches)."""
+    import torch
+    step()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        step()
+    return ledger_of(prof.events())
+
+
+def cuda_dry_run_built():
+    """Whether this library holds the dry run of the CUDA host code (it is built without CUDA)."""
+    import torch
+    import scl_kernels  # noqa: F401  (loads the library)
+    return torch._C._dispatch_has_kernel_for_dispatch_key("scl::supcon_cuda_dry_run", "CPU")
+
+
 def count_triton_step(n, d, classes=100):
     """The ledger of one forward + backward on the Triton backend (in the interpreter)."""
     import torch
@@ -116,22 +133,18 @@ def count_triton_step(n, d, classes=100):
 
     interpreter.InterpretedFunction.run = run
     try:
-        step()  # first call: compiles nothing in the interpreter, but fills caches
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            step()
+        return profiled_ledger(step)
     finally:
         interpreter.InterpretedFunction.run = original
-    return ledger_of(prof.events())
 
 
 def count_cuda_dry_run_step(n, d, classes=100):
     """The ledger of one forward + backward of the CUDA C++ backend's host code, in its dry run
     (None when this library was built with CUDA and so has no dry run)."""
     import torch
-    import scl_kernels  # noqa: F401  (loads the library)
     from scl_kernels.functional import reduce_per_anchor
 
-    if not torch._C._dispatch_has_kernel_for_dispatch_key("scl::supcon_cuda_dry_run", "CPU"):
+    if not cuda_dry_run_built():
         return None
     g = torch.Generator().manual_seed(n)
     features = torch.randn(n, d, generator=g).to(torch.bfloat16).requires_grad_()
@@ -145,18 +158,8 @@ def count_cuda_dry_run_step(n, d, classes=100):
 
     # The tiles are not computed (at this size on the CPU they would take hours): the count is
     # the same either way.
-    previous = os.environ.get("SCL_CUDA_DRY_RUN_TILES")
-    os.environ["SCL_CUDA_DRY_RUN_TILES"] = "skip"
-    try:
-        step()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            step()
-    finally:
-        if previous is None:
-            del os.environ["SCL_CUDA_DRY_RUN_TILES"]
-        else:
-            os.environ["SCL_CUDA_DRY_RUN_TILES"] = previous
-    return ledger_of(prof.events())
+    with mock.patch.dict(os.environ, {"SCL_CUDA_DRY_RUN_TILES": "skip"}):
+        return profiled_ledger(step)
 
 
 def total(ledger, part):

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "tile_kernels.h"
+#include "tile_math.h"
 
 namespace scl {
 
@@ -28,8 +29,7 @@ struct SupConArgs {
   double focal_gamma;  // 0: SupCon; > 0: the focal contrastive loss
 };
 
-// The smallest norm a row is divided by, as torch.nn.functional.normalize's eps.
-constexpr double kNormEps = 1e-12;
+using tile_math::kNormEps;
 
 // Which rows of a problem: the anchors q or the contrast rows z.
 enum class Rows { kAnchors, kContrast };

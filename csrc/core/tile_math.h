@@ -22,6 +22,8 @@ namespace scl::tile_math {
 
 constexpr double kLog2e = 1.4426950408889634074;
 constexpr double kLn2 = 0.69314718055994530942;
+// The smallest norm a row is divided by, as torch.nn.functional.normalize's eps.
+constexpr double kNormEps = 1e-12;
 
 SCL_HOST_DEVICE float exp2_approx(float x) {
 #if defined(__CUDA_ARCH__)

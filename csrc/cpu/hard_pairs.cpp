@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "../core/tile_math.h"
 #include "blas.h"
 
 namespace scl::cpu {
@@ -17,7 +18,7 @@ namespace {
 
 constexpr int64_t kAnchorBlock = 256;
 constexpr int64_t kContrastBlock = 2048;
-constexpr double kNormEps = 1e-12;  // as torch.nn.functional.normalize
+using tile_math::kNormEps;
 
 std::string dtype_name(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
 

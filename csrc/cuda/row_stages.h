@@ -24,10 +24,6 @@
 
 namespace scl::cuda::row_stages {
 
-// 1 / max(||x||, eps) with torch.nn.functional.normalize's eps, correctly rounded as the core's
-// ATen norm and reciprocal are (the device's fast-math sqrt and division are not).
-constexpr float kNormEps = 1e-12f;
-
 SCL_HOST_DEVICE float bits_to_float(uint32_t bits) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(bits);
@@ -103,15 +99,9 @@ struct Rows {
   }
 };
 
-SCL_HOST_DEVICE void add_to(float* target, float value) {
-#if defined(__CUDA_ARCH__)
-  atomicAdd(target, value);
-#else
-  *target += value;
-#endif
-}
-
-SCL_HOST_DEVICE void add_to(int32_t* target, int32_t value) {
+// An atomic add on the device (float or int32); the dry run's host loop runs one lane at a time.
+template <class T>
+SCL_HOST_DEVICE void add_to(T* target, T value) {
 #if defined(__CUDA_ARCH__)
   atomicAdd(target, value);
 #else
@@ -127,11 +117,14 @@ SCL_HOST_DEVICE float divide_rn(float a, float b) {
 #endif
 }
 
+// 1 / max(||x||, eps), correctly rounded as the core's ATen norm and reciprocal are (the device's
+// fast-math sqrt and division are not).
 SCL_HOST_DEVICE float inverse_norm(float squares) {
+  constexpr float eps = float(tile_math::kNormEps);
 #if defined(__CUDA_ARCH__)
-  return __fdiv_rn(1.0f, fmaxf(__fsqrt_rn(squares), kNormEps));
+  return __fdiv_rn(1.0f, fmaxf(__fsqrt_rn(squares), eps));
 #else
-  return 1.0f / std::fmax(std::sqrt(squares), kNormEps);
+  return 1.0f / std::fmax(std::sqrt(squares), eps);
 #endif
 }
 

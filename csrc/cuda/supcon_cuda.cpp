@@ -193,13 +193,13 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   const at::Tensor lse_lo = c.lse_lo.to(at::kFloat).contiguous();
   const at::Tensor anchors = terms_buffer(m, fp32), columns = terms_buffer(n, fp32);
   const at::Tensor anchors_streamed = terms_buffer(m, fp32);
-  const float* lse_parts[2] = {lse_hi.data_ptr<float>(), lse_lo.data_ptr<float>()};
+  const float *hi = lse_hi.data_ptr<float>(), *lo = lse_lo.data_ptr<float>();
   write_row_terms(scale2,
-                  terms_array(TermsKind::kAnchorGrad, o.rq, anchors, coef.data_ptr<float>(), lse_parts[0], lse_parts[1]),
+                  terms_array(TermsKind::kAnchorGrad, o.rq, anchors, coef.data_ptr<float>(), hi, lo),
                   terms_array(TermsKind::kContrast, o.rz, columns), device);
   write_row_terms(scale2,
-                  terms_array(TermsKind::kAnchorGradStreamed, o.rq, anchors_streamed, coef.data_ptr<float>(),
-                              lse_parts[0], lse_parts[1]),
+                  terms_array(TermsKind::kAnchorGradStreamed, o.rq, anchors_streamed,
+                              coef.data_ptr<float>(), hi, lo),
                   kNoTerms, device);
   out.dq = at::empty({m, d}, fp32);
   if (m > 0) {

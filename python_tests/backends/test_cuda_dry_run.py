@@ -13,11 +13,11 @@ import torch
 from support.layouts import LAYOUTS, make_layout, num_anchor_rows, op_args
 from support.reference64 import check_op_against_reference
 
+from bench.launch_count import cuda_dry_run_built
 from scl_kernels._extension import library_loaded
 
 pytestmark = pytest.mark.skipif(
-    not library_loaded()
-    or not torch._C._dispatch_has_kernel_for_dispatch_key("scl::supcon_cuda_dry_run", "CPU"),
+    not library_loaded() or not cuda_dry_run_built(),
     reason="the library was built with CUDA (or not at all): it has no dry run of the CUDA host code")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
