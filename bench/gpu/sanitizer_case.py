@@ -13,9 +13,12 @@ first GPU run gave finite, wrong losses).
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
         python -m bench.gpu.sanitizer_case
 """
+import argparse
+
 import torch
 
 import scl_kernels
+from bench.harness import cli
 
 # (n, d, dtype, layout, temperature)
 CASES = [
@@ -90,9 +93,17 @@ def run_offset(n, d, dtype, num_anchors, anchor_offset):
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=cli.int_list, default=None,
+                        help="the cases to run, by their numbers as printed (1-based; default: all)")
+    args = parser.parse_args()
     assert scl_kernels.backends.cuda_kernels_built(), \
         "the library has no CUDA C++ kernels: build with SCL_BUILD_CUDA=1"
     runs = [(run, case) for case in CASES] + [(run_offset, case) for case in OFFSET_CASES]
+    if args.cases is not None:
+        if max(args.cases) > len(runs):
+            parser.error(f"--cases: there are {len(runs)} cases")
+        runs = [runs[number - 1] for number in args.cases]
     # Every case runs, whatever an earlier one gave: a sanitizer's verdict must cover them all
     # (the first session's stopped at the case that failed, and "0 hazards" covered 8 of 15).
     failures = []

@@ -50,9 +50,12 @@ struct EarlierCall {
 };
 
 std::mutex earlier_calls_mutex;
+// Never destroyed: at the process's exit torch's device state may be gone before this library's
+// statics, and freeing a pinned verdict or a device event then aborts the process (seen on an
+// H100 after a benchmark whose last call's verdict had not landed).
 std::vector<EarlierCall>& earlier_calls() {
-  static std::vector<EarlierCall> calls;
-  return calls;
+  static auto* calls = new std::vector<EarlierCall>();
+  return *calls;
 }
 
 }  // namespace

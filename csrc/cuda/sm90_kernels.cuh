@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
 
   if (warpgroup == 0) {
     load_tiles(params, shared, schedule);
+    if constexpr (Schedule::kClusterPairs) cute::cluster_arrive_relaxed();  // the exit barrier's
     return;
   }
 
@@ -90,6 +91,14 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
   mainloop.wait_for_own_block();
   mainloop.walk(schedule, epilogue);
   epilogue.store();
+  // A program's shared memory must outlive its partner's accesses to it (the CUDA programming
+  // guide's rule for distributed shared memory): the mbarrier handshakes already order them, but
+  // only a cluster barrier says so to compute-sanitizer's racecheck, which reported every
+  // exchange's store as a write into a program that might have exited.
+  if constexpr (Schedule::kClusterPairs) {
+    cute::cluster_arrive();
+    cute::cluster_wait();
+  }
 #endif
 }
 

@@ -128,9 +128,10 @@ def test_op_schemas_trailing_defaults(op_backend):
         assert all(a.default_value is None for a in schema.arguments[:-len(trailing)]), f"{schema}"
 
 
-def test_backward_op_skips_the_temperature_gradient_when_not_asked(op_backend, randn, randint):
+def test_backward_op_skips_the_temperature_gradient_when_not_asked(op_backend, randn, randint, reproducible):
     """temperature_grad=False: zeros on the temperature's device and dtype; the other gradients
-    are those of the default call."""
+    are those of the default call, bit for bit (reproducible: on a GPU the default schedules add
+    with atomics)."""
     x, y = randn(11, 5), randint(0, 3, (11,))
     t = torch.tensor(0.2, dtype=torch.float64)
     args = op_backend.put((x, y, None, None)) + (t, 11, True)
