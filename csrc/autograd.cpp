@@ -21,11 +21,11 @@ using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using ForwardSignature = Outputs(const at::Tensor&, const at::Tensor&,
                                  const std::optional<at::Tensor>&,
                                  const std::optional<at::Tensor>&, const at::Tensor&, int64_t,
-                                 bool, int64_t, double);
+                                 bool, int64_t, double, bool);
 using BackwardSignature = Outputs(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                   const std::optional<at::Tensor>&,
                                   const std::optional<at::Tensor>&, const at::Tensor&, int64_t,
-                                  bool, const at::Tensor&, int64_t, bool, double);
+                                  bool, const at::Tensor&, int64_t, bool, double, bool);
 
 std::optional<at::Tensor> present(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
@@ -38,7 +38,7 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
                                const at::Tensor& labels, const std::optional<at::Tensor>& contrast,
                                const std::optional<at::Tensor>& contrast_labels,
                                const at::Tensor& temperature, int64_t num_anchors, bool normalize,
-                               int64_t anchor_offset, double focal_gamma) {
+                               int64_t anchor_offset, double focal_gamma, bool mean) {
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow(Names::kForward, "")
                                .template typed<ForwardSignature>();
@@ -46,7 +46,7 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
     CaptureForward capture;
     auto [loss, lse, num_positives] = op.call(features, labels, contrast, contrast_labels,
                                               temperature, num_anchors, normalize, anchor_offset,
-                                              focal_gamma);
+                                              focal_gamma, mean);
     ctx->save_for_backward({features, labels, contrast.value_or(at::Tensor()),
                             contrast_labels.value_or(at::Tensor()), temperature, lse});
     ctx->saved_data["prepared"] = capture.take();
@@ -54,6 +54,7 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
     ctx->saved_data["normalize"] = normalize;
     ctx->saved_data["anchor_offset"] = anchor_offset;
     ctx->saved_data["focal_gamma"] = focal_gamma;
+    ctx->saved_data["mean"] = mean;
     ctx->mark_non_differentiable({lse, num_positives});
     // Gradients of lse and num_positives never exist: zeros for them would be two launches.
     ctx->set_materialize_grads(false);
@@ -69,7 +70,7 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& contrast = saved[2];
     const at::Tensor& grad_loss = grads[0];
-    variable_list out(9);  // one per forward argument
+    variable_list out(10);  // one per forward argument
     if (!grad_loss.defined()) return out;
     const ReuseInBackward reuse(ctx->saved_data["prepared"]);
     // Absent optional tensors have no edge: temperature is input edge 2 without a contrast set.
@@ -78,7 +79,7 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
         op.call(grad_loss, saved[0], saved[1], present(contrast), present(saved[3]), saved[4],
                 ctx->saved_data["num_anchors"].toInt(), ctx->saved_data["normalize"].toBool(),
                 saved[5], ctx->saved_data["anchor_offset"].toInt(), temperature_grad,
-                ctx->saved_data["focal_gamma"].toDouble());
+                ctx->saved_data["focal_gamma"].toDouble(), ctx->saved_data["mean"].toBool());
     // The op computes the row gradients together; autograd drops those no input asked for.
     out[0] = grad_features;
     if (contrast.defined()) out[2] = grad_contrast;
@@ -97,14 +98,14 @@ struct SupConBackwardFunction : public torch::autograd::Function<SupConBackwardF
                                const std::optional<at::Tensor>& contrast_labels,
                                const at::Tensor& temperature, int64_t num_anchors, bool normalize,
                                const at::Tensor& lse, int64_t anchor_offset,
-                               bool temperature_grad, double focal_gamma) {
+                               bool temperature_grad, double focal_gamma, bool mean) {
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow(Names::kBackward, "")
                                .template typed<BackwardSignature>();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [grad_features, grad_contrast, grad_temperature] =
         op.call(grad_loss, features, labels, contrast, contrast_labels, temperature, num_anchors,
-                normalize, lse, anchor_offset, temperature_grad, focal_gamma);
+                normalize, lse, anchor_offset, temperature_grad, focal_gamma, mean);
     return {grad_features, grad_contrast, grad_temperature};
   }
 
@@ -123,10 +124,10 @@ Outputs supcon_backward_autograd(const at::Tensor& grad_loss, const at::Tensor& 
                                  const std::optional<at::Tensor>& contrast_labels,
                                  const at::Tensor& temperature, int64_t num_anchors,
                                  bool normalize, const at::Tensor& lse, int64_t anchor_offset,
-                                 bool temperature_grad, double focal_gamma) {
+                                 bool temperature_grad, double focal_gamma, bool mean) {
   const variable_list out = SupConBackwardFunction<Names>::apply(
       grad_loss, features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-      lse, anchor_offset, temperature_grad, focal_gamma);
+      lse, anchor_offset, temperature_grad, focal_gamma, mean);
   return {out[0], out[1], out[2]};
 }
 
@@ -135,10 +136,10 @@ Outputs supcon_autograd(const at::Tensor& features, const at::Tensor& labels,
                         const std::optional<at::Tensor>& contrast,
                         const std::optional<at::Tensor>& contrast_labels,
                         const at::Tensor& temperature, int64_t num_anchors, bool normalize,
-                        int64_t anchor_offset, double focal_gamma) {
+                        int64_t anchor_offset, double focal_gamma, bool mean) {
   const variable_list out = SupConFunction<Names>::apply(
       features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-      anchor_offset, focal_gamma);
+      anchor_offset, focal_gamma, mean);
   return {out[0], out[1], out[2]};
 }
 

@@ -38,14 +38,14 @@ namespace {
 const std::string kForward =
     "(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
     "Tensor temperature, int num_anchors, bool normalize, int anchor_offset=0, "
-    "float focal_gamma=0.0) -> "
+    "float focal_gamma=0.0, bool mean=False) -> "
     "(Tensor loss, Tensor lse, Tensor num_positives)";
 // Gradients w.r.t. features, contrast ([0, D] without a contrast set) and temperature (zeros
 // when temperature_grad is false: autograd asks only when the temperature requires grad).
 const std::string kBackward =
     "(Tensor grad_loss, Tensor features, Tensor labels, Tensor? contrast, "
     "Tensor? contrast_labels, Tensor temperature, int num_anchors, bool normalize, Tensor lse, "
-    "int anchor_offset=0, bool temperature_grad=True, float focal_gamma=0.0) -> "
+    "int anchor_offset=0, bool temperature_grad=True, float focal_gamma=0.0, bool mean=False) -> "
     "(Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)";
 // Per anchor (every feature row), its hardest positive (least similar row of its label) and
 // hardest negative (most similar row of another label): index (-1 for none) and cosine
@@ -85,11 +85,12 @@ TORCH_LIBRARY(scl, m) {
         "float inv_t, int self_offset, Tensor anchor_class, Tensor contrast_class, "
         "Tensor lse_hi, Tensor lse_lo, float gamma, Tensor grad_weight) -> "
         "(Tensor loss_sum, Tensor hterm_sum, Tensor dq, Tensor dz)");
-  // The forward's per-anchor losses from the log-sum-exp in one kernel
-  // (scl::TileKernels::anchor_losses; registered from Python like the tiles).
+  // The forward's per-anchor losses from the log-sum-exp in one kernel, or their mean with the
+  // number of anchors with positives (scl::TileKernels::anchor_losses; registered from Python
+  // like the tiles); anchors_with_positives is empty without mean.
   m.def("supcon_triton_anchor_losses(Tensor q, Tensor q_inv_norm, Tensor class_sums, "
-        "Tensor anchor_class, Tensor num_positives, Tensor lse, float inv_t, bool single_set) "
-        "-> Tensor loss");
+        "Tensor anchor_class, Tensor num_positives, Tensor lse, float inv_t, bool single_set, "
+        "bool mean) -> (Tensor loss, Tensor anchors_with_positives)");
   // The backward's assembly for one output's rows in one kernel
   // (scl::TileKernels::assemble_backward; registered from Python like the tiles). An empty
   // extra, anchor_weight or row_class leaves its term out.
@@ -107,8 +108,9 @@ TORCH_LIBRARY(scl, m) {
         "Tensor non_finite)");
   // The backward's per-anchor weights in one kernel (scl::TileKernels::anchor_weights;
   // registered from Python like the tiles); lse_hi and lse_lo are empty for the symmetric
-  // schedule.
-  m.def("supcon_triton_anchor_weights(Tensor grad_loss, Tensor lse, Tensor num_positives, "
+  // schedule; anchors_with_positives is empty unless grad_loss is the mean's (0-dim).
+  m.def("supcon_triton_anchor_weights(Tensor grad_loss, Tensor anchors_with_positives, "
+        "Tensor lse, Tensor num_positives, "
         "Tensor q, Tensor q_inv_norm, Tensor anchor_class, int classes, float inv_t, "
         "bool symmetric) -> (Tensor weight, Tensor weighted_sums, Tensor coef, Tensor lse_hi, "
         "Tensor lse_lo)");

@@ -7,7 +7,7 @@ import torch
 from ._docstrings import fill_arguments
 from ._validation import (check_focal_gamma, check_inputs, check_options, check_same_device,
                           check_tensor, temperature_tensor)
-from .backends import resolve_backend
+from .backends import mean_over_anchors_with_positives, resolve_backend
 
 
 def _flatten_views(features, labels):
@@ -121,7 +121,7 @@ def reduce_per_anchor(per_anchor, num_positives, reduction):
         return per_anchor
     if reduction == "sum":
         return per_anchor.sum()
-    return per_anchor.sum() / torch.count_nonzero(num_positives).clamp_min_(1)
+    return mean_over_anchors_with_positives(per_anchor, num_positives)
 
 
 @fill_arguments
@@ -156,7 +156,10 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     run = resolve_backend(backend, features.device, focal_gamma).run
     temperature = temperature_tensor(temperature, features.device)
     layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode)
-    per_anchor, num_positives = run(layout.rows, layout.labels, layout.contrast,
-                                    layout.contrast_labels, temperature, layout.num_anchors,
-                                    normalize, focal_gamma=focal_gamma)
-    return reduce_per_anchor(per_anchor, num_positives, reduction)
+    # The mean inside the op: on a GPU its four reduction launches and its gradient's division
+    # become part of the fused finish (docs/MATH.md, "The mean").
+    mean = reduction == "mean"
+    loss, num_positives = run(layout.rows, layout.labels, layout.contrast, layout.contrast_labels,
+                              temperature, layout.num_anchors, normalize,
+                              focal_gamma=focal_gamma, mean=mean)
+    return loss if mean else reduce_per_anchor(loss, num_positives, reduction)

@@ -28,8 +28,9 @@ SOURCES = ("supcon_sm80.cu", "supcon_sm90.cu", "row_stages.cu")
 # The fused O(N*D) stages' kernels (row_stages.h), no tensor cores: the function in a kernel's
 # mangled name that tells which stage it is -> the stage.
 ROW_STAGES = {"prepare_row_partial": "prepare_rows", "anchor_loss_partial": "anchor_losses",
-              "anchor_weight_partial": "anchor_weights", "assemble_row_partial": "assemble_backward",
-              "write_terms": "row_terms", "merge_lse": "lse_merge"}
+              "anchor_mean_kernel": "anchor_mean", "anchor_weight_partial": "anchor_weights",
+              "assemble_row_partial": "assemble_backward", "write_terms": "row_terms",
+              "merge_lse": "lse_merge"}
 ARCHS = ("sm_80", "sm_90a")
 # The flags of the build (setup.py): the same code as the extension's.
 FLAGS = ["-std=c++20", "-O3", "--use_fast_math", "--expt-relaxed-constexpr", "-DNDEBUG"]

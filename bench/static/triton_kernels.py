@@ -158,16 +158,14 @@ def compile_fused_stages():
         records.append(_single_config_record(
             "column_terms", "fp32", compiled,
             f"{launch.TERMS_PADDING} columns, {'coef' if has_coef else 'bias'}"))
-    kernel = anchor_losses.anchor_losses_kernel
-    constexprs = {"SINGLE_SET": True, "BLOCK_M": anchor_losses.BLOCK_M,
-                  "BLOCK_D": anchor_losses.MAX_BLOCK_D}
-    pointers = {"q_ptr": "*bf16", "anchor_class_ptr": "*i64", "num_positives_ptr": "*i64",
-                "lse_ptr": "*fp64"}
-    signature = _stage_signature(kernel, constexprs, pointers, ("inv_t_hi", "inv_t_lo"))
-    compiled = _compile(kernel, signature, constexprs, [], 4, 1)
-    records.append(_single_config_record(
-        "anchor_losses", "bf16", compiled,
-        f"{anchor_losses.BLOCK_M} anchors x {anchor_losses.MAX_BLOCK_D} columns"))
+    tile = f"{anchor_losses.BLOCK_M} anchors x {anchor_losses.MAX_BLOCK_D} columns"
+    records.extend(_stage_records(
+        anchor_losses.anchor_losses_kernel, "anchor_losses", "bf16",
+        {"q_ptr": "*bf16", "anchor_class_ptr": "*i64", "num_positives_ptr": "*i64",
+         "lse_ptr": "*fp64", "mean_sums_ptr": "*fp64"}, ("inv_t_hi", "inv_t_lo"),
+        [({"SINGLE_SET": True, "MEAN": mean, "BLOCK_M": anchor_losses.BLOCK_M,
+           "BLOCK_D": anchor_losses.MAX_BLOCK_D}, tile + (", mean" if mean else ""))
+         for mean in (False, True)]))
     records.append(_compile_backward_assembly())
     records.append(_compile_row_preparation())
     records.extend(_compile_anchor_weights())
@@ -177,16 +175,22 @@ def compile_fused_stages():
 
 def _compile_lse_merge():
     """The log-sum-exp's float64 merge (kernels.lse_merge_kernel) in both forms."""
-    kernel = kernels.lse_merge_kernel
+    return _stage_records(
+        kernels.lse_merge_kernel, "lse_merge", "fp32", {"lse_ptr": "*fp64"},
+        ("fixed_shift", "log2e_hi", "log2e_lo"),
+        [({"FIXED_SHIFT": fixed_shift, "BLOCK": launch.MERGE_BLOCK},
+          f"{launch.MERGE_BLOCK} rows, {'fixed shift' if fixed_shift else 'running maxima'}")
+         for fixed_shift in (False, True)])
+
+
+def _stage_records(kernel, use, dtype, pointers, floats, forms):
+    """One record per (constexprs, description) form of a fused stage's kernel, compiled with 4
+    warps and one stage."""
     records = []
-    for fixed_shift in (False, True):
-        constexprs = {"FIXED_SHIFT": fixed_shift, "BLOCK": launch.MERGE_BLOCK}
-        signature = _stage_signature(kernel, constexprs, {"lse_ptr": "*fp64"},
-                                     ("fixed_shift", "log2e_hi", "log2e_lo"))
+    for constexprs, tile_text in forms:
+        signature = _stage_signature(kernel, constexprs, pointers, floats)
         compiled = _compile(kernel, signature, constexprs, [], 4, 1)
-        records.append(_single_config_record(
-            "lse_merge", "fp32", compiled,
-            f"{launch.MERGE_BLOCK} rows, {'fixed shift' if fixed_shift else 'running maxima'}"))
+        records.append(_single_config_record(use, dtype, compiled, tile_text))
     return records
 
 
@@ -209,22 +213,16 @@ def _compile_row_preparation():
 
 def _compile_anchor_weights():
     """The backward's per-anchor weights (anchor_weights.anchor_weights_kernel), bf16 rows, for
-    each schedule (the plain one also splits the log-sum-exp)."""
+    each schedule (the plain one also splits the log-sum-exp), for the mean's gradient."""
     from scl_kernels.backends.triton import anchor_weights
-    kernel = anchor_weights.anchor_weights_kernel
-    pointers = {"q_ptr": "*bf16", "lse_ptr": "*fp64", "positives_ptr": "*i64",
-                "class_ptr": "*i64"}
-    records = []
-    for symmetric in (True, False):
-        constexprs = {"SYMMETRIC": symmetric, "BLOCK_M": anchor_weights.BLOCK_M,
-                      "BLOCK_D": anchor_weights.MAX_BLOCK_D}
-        signature = _stage_signature(kernel, constexprs, pointers, ("inv_t_hi", "inv_t_lo"))
-        compiled = _compile(kernel, signature, constexprs, [], 4, 1)
-        records.append(_single_config_record(
-            "anchor_weights", "bf16", compiled,
-            f"{anchor_weights.BLOCK_M} anchors x {anchor_weights.MAX_BLOCK_D} columns, "
-            f"{'symmetric' if symmetric else 'plain'}"))
-    return records
+    tile = f"{anchor_weights.BLOCK_M} anchors x {anchor_weights.MAX_BLOCK_D} columns"
+    return _stage_records(
+        anchor_weights.anchor_weights_kernel, "anchor_weights", "bf16",
+        {"q_ptr": "*bf16", "lse_ptr": "*fp64", "positives_ptr": "*i64", "class_ptr": "*i64",
+         "counted_ptr": "*fp64"}, ("inv_t_hi", "inv_t_lo"),
+        [({"SYMMETRIC": symmetric, "MEAN": True, "BLOCK_M": anchor_weights.BLOCK_M,
+           "BLOCK_D": anchor_weights.MAX_BLOCK_D},
+          f"{tile}, {'symmetric' if symmetric else 'plain'}") for symmetric in (True, False)])
 
 
 def _compile_backward_assembly():

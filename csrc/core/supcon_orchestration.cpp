@@ -5,12 +5,14 @@
 #include "tile_math.h"
 
 #include <ATen/Context.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <c10/util/ParallelGuard.h>
 
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 namespace scl {
 namespace {
@@ -95,6 +97,15 @@ at::Tensor focal_anchor_losses(const TileKernels& kernels, const SupConProblem& 
   return at::where(p.num_positives > 0, mean, 0.0).to(p.compute_type);
 }
 
+// The temperature's gradient when autograd does not ask for it. A float's temperature is a
+// host tensor beside device rows, and its zeros launch nothing on the device: the named scope
+// says so to bench/launch_count.py, which sees every tensor on the CPU.
+at::Tensor zero_temperature_grad(const at::Tensor& t) {
+  if (!t.is_cpu()) return at::zeros_like(t);
+  RECORD_FUNCTION("scl::host_temperature_grad", std::vector<c10::IValue>());
+  return at::zeros_like(t);
+}
+
 // The backward's assembly by the backend's fused step (TileKernels::assemble_backward): one
 // call per output, from the anchors' positive weights w and the weighted class sums, and the
 // temperature's gradient from the rows' unit dots (half their sum: tile_kernels.h).
@@ -129,7 +140,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
     if (contrast.unit_dot.defined()) dots.add_(contrast.unit_dot.sum(0, false, at::kDouble));
     grad_t = dots.mul_(-0.5 * p.inv_t).to(t.scalar_type()).reshape(t.sizes()).to(t.device());
   } else {
-    grad_t = at::zeros_like(t);
+    grad_t = zero_temperature_grad(t);
   }
   return {features.grad,
           p.single_set ? at::empty({0, p.d}, args.features.options()) : contrast.grad, grad_t};
@@ -163,7 +174,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   raise_earlier_failures(/*wait=*/false);
   DeferredValueChecks value_checks;
   const bool check_values = !kernels.host_may_wait || kernels.host_may_wait(args.features);
-  const SupConProblem p =
+  SupConProblem p =
       prepare_problem(args, check_values ? &value_checks : nullptr, kernels.prepare_rows);
   const bool focal = is_focal(kernels, args);
   const TileInputs in = tile_inputs(p, choose_schedule(p, kernels, true));
@@ -173,11 +184,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   if (focal) {
     losses = focal_anchor_losses(kernels, p, in, lse, args.focal_gamma);
   } else if (kernels.anchor_losses && p.compute_type == at::kFloat) {
-    losses = kernels.anchor_losses({p.q, p.q_inv_norm, p.class_sums, p.anchor_class,
-                                    p.num_positives, lse, p.inv_t, p.single_set});
+    // The mean by the fused step adds by atomics: reproducible results take the ATen sum.
+    const bool fused_mean =
+        args.mean && p.m > 0 && !at::globalContext().deterministicAlgorithms();
+    AnchorLossOutputs out =
+        kernels.anchor_losses({p.q, p.q_inv_norm, p.class_sums, p.anchor_class,
+                               p.num_positives, lse, p.inv_t, p.single_set, fused_mean});
+    losses = std::move(out.loss);
+    p.anchors_with_positives = std::move(out.anchors_with_positives);
   } else {
     losses = anchor_losses(p, lse);
   }
+  if (args.mean && losses.dim() == 1) losses = mean_over_anchors_with_positives(p, losses);
   // Last, once all the work is queued (on the CPU the checks have already run).
   value_checks.finish_call();
   offer_prepared(p);
@@ -199,21 +217,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
                                           : prepare_problem(args, /*value_checks=*/nullptr,
                                                             kernels.prepare_rows);
   check_lse(p, lse);
-  check_grad_loss(p, grad_loss);
+  check_grad_loss(p, grad_loss, args.mean);
   const Schedule schedule = choose_schedule(p, kernels, false);
   const at::ScalarType kernel_type = kernels.compute_type(p.z.scalar_type());
   const TileInputs in = tile_inputs(p, schedule);
   const at::Tensor lse64 = lse.to(at::kDouble);
   const bool fused_assembly = !focal && kernels.assemble_backward && p.compute_type == at::kFloat;
   if (fused_assembly && kernels.anchor_weights && !at::globalContext().deterministicAlgorithms()) {
+    // The mean's gradient: divided on the device by the forward's count where it kept one.
+    const bool counted = args.mean && p.anchors_with_positives.defined();
     const AnchorWeights weights = kernels.anchor_weights(
-        {grad_loss, lse64, p.num_positives, p.q, p.q_inv_norm, p.anchor_class,
-         p.class_sums.size(0), p.inv_t, schedule});
+        {args.mean && !counted ? per_anchor_grad_of_mean(p, grad_loss) : grad_loss,
+         counted ? p.anchors_with_positives : at::Tensor(), lse64, p.num_positives, p.q,
+         p.q_inv_norm, p.anchor_class, p.class_sums.size(0), p.inv_t, schedule});
     const TileGrads tiles = kernels.grad(in, weights.coefficients);
     return assemble_backward(kernels, p, args, weights.weight, weights.weighted_sums, tiles,
                              schedule, temperature_grad);
   }
-  const at::Tensor g = effective_anchor_grads(p, grad_loss);
+  const at::Tensor g = effective_anchor_grads(
+      p, args.mean ? per_anchor_grad_of_mean(p, grad_loss) : grad_loss);
   // The focal loss (docs/MATH.md, "Focal contrastive loss"): one walk over the positive pairs
   // gives their part of the gradient and H_i = mean_p hterm_ip, which scales the softmax part.
   PositiveWalkOutputs walk;
@@ -244,13 +266,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   const at::Tensor& t = args.temperature;
   // Computed only when asked: a temperature on the host (a float's) would otherwise cost a read
   // of the device's result on every call.
-  at::Tensor grad_t = at::zeros_like(t);
+  at::Tensor grad_t;
   if (temperature_grad) {
     // dLoss/dt = -(1/t) sum_ij G_ij s_ij = -(1/t) sum_i q_i . dq_i over the anchor side; the
     // symmetric dz holds both sides, which counts every term twice.
     const at::Tensor anchor_dot = symmetric ? unit_dot(p, Rows::kContrast, dz) * 0.5
                                             : unit_dot(p, Rows::kAnchors, dq);
     grad_t = (anchor_dot * -p.inv_t).to(t.scalar_type()).reshape(t.sizes()).to(t.device());
+  } else {
+    grad_t = zero_temperature_grad(t);
   }
   if (p.single_set) {
     if (!symmetric) dz.narrow(0, p.anchor_offset, p.m).add_(dq);

@@ -31,19 +31,19 @@ struct FusedOpKernels {
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(
       const at::Tensor& features, const at::Tensor& labels, const std::optional<at::Tensor>& contrast,
       const std::optional<at::Tensor>& contrast_labels, const at::Tensor& temperature,
-      int64_t num_anchors, bool normalize, int64_t anchor_offset, double focal_gamma) {
+      int64_t num_anchors, bool normalize, int64_t anchor_offset, double focal_gamma, bool mean) {
     return supcon_forward(kKernels(), {features, labels, contrast, contrast_labels, temperature,
-                                       num_anchors, normalize, anchor_offset, focal_gamma});
+                                       num_anchors, normalize, anchor_offset, focal_gamma, mean});
   }
 
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
       const at::Tensor& grad_loss, const at::Tensor& features, const at::Tensor& labels,
       const std::optional<at::Tensor>& contrast, const std::optional<at::Tensor>& contrast_labels,
       const at::Tensor& temperature, int64_t num_anchors, bool normalize, const at::Tensor& lse,
-      int64_t anchor_offset, bool temperature_grad, double focal_gamma) {
+      int64_t anchor_offset, bool temperature_grad, double focal_gamma, bool mean) {
     return supcon_backward(kKernels(), grad_loss,
                            {features, labels, contrast, contrast_labels, temperature, num_anchors,
-                            normalize, anchor_offset, focal_gamma},
+                            normalize, anchor_offset, focal_gamma, mean},
                            lse, temperature_grad);
   }
 };

@@ -327,11 +327,24 @@ at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse) {
   return as_type(at::where(p.num_positives > 0, lse - mean_positive, 0.0), p.compute_type);
 }
 
-void check_grad_loss(const SupConProblem& p, const at::Tensor& grad_loss) {
-  TORCH_CHECK_VALUE(grad_loss.dim() == 1 && grad_loss.size(0) == p.m,
-                    "grad_loss must have shape [", p.m, "], got ", grad_loss.sizes());
+void check_grad_loss(const SupConProblem& p, const at::Tensor& grad_loss, bool mean) {
+  if (mean) {
+    TORCH_CHECK_VALUE(grad_loss.dim() == 0, "grad_loss of the mean must be 0-dim, got shape ",
+                      grad_loss.sizes());
+  } else {
+    TORCH_CHECK_VALUE(grad_loss.dim() == 1 && grad_loss.size(0) == p.m,
+                      "grad_loss must have shape [", p.m, "], got ", grad_loss.sizes());
+  }
   TORCH_CHECK_VALUE(grad_loss.device() == p.z.device(), "grad_loss is on ", grad_loss.device(),
                     " but features is on ", p.z.device());
+}
+
+at::Tensor mean_over_anchors_with_positives(const SupConProblem& p, const at::Tensor& losses) {
+  return losses.sum() / at::count_nonzero(p.num_positives).clamp_min_(1);
+}
+
+at::Tensor per_anchor_grad_of_mean(const SupConProblem& p, const at::Tensor& grad_loss) {
+  return (grad_loss / at::count_nonzero(p.num_positives).clamp_min_(1)).expand({p.m});
 }
 
 at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad_loss) {

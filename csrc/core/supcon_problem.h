@@ -27,6 +27,9 @@ struct SupConArgs {
   bool normalize;
   int64_t anchor_offset;
   double focal_gamma;  // 0: SupCon; > 0: the focal contrastive loss
+  // The loss is the mean of l_i over the anchors with positives (0-dim), the caller's "mean"
+  // reduction inside the op; backward then takes its 0-dim gradient.
+  bool mean;
 };
 
 using tile_math::kNormEps;
@@ -51,6 +54,9 @@ struct SupConProblem {
   at::Tensor class_sums;             // [classes, d] sums of unit contrast rows per class id (off
                                      // the CPU, one row per label: prepare_problem)
   at::Tensor num_positives;          // [m] int64, |P(i)|
+  // 0-dim float64 on the device: the number of anchors with |P(i)| > 0, where a forward's fused
+  // finish counted it (TileKernels::anchor_losses with mean) for its backward; else undefined.
+  at::Tensor anchors_with_positives;
 
   int64_t self_offset() const { return single_set ? anchor_offset : -1; }
 
@@ -77,8 +83,15 @@ SupConProblem prepare_problem(
 // Per-anchor loss l_i from the float64 log-sum-exp: in the loss dtype, 0 without positives.
 at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse);
 
-// ValueError unless grad_loss is [m] on the problem's device.
-void check_grad_loss(const SupConProblem& p, const at::Tensor& grad_loss);
+// ValueError unless grad_loss is [m] (0-dim for the mean) on the problem's device.
+void check_grad_loss(const SupConProblem& p, const at::Tensor& grad_loss, bool mean);
+
+// The mean of the per-anchor losses over the anchors with positives (0-dim; 0 where none has).
+at::Tensor mean_over_anchors_with_positives(const SupConProblem& p, const at::Tensor& losses);
+
+// The mean's 0-dim gradient as the per-anchor losses' gradient: grad / (anchors with positives),
+// expanded to [m].
+at::Tensor per_anchor_grad_of_mean(const SupConProblem& p, const at::Tensor& grad_loss);
 
 // g_i in the compute dtype, 0 for anchors that carry no loss (whatever the upstream gradient).
 at::Tensor effective_anchor_grads(const SupConProblem& p, const at::Tensor& grad_loss);

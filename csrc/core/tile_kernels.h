@@ -79,6 +79,9 @@ struct PositiveWalkOutputs {
 //   l_i = lse_i - (1 / (t |P(i)|)) u_i . (C_{y_i} - [single set] u_i),   0 where |P(i)| = 0,
 // with u_i = q_i * q_inv_norm_i the unit row and C the class sums of unit contrast rows (one row
 // per class id), for float32 compute: the dot product accumulates in float32, the rest in float64.
+// With `mean` (m > 0, reproducible results not asked for: the sums add by atomics) the step
+// also reduces: the loss is the mean of l_i over the anchors with |P(i)| > 0 (0 where none has),
+// the caller's "mean" reduction, and their number comes back for the backward.
 struct AnchorLossInputs {
   at::Tensor q;              // [m, d] the caller's anchor rows
   at::Tensor q_inv_norm;     // [m] compute dtype
@@ -88,6 +91,12 @@ struct AnchorLossInputs {
   at::Tensor lse;            // [m] float64
   double inv_t;
   bool single_set;           // the anchor's own row is in its class sum: take it out
+  bool mean;
+};
+
+struct AnchorLossOutputs {
+  at::Tensor loss;                    // [m], or 0-dim with mean; the class sums' dtype
+  at::Tensor anchors_with_positives;  // with mean: 0-dim float64 on the device; else undefined
 };
 
 // The backward's assembly for one output's rows (docs/MATH.md, "Backward"): from the tiles'
@@ -125,12 +134,15 @@ struct BackwardAssembly {
 
 // The backward's per-anchor weights in one fused step (docs/MATH.md, "Backward"): per anchor a,
 //   g_a = |P(a)| > 0 ? grad_loss_a : 0,   weight_a = w_a = g_a / |P(a)|   (0 without positives)
+// (for the mean's gradient, grad_loss_a = grad_loss / anchors_with_positives, read on the device)
 //   coefficients: GradCoefficients of g for the schedule (lse split into hi + lo for kPlain)
 //   weighted_sums = [classes, d], row c the sum of w_a u_a over the anchors of class c
 //                   (u_a = q_a * q_inv_norm_a)
 // in float32, the coefficients' arithmetic in float64 as the core's grad_coefficients does it.
 struct AnchorWeightInputs {
-  at::Tensor grad_loss;      // [m] the upstream gradient of the per-anchor losses
+  at::Tensor grad_loss;      // [m] the upstream gradient of the per-anchor losses, or 0-dim: of
+                             // their mean, with anchors_with_positives
+  at::Tensor anchors_with_positives;  // 0-dim float64 (AnchorLossOutputs), or undefined
   at::Tensor lse;            // [m] float64
   at::Tensor num_positives;  // [m] int64
   at::Tensor q;              // [m, d] the caller's anchor rows, contiguous
@@ -192,9 +204,10 @@ struct TileKernels {
   // The focal loss's positive walk (empty: this backend has no focal loss, and focal_gamma != 0
   // is refused).
   std::function<PositiveWalkOutputs(const TileInputs&, const PositiveWalkInputs&)> positive_walk;
-  // The per-anchor losses in one fused step, for float32 compute (empty, or float64 inputs: the
-  // core's ATen steps, anchor_losses in supcon_problem.h, a dozen launches on a GPU).
-  std::function<at::Tensor(const AnchorLossInputs&)> anchor_losses;
+  // The per-anchor losses in one fused step, for float32 compute, and their mean where asked
+  // (empty, or float64 inputs: the core's ATen steps, anchor_losses in supcon_problem.h, a dozen
+  // launches on a GPU, and four more for the mean).
+  std::function<AnchorLossOutputs(const AnchorLossInputs&)> anchor_losses;
   // The backward's assembly in one fused step per output, for float32 compute and the
   // non-focal loss (empty: the core's ATen steps, add_positive_grads, unit_dot and
   // normalize_backward in supcon_problem.h, three dozen launches on a GPU).

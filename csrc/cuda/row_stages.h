@@ -225,7 +225,10 @@ struct AnchorLosses {
   const double* lse;
   double inv_t;
   bool single_set;
-  float* loss;                 // [count]
+  float* loss;                 // [count], or with mean_sums the mean (one value)
+  // The mean's accumulators, float64 zeroed: the losses' sum, the anchors with positives, the
+  // programs done (anchor_mean); null: per-anchor losses.
+  double* mean_sums;
 };
 
 // The lane's share of u_i . (C_{y_i} - [single set] u_i).
@@ -240,11 +243,19 @@ SCL_HOST_DEVICE Partial anchor_loss_partial(const AnchorLosses& a, int64_t i, La
   return p;
 }
 
-SCL_HOST_DEVICE void anchor_loss_finish(const AnchorLosses& a, int64_t i, Lane lane, Partial row) {
-  if (!lane.leader()) return;
+// l_i in float64 from the row's total of anchor_loss_partial.
+SCL_HOST_DEVICE double anchor_loss_value(const AnchorLosses& a, int64_t i, Partial row) {
   const int64_t positives = a.num_positives[i];
-  a.loss[i] = positives > 0 ? float(a.lse[i] - double(row.first) * a.inv_t / double(positives))
-                            : 0.0f;
+  return positives > 0 ? a.lse[i] - double(row.first) * a.inv_t / double(positives) : 0.0;
+}
+
+SCL_HOST_DEVICE void anchor_loss_finish(const AnchorLosses& a, int64_t i, Lane lane, Partial row) {
+  if (lane.leader()) a.loss[i] = float(anchor_loss_value(a, i, row));
+}
+
+// The mean once every row's loss is in mean_sums (the last program's step).
+SCL_HOST_DEVICE float anchor_mean_of(const double* mean_sums) {
+  return float(mean_sums[0] / fmax(mean_sums[1], 1.0));
 }
 
 // ---- anchor_weights ----------------------------------------------------------------------------
@@ -252,6 +263,8 @@ SCL_HOST_DEVICE void anchor_loss_finish(const AnchorLosses& a, int64_t i, Lane l
 struct AnchorWeightTerms {
   const float* grad_loss;
   int64_t grad_stride;  // 0 for a mean's gradient, one value expanded
+  // The forward's count of anchors with positives that divides a mean's gradient; null: none.
+  const double* anchors_with_positives;
   const double* lse;
   const int64_t* num_positives;
   Rows q;
@@ -272,7 +285,11 @@ SCL_HOST_DEVICE Partial anchor_weight_partial(const AnchorWeightTerms&, int64_t,
 
 SCL_HOST_DEVICE void anchor_weight_finish(const AnchorWeightTerms& a, int64_t i, Lane lane, Partial) {
   const int64_t positives = a.num_positives[i];
-  const float g = positives > 0 ? a.grad_loss[i * a.grad_stride] : 0.0f;
+  float g = positives > 0 ? a.grad_loss[i * a.grad_stride] : 0.0f;
+  // As autograd divided the mean's gradient: in float32.
+  if (a.anchors_with_positives != nullptr) {
+    g = divide_rn(g, float(fmax(*a.anchors_with_positives, 1.0)));
+  }
   const float w = divide_rn(g, float(positives > 1 ? positives : 1));
   if (lane.leader()) {
     a.weight[i] = w;
@@ -508,6 +525,8 @@ using AssemblyStage = WarpStage<BackwardAssemblyTerms, assemble_row_partial, ass
 // synchronises with the host.
 
 void prepare_rows(const RowPreparation& a, const Device& device);
+// Per-anchor losses, or with a.mean_sums their mean: a warp's rows' sums per block, added by
+// one atomic each, the last block to finish storing the mean.
 void anchor_losses(const AnchorLosses& a, const Device& device);
 void anchor_weights(const AnchorWeightTerms& a, const Device& device);
 void assemble_backward(const BackwardAssemblyTerms& a, const Device& device);

@@ -256,28 +256,32 @@ PreparedRows prepare_rows(const RowPreparationInputs& in) {
   return out;
 }
 
-at::Tensor anchor_losses(const AnchorLossInputs& in) {
+AnchorLossOutputs anchor_losses(const AnchorLossInputs& in) {
   const DeviceGuard guard(in.q.device());
   const at::Tensor q = in.q.contiguous(), q_inv_norm = in.q_inv_norm.contiguous();
   const at::Tensor class_sums = in.class_sums.contiguous();
   const at::Tensor anchor_class = in.anchor_class.contiguous();
   const at::Tensor num_positives = in.num_positives.contiguous(), lse = in.lse.contiguous();
-  at::Tensor loss = at::empty({q.size(0)}, q.options().dtype(at::kFloat));
+  const auto fp32 = q.options().dtype(at::kFloat);
+  at::Tensor loss = in.mean ? at::empty({}, fp32) : at::empty({q.size(0)}, fp32);
+  // The mean's accumulators (row_stages.h): the count of anchors with positives is the second.
+  const at::Tensor mean_sums = in.mean ? at::zeros({3}, fp32.dtype(at::kDouble)) : at::Tensor();
   row_stages::anchor_losses(
       {rows_of(q), q.size(0), q.size(1), q_inv_norm.data_ptr<float>(),
        class_sums.data_ptr<float>(), anchor_class.data_ptr<int64_t>(),
        num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), in.inv_t, in.single_set,
-       loss.data_ptr<float>()},
+       loss.data_ptr<float>(), in.mean ? mean_sums.data_ptr<double>() : nullptr},
       current_device(q));
   check_launch();
-  return loss;
+  return {loss, in.mean ? mean_sums.select(0, 1) : at::Tensor()};
 }
 
 AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
   const DeviceGuard guard(in.q.device());
   const at::Tensor q = in.q.contiguous(), q_inv_norm = in.q_inv_norm.contiguous();
-  // As it comes: the gradient of a mean is one value expanded (stride 0).
+  // As it comes: the gradient of a mean is one value (0-dim, or expanded with stride 0).
   const at::Tensor grad_loss = in.grad_loss.to(at::kFloat);
+  const at::Tensor& counted = in.anchors_with_positives;
   const at::Tensor lse = in.lse.contiguous(), num_positives = in.num_positives.contiguous();
   const at::Tensor anchor_class = in.anchor_class.contiguous();
   const int64_t m = q.size(0), d = q.size(1);
@@ -290,7 +294,8 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
     out.coefficients.lse_lo = at::empty({m}, fp32);
   }
   row_stages::anchor_weights(
-      {grad_loss.data_ptr<float>(), grad_loss.stride(0), lse.data_ptr<double>(),
+      {grad_loss.data_ptr<float>(), grad_loss.dim() == 0 ? 0 : grad_loss.stride(0),
+       counted.defined() ? counted.data_ptr<double>() : nullptr, lse.data_ptr<double>(),
        num_positives.data_ptr<int64_t>(), rows_of(q), m, d, q_inv_norm.data_ptr<float>(),
        anchor_class.data_ptr<int64_t>(), in.inv_t, symmetric, out.weight.data_ptr<float>(),
        out.weighted_sums.data_ptr<float>(), out.coefficients.coef.data_ptr<float>(),

@@ -37,7 +37,21 @@ void prepare_rows(const RowPreparation& a, const Device&) {
 }
 
 void anchor_losses(const AnchorLosses& a, const Device&) {
-  run_warps<AnchorLossesStage>("cuda_kernel::row_stages.anchor_losses", a, a.count);
+  if (a.mean_sums == nullptr) {
+    run_warps<AnchorLossesStage>("cuda_kernel::row_stages.anchor_losses", a, a.count);
+    return;
+  }
+  // The mean's kernel: one block's rows in turn, then the last block's division (the device
+  // adds blocks' sums in whatever order they finish).
+  RECORD_FUNCTION("cuda_kernel::row_stages.anchor_mean", std::vector<c10::IValue>());
+  for (int64_t r = 0; r < a.count; ++r) {
+    Partial total;
+    for (int lane = 0; lane < kLanes; ++lane) total = total + anchor_loss_partial(a, r, {lane, kLanes});
+    a.mean_sums[0] += anchor_loss_value(a, r, total);
+    a.mean_sums[1] += a.num_positives[r] > 0 ? 1.0 : 0.0;
+  }
+  a.mean_sums[2] = 1.0;
+  *a.loss = anchor_mean_of(a.mean_sums);
 }
 
 void anchor_weights(const AnchorWeightTerms& a, const Device&) {

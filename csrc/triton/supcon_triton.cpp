@@ -71,16 +71,19 @@ PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs
   return {loss_sum, hterm_sum, dq, dz};
 }
 
-at::Tensor anchor_losses(const AnchorLossInputs& in) {
+AnchorLossOutputs anchor_losses(const AnchorLossInputs& in) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("scl::supcon_triton_anchor_losses", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-                            bool)>();
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, const at::Tensor&, double, bool, bool)>();
   require_tile_kernel("scl::supcon_triton_anchor_losses", in.q);
-  return op.call(in.q, in.q_inv_norm, in.class_sums, in.anchor_class, in.num_positives, in.lse,
-                 in.inv_t, in.single_set);
+  auto [loss, anchors_with_positives] =
+      op.call(in.q, in.q_inv_norm, in.class_sums, in.anchor_class, in.num_positives, in.lse,
+              in.inv_t, in.single_set, in.mean);
+  // The schema has no optional tensors: the count comes back empty without the mean.
+  return {loss, in.mean ? anchors_with_positives : at::Tensor()};
 }
 
 BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
@@ -124,12 +127,15 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
           .findSchemaOrThrow("scl::supcon_triton_anchor_weights", "")
           .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              const at::Tensor&, const at::Tensor&, int64_t, double, bool)>();
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, double, bool)>();
   require_tile_kernel("scl::supcon_triton_anchor_weights", in.q);
   const bool symmetric = in.schedule == Schedule::kSymmetric;
+  const at::Tensor counted = in.anchors_with_positives.defined()
+                                 ? in.anchors_with_positives
+                                 : at::empty({0}, in.lse.options());
   auto [weight, weighted_sums, coef, lse_hi, lse_lo] =
-      op.call(in.grad_loss, in.lse, in.num_positives, in.q, in.q_inv_norm, in.anchor_class,
-              in.classes, in.inv_t, symmetric);
+      op.call(in.grad_loss, counted, in.lse, in.num_positives, in.q, in.q_inv_norm,
+              in.anchor_class, in.classes, in.inv_t, symmetric);
   return {weight, weighted_sums,
           {coef, symmetric ? at::Tensor() : lse_hi, symmetric ? at::Tensor() : lse_lo}};
 }

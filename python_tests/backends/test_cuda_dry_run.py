@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from support.layouts import LAYOUTS, make_layout, num_anchor_rows, op_args
+from support.op_mean import check_op_mean
 from support.reference64 import check_op_against_reference
 
 from bench.launch_count import cuda_dry_run_built
@@ -75,6 +76,16 @@ def test_anchor_offset(n, num_anchors, offset, temperature, randn, randint, gen)
             torch.tensor(temperature, dtype=torch.float64), num_anchors, True)
     res = check(args, gen, anchor_offset=offset)
     assert res.outputs[0].shape == (num_anchors,)
+
+
+# mean=True: the per-anchor losses' stage reduces them itself (one block sum and ticket per
+# block on the device) and the backward's weights divide by its count.
+@pytest.mark.parametrize("layout", ["single_all", "multiview_one", "cross_labels"])
+@pytest.mark.parametrize("n,dtype", [(70, torch.bfloat16), (300, torch.float32)], ids=str)
+def test_mean(layout, n, dtype, randn, randint):
+    kw = make_layout(layout, randn, randint, dtype=dtype, n=n, d=37, classes=n // 4)
+    check_op_mean(torch.ops.scl.supcon_cuda_dry_run, torch.ops.scl.supcon_cuda_dry_run_backward,
+                  op_args(kw))
 
 
 def test_deterministic_mode_takes_the_core_steps(randn, randint, gen):

@@ -9,6 +9,7 @@ import torch
 
 import scl_kernels
 from support.layouts import LAYOUTS, make_layout, num_anchor_rows, op_args
+from support.op_mean import check_op_mean
 from support.reference64 import check_op_against_reference, poison_free_memory
 
 FLOATS = [torch.float32, torch.float64]
@@ -115,13 +116,15 @@ def test_op_schemas(op_backend):
 
 
 def test_op_schemas_trailing_defaults(op_backend):
-    """anchor_offset=0 and focal_gamma=0.0 end the forward; the backward has
-    temperature_grad=True between them."""
+    """anchor_offset=0, focal_gamma=0.0 and mean=False end the forward; the backward has
+    temperature_grad=True between the first two."""
     for op, trailing in ((op_backend.forward_op, [("anchor_offset", "int", 0),
-                                                  ("focal_gamma", "float", 0.0)]),
+                                                  ("focal_gamma", "float", 0.0),
+                                                  ("mean", "bool", False)]),
                          (op_backend.backward_op, [("anchor_offset", "int", 0),
                                                    ("temperature_grad", "bool", True),
-                                                   ("focal_gamma", "float", 0.0)])):
+                                                   ("focal_gamma", "float", 0.0),
+                                                   ("mean", "bool", False)])):
         schema = op.default._schema
         found = [(a.name, str(a.type), a.default_value) for a in schema.arguments[-len(trailing):]]
         assert found == trailing, f"{schema}"
@@ -145,6 +148,45 @@ def test_backward_op_skips_the_temperature_gradient_when_not_asked(op_backend, r
     torch.testing.assert_close(skipped[0], asked[0], rtol=0, atol=0)
 
 
+# ------------------------------------------------------------------------------------------
+# mean=True: the caller's "mean" reduction inside the op (0-dim loss, 0-dim gradient)
+# ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("temperature", [0.02, 0.1])  # 0.02: the plain schedule in single set
+def test_op_mean_is_the_mean_over_anchors_with_positives(op_backend, layout, temperature, randn,
+                                                        randint):
+    kw = make_layout(layout, randn, randint, n=40, d=9, classes=12)  # some anchors alone
+    check_op_mean(op_backend.forward_op, op_backend.backward_op,
+                  op_backend.put(op_args(kw, temperature)))
+
+
+def test_op_mean_without_positives_is_zero(op_backend, randn):
+    args = op_backend.put((randn(20, 6), torch.arange(20), None, None, torch.tensor(0.1), 20, True))
+    assert check_op_mean(op_backend.forward_op, op_backend.backward_op, args).item() == 0
+    grads = op_backend.backward_op(op_backend.put(torch.tensor(1.0)), *args,
+                                   op_backend.forward_op(*args)[1], mean=True)
+    assert not grads[0].any()
+
+
+def test_op_mean_with_anchor_offset(op_backend, randn, randint):
+    args = op_backend.put((randn(45, 7), randint(0, 4, (45,)), None, None, torch.tensor(0.1), 13,
+                           True))
+    per_anchor, lse, num_positives = op_backend.forward_op(*args, anchor_offset=17)
+    mean = op_backend.forward_op(*args, anchor_offset=17, mean=True)[0]
+    want = per_anchor.double().sum() / max(int(torch.count_nonzero(num_positives)), 1)
+    torch.testing.assert_close(mean.double(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mean,shape", [(True, (11,)), (False, ())])
+def test_backward_op_rejects_a_grad_of_the_other_reduction(op_backend, mean, shape, randn, randint):
+    args = op_backend.put((randn(11, 5), randint(0, 3, (11,)), None, None, torch.tensor(0.2), 11,
+                           True))
+    lse = op_backend.forward_op(*args)[1]
+    with pytest.raises(ValueError, match="grad_loss"):
+        op_backend.backward_op(op_backend.put(torch.ones(shape)), *args, lse, mean=mean)
+
+
 @pytest.mark.quick
 def test_fake_matches_real(op_backend, randn, randint):
     """The registered fake kernels give the real kernels' shapes and dtypes."""
@@ -165,6 +207,13 @@ def test_fake_matches_real_with_anchor_offset(op_backend, randn, randint):
 
     args = op_backend.put((randn(9, 3), randint(0, 3, (9,)), None, None, torch.tensor(0.1), 4, True))
     _assert_fake_matches_real(op_backend, args, {"anchor_offset": 3}, FakeTensorMode)
+
+
+def test_fake_matches_real_with_mean(op_backend, randn, randint):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    args = op_backend.put((randn(9, 3), randint(0, 3, (9,)), None, None, torch.tensor(0.1), 9, True))
+    _assert_fake_matches_real(op_backend, args, {"mean": True}, FakeTensorMode)
 
 
 def _assert_fake_matches_real(op_backend, args, kwargs, FakeTensorMode):

@@ -162,11 +162,13 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
         assert r["loop_hgmma"] and r["tma"], r
     # One configuration each: hard-pair mining per dtype, the launchers' column terms (two forms),
-    # the forward's per-anchor losses, the backward's assembly, the preparation, the backward's
-    # per-anchor weights (one per schedule) and the log-sum-exp's merge (one per form).
+    # the forward's per-anchor losses (with and without their mean), the backward's assembly,
+    # the preparation, the backward's per-anchor weights (one per schedule) and the
+    # log-sum-exp's merge (one per form).
     single = report["single_config"]
-    assert sorted(r["use"] for r in single) == ["anchor_losses", "anchor_weights",
-                                                "anchor_weights", "backward_assembly",
+    assert sorted(r["use"] for r in single) == ["anchor_losses", "anchor_losses",
+                                                "anchor_weights", "anchor_weights",
+                                                "backward_assembly",
                                                 "column_terms", "column_terms", "hard_pairs",
                                                 "hard_pairs", "lse_merge", "lse_merge",
                                                 "row_preparation"]
@@ -184,7 +186,7 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
     kernels = report["cuda"]
     assert sum(r["kernel"].startswith("sm80") for r in kernels) == 30
     assert sum(r["kernel"].startswith("sm90") for r in kernels) == 22
-    # The fused O(N*D) stages (row_stages.cu): six kernels for each architecture.
+    # The fused O(N*D) stages (row_stages.cu): seven kernels for each architecture.
     stages = sorted(r["kernel"] for r in kernels if r["kernel"].startswith("row_stages"))
     assert stages == sorted([f"row_stages {s}" for s in cuda_static.ROW_STAGES.values()] * 2)
     assert {r["kernel"] for r in kernels if "kGradTriangle" in r["kernel"]} == {

@@ -100,15 +100,25 @@ class Backend:
         return self.focal or focal_gamma == 0
 
     def run(self, features, labels, contrast, contrast_labels, temperature, num_anchors,
-            normalize, anchor_offset=0, focal_gamma=0.0):
-        """(per-anchor loss, |P(i)|) with the op's argument conventions."""
+            normalize, anchor_offset=0, focal_gamma=0.0, mean=False):
+        """(per-anchor loss, |P(i)|) with the op's argument conventions; with ``mean`` the loss
+        is their mean over the anchors with positives (0-dim), taken inside the fused ops."""
         if self.op_name is None:
-            return _run_reference(features, labels, contrast, contrast_labels, temperature,
-                                  num_anchors, normalize, anchor_offset, focal_gamma)
+            loss, num_positives = _run_reference(features, labels, contrast, contrast_labels,
+                                                 temperature, num_anchors, normalize,
+                                                 anchor_offset, focal_gamma)
+            return (mean_over_anchors_with_positives(loss, num_positives) if mean else loss,
+                    num_positives)
         loss, _lse, num_positives = self.forward_op(features, labels, contrast, contrast_labels,
                                                     temperature, num_anchors, normalize,
-                                                    anchor_offset, focal_gamma)
+                                                    anchor_offset, focal_gamma, mean)
         return loss, num_positives
+
+
+def mean_over_anchors_with_positives(per_anchor, num_positives):
+    """The "mean" reduction: over the anchors that have a positive (0 where none has), as the
+    fused ops take it with ``mean=True`` (csrc/core/supcon_problem.h)."""
+    return per_anchor.sum() / torch.count_nonzero(num_positives).clamp_min_(1)
 
 
 def _check_reference_values(features, contrast, temperature):

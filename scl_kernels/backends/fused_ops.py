@@ -28,17 +28,17 @@ def _check_devices(features, labels, contrast, contrast_labels, temperature):
 
 
 def _fake_forward(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-                  anchor_offset=0, focal_gamma=0.0):
+                  anchor_offset=0, focal_gamma=0.0, mean=False):
     _check_devices(features, labels, contrast, contrast_labels, temperature)
     m = num_anchors if contrast is None else features.shape[0]
-    return (features.new_empty((m,), dtype=loss_dtype(features.dtype)),
+    return (features.new_empty(() if mean else (m,), dtype=loss_dtype(features.dtype)),
             features.new_empty((m,), dtype=torch.float64),
             features.new_empty((m,), dtype=torch.int64))
 
 
 def _fake_backward(grad_loss, features, labels, contrast, contrast_labels, temperature,
                    num_anchors, normalize, lse, anchor_offset=0, temperature_grad=True,
-                   focal_gamma=0.0):
+                   focal_gamma=0.0, mean=False):
     _check_devices(features, labels, contrast, contrast_labels, temperature)
     grad_contrast = (features.new_empty((0, features.shape[1])) if contrast is None
                      else torch.empty_like(contrast))

@@ -2,7 +2,10 @@
 scl::supcon_triton_anchor_losses): per anchor, l_i = lse_i - u_i . (C_{y_i} - [self] u_i) / (t
 |P(i)|), 0 without positives (docs/MATH.md, "Forward"). On a GPU the core's ATen form of the same
 step is a dozen launches (a gather of class-sum rows, a subtraction, a product, a row sum, the
-float64 arithmetic); here it is one.
+float64 arithmetic); here it is one. With mean (the caller's "mean" reduction inside the op) the
+same kernel also reduces: each program adds its anchors' loss and count of anchors with positives
+into a zeroed float64 buffer and takes a ticket; the last program to finish divides, so the mean
+costs no launch of its own beyond the buffer's zeroing (docs/MATH.md, "The mean").
 """
 import torch
 import triton
@@ -16,13 +19,15 @@ MAX_BLOCK_D = 64
 
 @triton.jit
 def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr,
-                         num_positives_ptr, lse_ptr, out_ptr, M, D, q_stride, sums_stride,
-                         inv_t_hi, inv_t_lo, SINGLE_SET: tl.constexpr, BLOCK_M: tl.constexpr,
-                         BLOCK_D: tl.constexpr):
+                         num_positives_ptr, lse_ptr, out_ptr, mean_sums_ptr, M, D, q_stride,
+                         sums_stride, inv_t_hi, inv_t_lo, SINGLE_SET: tl.constexpr,
+                         MEAN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per BLOCK_M anchors: the dot product u_i . (C_{y_i} - [self] u_i) in the
     dtype of the class sums (the core's compute dtype), over D in BLOCK_D steps; then the mean
-    over positives and the difference from lse in float64, stored in the class sums' dtype.
-    1/t arrives as a float32 (hi, lo) pair, since Triton passes a Python float as float32."""
+    over positives and the difference from lse in float64, stored in the class sums' dtype, or,
+    with MEAN, added to mean_sums = [loss sum, anchors with positives, programs done] (float64,
+    zeroed), the last program storing the mean. 1/t arrives as a float32 (hi, lo) pair, since
+    Triton passes a Python float as float32."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     valid = rows < M
     classes = tl.load(anchor_class_ptr + rows, mask=valid, other=0)
@@ -44,18 +49,36 @@ def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr
     # Each float32 half widens exactly to float64 beside a float64 operand.
     mean_positive = (dot * inv_t_hi + dot * inv_t_lo) / tl.maximum(positives, 1).to(tl.float64)
     loss = tl.where(positives > 0, lse - mean_positive, 0.0)
-    tl.store(out_ptr + rows, loss.to(out_ptr.dtype.element_ty), mask=valid)
+    if MEAN:
+        # acq_rel atomics: the ticket's release orders this program's two adds before it, and
+        # the last ticket's acquire sees every program's.
+        tl.atomic_add(mean_sums_ptr, tl.sum(loss))
+        tl.atomic_add(mean_sums_ptr + 1, tl.sum((positives > 0).to(tl.float64)))
+        done = tl.atomic_add(mean_sums_ptr + 2, 1.0) + 1.0
+        if done == tl.num_programs(0):
+            total = tl.atomic_add(mean_sums_ptr, 0.0)
+            counted = tl.atomic_add(mean_sums_ptr + 1, 0.0)
+            tl.store(out_ptr, (total / tl.maximum(counted, 1.0)).to(out_ptr.dtype.element_ty))
+    else:
+        tl.store(out_ptr + rows, loss.to(out_ptr.dtype.element_ty), mask=valid)
 
 
 def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, inv_t,
-                  single_set):
-    """[m] per-anchor losses in class_sums' dtype (the op's schema: csrc/scl_ops.cpp)."""
+                  single_set, mean):
+    """([m] per-anchor losses in class_sums' dtype, empty), or with mean (their 0-dim mean over
+    the anchors with positives, 0-dim float64 number of those anchors); the op's schema:
+    csrc/scl_ops.cpp."""
     m, d = q.shape
     q = q.contiguous()
-    out = torch.empty(m, dtype=class_sums.dtype, device=q.device)
+    lse = lse.contiguous()
+    out = torch.empty(() if mean else m, dtype=class_sums.dtype, device=q.device)
+    # Without mean the kernel never touches mean_sums: lse stands in for its pointer.
+    mean_sums = torch.zeros(3, dtype=torch.float64, device=q.device) if mean else lse
+    if mean and m == 0:  # no program would store the mean
+        return out.zero_(), mean_sums[1]
     anchor_losses_kernel[(triton.cdiv(m, BLOCK_M),)](
         q, q_inv_norm.contiguous(), class_sums.contiguous(), anchor_class.contiguous(),
-        num_positives.contiguous(), lse.contiguous(), out, m, d, q.stride(0),
-        class_sums.stride(0), *float32_pair(inv_t), SINGLE_SET=single_set, BLOCK_M=BLOCK_M,
-        BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
-    return out
+        num_positives.contiguous(), lse, out, mean_sums, m, d, q.stride(0),
+        class_sums.stride(0), *float32_pair(inv_t), SINGLE_SET=single_set, MEAN=mean,
+        BLOCK_M=BLOCK_M, BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
+    return (out, mean_sums[1]) if mean else (out, lse.new_empty(0))

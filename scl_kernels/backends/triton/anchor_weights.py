@@ -18,17 +18,21 @@ MAX_BLOCK_D = 64
 
 
 @triton.jit
-def anchor_weights_kernel(grad_ptr, lse_ptr, positives_ptr, q_ptr, q_inv_norm_ptr, class_ptr,
-                          weighted_ptr, weight_ptr, coef_ptr, lse_hi_ptr, lse_lo_ptr, M, D,
-                          grad_stride, inv_t_hi, inv_t_lo, SYMMETRIC: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+def anchor_weights_kernel(grad_ptr, counted_ptr, lse_ptr, positives_ptr, q_ptr, q_inv_norm_ptr,
+                          class_ptr, weighted_ptr, weight_ptr, coef_ptr, lse_hi_ptr, lse_lo_ptr,
+                          M, D, grad_stride, inv_t_hi, inv_t_lo, SYMMETRIC: tl.constexpr,
+                          MEAN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per BLOCK_M anchors: the scalars in float64 where the core takes them so
     (1/t arrives as a float32 hi + lo pair, since Triton passes a Python float as float32), then
-    one pass over D adding w_a u_a to its class's row by atomics."""
+    one pass over D adding w_a u_a to its class's row by atomics. With MEAN, grad is the mean's
+    and counted the number of anchors with positives (the forward's): each anchor's share is
+    grad / counted, divided in float32 as autograd's division of the mean did."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     valid = rows < M
     positives = tl.load(positives_ptr + rows, mask=valid, other=0)
     g = tl.load(grad_ptr + rows * grad_stride, mask=valid, other=0.0).to(tl.float32)
+    if MEAN:
+        g = g / tl.maximum(tl.load(counted_ptr), 1.0).to(tl.float32)
     g = tl.where(positives > 0, g, 0.0)
     weight = g / tl.maximum(positives, 1).to(tl.float32)
     tl.store(weight_ptr + rows, weight, mask=valid)
@@ -56,23 +60,27 @@ def anchor_weights_kernel(grad_ptr, lse_ptr, positives_ptr, q_ptr, q_inv_norm_pt
                         BLOCK_D)
 
 
-def anchor_weights(grad_loss, lse, num_positives, q, q_inv_norm, anchor_class, classes, inv_t,
-                   symmetric):
+def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_inv_norm,
+                   anchor_class, classes, inv_t, symmetric):
     """(weight [m], weighted_sums [classes, d], coef [m], lse_hi, lse_lo), all float32 (the lse
-    parts empty for the symmetric schedule); the op's schema: csrc/scl_ops.cpp."""
+    parts empty for the symmetric schedule); anchors_with_positives empty, or the 0-dim count
+    that divides a 0-dim grad_loss (the mean's); the op's schema: csrc/scl_ops.cpp."""
+    mean = anchors_with_positives.numel() == 1
     m, d = q.shape
     q = q.contiguous()
     weight, coef = (torch.empty(m, dtype=torch.float32, device=q.device) for _ in range(2))
     weighted_sums = torch.zeros(classes, d, dtype=torch.float32, device=q.device)
     parts = 0 if symmetric else m
     lse_hi, lse_lo = (torch.empty(parts, dtype=torch.float32, device=q.device) for _ in range(2))
-    # grad_loss as it comes: the gradient of a mean is one value expanded (stride 0). The
-    # symmetric schedule's lse parts get placeholder pointers: SYMMETRIC keeps the kernel off
-    # them.
+    # grad_loss as it comes: one value (0-dim, or expanded with stride 0) for a mean's gradient.
+    # Placeholder pointers where a constexpr keeps the kernel off them: the symmetric
+    # schedule's lse parts, the count without MEAN.
+    lse = lse.double().contiguous()
     anchor_weights_kernel[(triton.cdiv(m, BLOCK_M),)](
-        grad_loss, lse.double().contiguous(), num_positives.contiguous(), q,
+        grad_loss, anchors_with_positives if mean else lse, lse, num_positives.contiguous(), q,
         q_inv_norm.contiguous(), anchor_class.contiguous(), weighted_sums, weight, coef,
-        coef if symmetric else lse_hi, coef if symmetric else lse_lo, m, d, grad_loss.stride(0),
-        *float32_pair(inv_t), SYMMETRIC=symmetric, BLOCK_M=BLOCK_M,
+        coef if symmetric else lse_hi, coef if symmetric else lse_lo, m, d,
+        grad_loss.stride(0) if grad_loss.dim() else 0, *float32_pair(inv_t),
+        SYMMETRIC=symmetric, MEAN=mean, BLOCK_M=BLOCK_M,
         BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
     return weight, weighted_sums, coef, lse_hi, lse_lo

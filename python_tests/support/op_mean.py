@@ -1,0 +1,40 @@
+"""The fused ops' ``mean=True`` against their own per-anchor outputs: the forward's 0-dim loss is
+the mean of the per-anchor losses over the anchors with positives, and its gradient (raw
+backward op and autograd alike) is the per-anchor backward of grad / that count. Shared by the
+conformance suite (every backend with raw ops) and the CUDA dry run's tests."""
+import torch
+
+# The fused mean sums float64 losses where the per-anchor path rounds each to float32 first.
+MEAN_RTOL, MEAN_ATOL = 1e-5, 1e-6
+
+
+def check_op_mean(forward_op, backward_op, args, grad=0.7):
+    """Checks mean=True on ``args`` (features, labels, contrast, contrast_labels, temperature,
+    num_anchors, normalize) against mean=False; returns the 0-dim mean."""
+    features = args[0]
+    per_anchor, lse, num_positives = forward_op(*args)
+    mean, mean_lse, mean_positives = forward_op(*args, mean=True)
+    counted = max(int(torch.count_nonzero(num_positives)), 1)
+    assert mean.shape == () and mean.dtype == per_anchor.dtype, (mean.shape, mean.dtype)
+    assert mean.device == features.device
+    want = per_anchor.double().sum() / counted
+    torch.testing.assert_close(mean.double(), want, rtol=MEAN_RTOL, atol=MEAN_ATOL)
+    torch.testing.assert_close(mean_lse, lse, rtol=1e-6, atol=1e-6)
+    assert torch.equal(mean_positives, num_positives)
+
+    upstream = torch.tensor(grad, dtype=mean.dtype, device=mean.device)
+    expanded = (upstream / counted).expand(per_anchor.shape)
+    want_grads = backward_op(expanded, *args, lse)
+    raw = backward_op(upstream, *args, lse, mean=True)
+    for got, expected in zip(raw, want_grads):
+        torch.testing.assert_close(got, expected, rtol=MEAN_RTOL, atol=MEAN_ATOL)
+
+    # Through autograd the backward reuses the forward's preparation and its count.
+    leaves = [a.detach().requires_grad_(True) if i in (0, 2) and a is not None else a
+              for i, a in enumerate(args)]
+    loss = forward_op(*leaves, mean=True)[0]
+    loss.backward(upstream)
+    torch.testing.assert_close(leaves[0].grad, want_grads[0], rtol=MEAN_RTOL, atol=MEAN_ATOL)
+    if leaves[2] is not None:
+        torch.testing.assert_close(leaves[2].grad, want_grads[1], rtol=MEAN_RTOL, atol=MEAN_ATOL)
+    return mean
