@@ -6,7 +6,8 @@
 #              synchronisation (test_host_reads.py), and the conformance suite's cases on CUDA
 #              tensors (every backend that runs there)
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck over every case of
-#              bench/gpu/sanitizer_case.py, to the end (a failing case is reported, the rest run)
+#              bench/gpu/sanitizer_case.py, to the end (a failing case is reported, the rest run);
+#              SCL_SANITIZER_CASES="14,15" takes only those cases (their numbers as printed)
 #   profile    bench/gpu/profile.py at N = 16,384 and 65,536, D = 128, 100 classes, single set:
 #              wall, host issue time, tile-kernel time apart from the rest, launches, host waits,
 #              the same step replayed from a CUDA graph, the Triton autotuner's choices
@@ -21,7 +22,9 @@
 # build). Measured on an H100 on 2026-11-26 (bench/results/gpu_h100_2026-11-26): build 74 s
 # (sm_90a only, SCL_CUDA_ARCH_LIST=9.0a), the whole test selection 348 s on 16 workers, profile
 # 32 s, a one-size sweep 30 s, a four-size fit 11 s: everything but sanitize fits one 10-minute
-# call with that architecture list. Results go to $OUT (the device tool's folder) when set,
+# call with that architecture list. On 2026-11-27 (bench/results/gpu_h100_2026-11-27): build 71 s,
+# the test selection 390 s on 12 workers beside memcheck (all cases, about 60 s) and racecheck
+# (not done after 190 s): sanitize whole wants a call of its own. Results go to $OUT (the device tool's folder) when set,
 # else bench/results/local/ (git-ignored); environment.txt records the git hash, the clocks at start and end, and versions.
 # SCL_CUTLASS_INCLUDE: the CuTe headers (else pip installs nvidia-cutlass, which needs a network).
 # Extra arguments are passed to bench.gpu_sweep, e.g.
@@ -102,8 +105,10 @@ gpu_tests() {
 sanitize() {
   local tool status=0
   for tool in memcheck racecheck synccheck; do
+    # shellcheck disable=SC2086
     if PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
-        "$python" -m bench.gpu.sanitizer_case > "$out/sanitizer_$tool.log" 2>&1; then
+        "$python" -m bench.gpu.sanitizer_case ${SCL_SANITIZER_CASES:+--cases "$SCL_SANITIZER_CASES"} \
+        > "$out/sanitizer_$tool.log" 2>&1; then
       echo "compute-sanitizer $tool: clean ($(tail -n 1 "$out/sanitizer_$tool.log"))"
     else
       echo "compute-sanitizer $tool: FAILED"; tail -n 30 "$out/sanitizer_$tool.log"; status=1
