@@ -386,6 +386,21 @@ def test_opcheck_backward(op_backend, layout, randn, randint):
 
 
 @pytest.mark.matrix(layout=["single_all", "cross_labels"], direction=["forward", "backward"])
+def test_opcheck_mean(op_backend, layout, direction, randn, randint):
+    """mean=True through opcheck: the 0-dim loss and its 0-dim gradient."""
+    kw = make_layout(layout, randn, randint, n=10, d=4)
+    args = op_backend.put(op_args(kw, 0.1))
+    if direction == "forward":
+        features, *rest = args
+        _assert_opcheck(op_backend.forward_op.default,
+                        (features.detach().clone().requires_grad_(), *rest), {"mean": True})
+    else:
+        _, lse, _ = op_backend.forward_op(*args)
+        grad_loss = op_backend.put(torch.tensor(0.8))
+        _assert_opcheck(op_backend.backward_op.default, (grad_loss, *args, lse), {"mean": True})
+
+
+@pytest.mark.matrix(layout=["single_all", "cross_labels"], direction=["forward", "backward"])
 def test_opcheck_focal(op_backend, layout, direction, randn, randint):
     """focal_gamma through opcheck: schema, autograd registration, fakes, AOT dispatch."""
     kw = make_layout(layout, randn, randint, n=10, d=4)
