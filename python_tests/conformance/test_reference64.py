@@ -9,6 +9,7 @@ import torch
 
 import scl_kernels
 import scl_kernels.functional
+from scl_kernels.backends import mean_over_anchors_with_positives
 from support.layouts import LAYOUTS, make_layout
 from support.reference64 import (check_against_reference, check_op_against_reference,
                                  op_reference64, supcon_reference64)
@@ -116,10 +117,18 @@ class _ScaleGrad(torch.autograd.Function):
 
 
 def _mutant(kind):
+    """A backend's run (Backend.run's arguments) with one defect; its per-anchor losses are
+    reduced as the op's mean=True reduces them, so that the mean sees the defect too."""
     real = scl_kernels.functional.resolve_backend("cpu", torch.device("cpu")).run
 
     def run(rows, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-            focal_gamma=0.0):
+            focal_gamma=0.0, mean=False):
+        loss, npos = per_anchor(rows, labels, contrast, contrast_labels, temperature,
+                                num_anchors, normalize, focal_gamma)
+        return (mean_over_anchors_with_positives(loss, npos) if mean else loss), npos
+
+    def per_anchor(rows, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
+                   focal_gamma):
         if kind == "focal_ignored":  # computes SupCon whatever focal_gamma asks
             return real(rows, labels, contrast, contrast_labels, temperature, num_anchors,
                         normalize)
