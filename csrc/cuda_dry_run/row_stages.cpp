@@ -12,13 +12,20 @@
 namespace scl::cuda::row_stages {
 namespace {
 
+// Row r's total of its 32 lanes' partial sums, lane after lane.
+template <class Stage>
+Partial row_total(const typename Stage::Args& args, int64_t r) {
+  Partial total;
+  for (int lane = 0; lane < kLanes; ++lane) total = total + Stage::partial(args, r, {lane, kLanes});
+  return total;
+}
+
 template <class Stage>
 void run_warps(const char* name, const typename Stage::Args& args, int64_t count) {
   if (count == 0) return;  // as the CUDA launch: no rows, no kernel
   RECORD_FUNCTION(name, std::vector<c10::IValue>());
   for (int64_t r = 0; r < count; ++r) {
-    Partial total;
-    for (int lane = 0; lane < kLanes; ++lane) total = total + Stage::partial(args, r, {lane, kLanes});
+    const Partial total = row_total<Stage>(args, r);
     for (int lane = 0; lane < kLanes; ++lane) Stage::finish(args, r, {lane, kLanes}, total);
   }
 }
@@ -45,9 +52,7 @@ void anchor_losses(const AnchorLosses& a, const Device&) {
   // adds blocks' sums in whatever order they finish).
   RECORD_FUNCTION("cuda_kernel::row_stages.anchor_mean", std::vector<c10::IValue>());
   for (int64_t r = 0; r < a.count; ++r) {
-    Partial total;
-    for (int lane = 0; lane < kLanes; ++lane) total = total + anchor_loss_partial(a, r, {lane, kLanes});
-    a.mean_sums[0] += anchor_loss_value(a, r, total);
+    a.mean_sums[0] += anchor_loss_value(a, r, row_total<AnchorLossesStage>(a, r));
     a.mean_sums[1] += a.num_positives[r] > 0 ? 1.0 : 0.0;
   }
   a.mean_sums[2] = 1.0;
