@@ -1,11 +1,16 @@
-"""The fused ops' ``mean=True`` against their own per-anchor outputs: the forward's 0-dim loss is
-the mean of the per-anchor losses over the anchors with positives, and its gradient (raw
+"""The fused ops' ``mean=True`` against their own per-anchor outputs and the float64 reference:
+the forward's 0-dim loss is the mean of the per-anchor losses over the anchors with positives, and its gradient (raw
 backward op and autograd alike) is the per-anchor backward of grad / that count. Shared by the
 conformance suite (every backend with raw ops) and the CUDA dry run's tests."""
 import torch
 
+from .reference64 import op_reference64
+
 # The fused mean sums float64 losses where the per-anchor path rounds each to float32 first.
 MEAN_RTOL, MEAN_ATOL = 1e-5, 1e-6
+# Against the float64 reference: the per-anchor losses' float32 tolerance (reference64's
+# checker: 2e-5 of the logits' scale, at least 1/t for unit rows), which a mean keeps.
+REFERENCE_RTOL, REFERENCE_ATOL_PER_INV_T = 2e-5, 2e-5
 
 
 def check_op_mean(forward_op, backward_op, args, grad=0.7):
@@ -19,6 +24,10 @@ def check_op_mean(forward_op, backward_op, args, grad=0.7):
     assert mean.device == features.device
     want = per_anchor.double().sum() / counted
     torch.testing.assert_close(mean.double(), want, rtol=MEAN_RTOL, atol=MEAN_ATOL)
+    reference = op_reference64(*args).loss.sum() / counted
+    inv_t = 1.0 / float(args[4])
+    torch.testing.assert_close(mean.double().cpu(), reference, rtol=REFERENCE_RTOL,
+                               atol=REFERENCE_ATOL_PER_INV_T * max(inv_t, 1.0))
     torch.testing.assert_close(mean_lse, lse, rtol=1e-6, atol=1e-6)
     assert torch.equal(mean_positives, num_positives)
 
