@@ -7,7 +7,7 @@ import torch
 from ._docstrings import fill_arguments
 from ._validation import (check_focal_gamma, check_inputs, check_options, check_same_device,
                           check_tensor, temperature_tensor)
-from .backends import mean_over_anchors_with_positives, resolve_backend
+from .backends import CallShape, mean_over_anchors_with_positives, resolve_backend
 
 
 def _flatten_views(features, labels):
@@ -124,6 +124,13 @@ def reduce_per_anchor(per_anchor, num_positives, reduction):
     return mean_over_anchors_with_positives(per_anchor, num_positives)
 
 
+def call_shape(layout: Layout) -> CallShape:
+    """What backend="auto" reads of the call (backends/auto_rule.py)."""
+    one_set = layout.contrast is None and layout.num_anchors == layout.rows.shape[0]
+    columns = layout.rows if layout.contrast is None else layout.contrast
+    return CallShape(columns.shape[0], layout.rows.shape[-1], layout.rows.dtype, one_set)
+
+
 @fill_arguments
 def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
                 contrast_mode="all", normalize=True, focal_gamma=0.0, reduction="mean",
@@ -153,9 +160,9 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     check_options(temperature, contrast_mode, normalize, reduction, backend,
                   check_tensor_value=False)
     focal_gamma = check_focal_gamma(focal_gamma)
-    run = resolve_backend(backend, features.device, focal_gamma).run
-    temperature = temperature_tensor(temperature, features.device)
     layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode)
+    run = resolve_backend(backend, features.device, focal_gamma, call_shape(layout)).run
+    temperature = temperature_tensor(temperature, features.device)
     # The mean inside the op: on a GPU its four reduction launches and its gradient's division
     # become part of the fused finish (docs/MATH.md, "The mean").
     mean = reduction == "mean"

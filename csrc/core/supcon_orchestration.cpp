@@ -158,6 +158,10 @@ bool run_serially(const SupConArgs& a) {
   return work < kSerialWork || c10::ParallelGuard::is_enabled();
 }
 
+bool host_may_wait(const TileKernels& kernels, const at::Tensor& like) {
+  return !kernels.host_may_wait || kernels.host_may_wait(like);
+}
+
 }  // namespace
 
 bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
@@ -171,9 +175,11 @@ bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels& kernels,
                                                               const SupConArgs& args) {
   const c10::ParallelGuard serial(run_serially(args));
-  raise_earlier_failures(/*wait=*/false);
+  // While a CUDA graph is captured even asking whether an earlier call's verdict has landed (an
+  // event query) is refused and ends the capture: the verdicts wait for the next eager call.
+  const bool check_values = host_may_wait(kernels, args.features);
+  if (check_values) raise_earlier_failures(/*wait=*/false);
   DeferredValueChecks value_checks;
-  const bool check_values = !kernels.host_may_wait || kernels.host_may_wait(args.features);
   SupConProblem p =
       prepare_problem(args, check_values ? &value_checks : nullptr, kernels.prepare_rows);
   const bool focal = is_focal(kernels, args);
@@ -208,7 +214,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
                                                                const at::Tensor& lse,
                                                                bool temperature_grad) {
   const c10::ParallelGuard serial(run_serially(args));
-  raise_earlier_failures(/*wait=*/false);
+  if (host_may_wait(kernels, args.features)) raise_earlier_failures(/*wait=*/false);
   const bool focal = is_focal(kernels, args);
   // The forward's own problem when its autograd node kept it (prepared_handoff.h): the same
   // inputs, so the same terms.

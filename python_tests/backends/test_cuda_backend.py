@@ -1,8 +1,7 @@
 """The CUDA C++ backend (csrc/cuda, docs/CUDA_KERNELS.md).
 
-Without a GPU: its registry entry, that backend="auto" never chooses it (it is opt-in until its
-GPU session has passed whole on hardware), its errors, and that the README says how far it is
-verified.
+Without a GPU: its registry entry, that backend="auto" chooses it only by the size rule measured
+on an H100 (backends/auto_rule.py), its errors, and that the README says how far it is verified.
 With a CUDA GPU and the CUDA kernels built (skipped otherwise): every layout and dtype at awkward
 sizes against the float64 reference and against the Triton backend on the same inputs, the
 wgmma path's shapes, determinism, memory, streams. The conformance suite runs it too
@@ -14,6 +13,7 @@ import torch
 
 import scl_kernels
 from scl_kernels import backends
+from scl_kernels.backends import auto_rule
 from support import needs
 from support.layouts import LAYOUTS, make_layout
 from support.reference64 import check_against_reference
@@ -32,13 +32,31 @@ def test_registry_entry():
 
 
 @needs.library  # auto's choice among the backends that the library serves
-def test_auto_never_chooses_cuda(monkeypatch):
-    """Even where the CUDA kernels could run, auto takes Triton, else the dense reference."""
+def test_auto_takes_cuda_only_by_its_size_rule(monkeypatch):
+    """Where the CUDA kernels could run, auto takes them for the call shapes measured faster on
+    an H100 (backends/auto_rule.py), else Triton, else the dense reference."""
     cuda = backends.get_backend("cuda")
     monkeypatch.setattr(backends, "cuda_kernels_built", lambda: True)
+    monkeypatch.setattr(auto_rule, "_is_hopper", lambda device: True)
     assert cuda.available("cuda")
     device = torch.device("cuda")
     monkeypatch.setattr(backends, "triton_installed", lambda: True)
+
+    def auto(rows, dim, dtype=torch.bfloat16, one_set=True, focal_gamma=0.0):
+        shape = backends.CallShape(rows, dim, dtype, one_set)
+        chosen = backends._auto(device, focal_gamma, shape).name
+        assert chosen == backends.auto_backend(device, focal_gamma, shape)
+        return chosen
+
+    assert auto(16384, 128) == auto(32768, 64) == auto(4096, 256, torch.float16) == "cuda"
+    assert auto(65536, 256) == auto(1, 200) == "cuda"
+    assert auto(32769, 128) == auto(65536, 64) == "triton"  # Triton's full-row backward wins
+    assert auto(16384, 257) == auto(16384, 128, torch.float32) == "triton"  # not measured
+    assert auto(16384, 128, one_set=False) == "triton"
+    assert auto(16384, 128, focal_gamma=2.0) == "triton"  # no focal loss in the CUDA kernels
+    monkeypatch.setattr(auto_rule, "_is_hopper", lambda device: False)
+    assert auto(16384, 128) == "triton"
+    # Without a shape (what labels a device's default), Triton.
     assert backends._auto(device).name == backends.auto_backend(device) == "triton"
     monkeypatch.setattr(backends, "triton_installed", lambda: False)
     with pytest.warns(UserWarning):
@@ -47,6 +65,27 @@ def test_auto_never_chooses_cuda(monkeypatch):
     # What the demo and the benchmarks label as auto's choice, though cuda is the first that runs.
     assert backends.available_backends("cuda")[0] == "cuda"
     assert backends.auto_backend("cuda") == "reference"
+
+
+def test_supcon_loss_gives_auto_the_call_shape(monkeypatch):
+    """supcon_loss hands the rule N (the contrast set's rows), D, the dtype and whether every row
+    is an anchor against its own set."""
+    seen = []
+    real = scl_kernels.functional.resolve_backend
+
+    def spy(name, device, focal_gamma=0.0, shape=None):
+        seen.append(shape)
+        return real(name, device, focal_gamma, shape)
+
+    monkeypatch.setattr(scl_kernels.functional, "resolve_backend", spy)
+    x, labels = torch.randn(6, 2, 5, dtype=torch.float64), torch.tensor([0, 0, 1, 1, 2, 2])
+    scl_kernels.supcon_loss(x, labels, backend="reference")
+    scl_kernels.supcon_loss(x, labels, contrast_mode="one", backend="reference")
+    scl_kernels.supcon_loss(x[:, 0], labels, contrast=torch.randn(9, 5, dtype=torch.float64),
+                            contrast_labels=torch.zeros(9, dtype=torch.long), backend="reference")
+    assert seen == [backends.CallShape(12, 5, torch.float64, True),
+                    backends.CallShape(12, 5, torch.float64, False),
+                    backends.CallShape(9, 5, torch.float64, False)]
 
 
 def test_cpu_tensors_are_refused():

@@ -403,6 +403,8 @@ def test_opcheck_mean(op_backend, layout, direction, randn, randint):
 @pytest.mark.matrix(layout=["single_all", "cross_labels"], direction=["forward", "backward"])
 def test_opcheck_focal(op_backend, layout, direction, randn, randint):
     """focal_gamma through opcheck: schema, autograd registration, fakes, AOT dispatch."""
+    if not op_backend.info.runs(2.0):
+        pytest.skip(f"{op_backend} does not implement focal_gamma=2")
     kw = make_layout(layout, randn, randint, n=10, d=4)
     args = op_backend.put(op_args(kw, 0.1))
     if direction == "forward":
@@ -677,6 +679,12 @@ OPTION_CASES = [
 ]
 
 
+def _raise_late_value_errors():
+    """On a GPU the NaN / inf check's verdict may land after the call returns (README,
+    SCL_VALUE_CHECKS): it is then the next call's error, or raise_deferred_value_errors'."""
+    scl_kernels.raise_deferred_value_errors()
+
+
 @pytest.mark.matrix(case=LOSS_CASES, quick=lambda case: case[0] in QUICK_LOSS_CASES)
 def test_supcon_loss_rejects(backend, case):
     _, kwargs, error, pattern = case
@@ -684,6 +692,7 @@ def test_supcon_loss_rejects(backend, case):
     features = kwargs.pop("features")
     with pytest.raises(error, match=pattern):
         scl_kernels.supcon_loss(features, backend=backend.name, **kwargs)
+        _raise_late_value_errors()
 
 
 @pytest.mark.parametrize("case", OPTION_CASES, ids=[c[0] for c in OPTION_CASES])
@@ -814,6 +823,7 @@ def test_raw_op_rejects(op_backend, case):
     _, args, error, pattern = case
     with pytest.raises(error, match=pattern):
         op_backend.forward_op(*_op_case_on_device(op_backend, args))
+        _raise_late_value_errors()
 
 
 # the backward skips the NaN/inf scan: forward already did it on the same saved inputs

@@ -10,6 +10,7 @@ import torch
 
 from .._extension import library_loaded, require_library
 from . import hard_pairs_ops  # noqa: F401  (registers the hard-pair ops' fake kernels)
+from .auto_rule import CallShape, cuda_is_faster
 from .fused_ops import loss_dtype
 from .reference import supcon_reference
 from .triton import (TRITON_CPU_NEEDS_INTERPRETER, TRITON_MISSING, load_triton_backend,
@@ -44,8 +45,8 @@ class Backend:
     installed: Callable[[torch.device], bool]
     prepare: Callable[[], None] = lambda: None  # loads what the op needs before its first call
     float64_kernels: bool = True  # False: float64 inputs are computed in float32
-    # Whether backend="auto" may choose it. False for a backend whose GPU tests have not yet
-    # passed on real hardware (results under bench/results/); it stays selectable by name.
+    # Whether backend="auto" may choose it for any call it can run. False: only for the call
+    # shapes that auto_rule.py rules (measured faster on hardware); always selectable by name.
     auto_eligible: bool = True
     # Its hard-pair mining op in torch.ops.scl (scl_kernels.hard_pairs); None: it has none
     # (the dense reference has its own, backends/hard_pairs_reference.py).
@@ -152,9 +153,9 @@ REGISTRY = {backend.name: backend for backend in (
             prepare=load_triton_backend, float64_kernels=False,
             hard_pairs_op_name="hard_pairs_triton", low_precision_gradient_weights=True),
     # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
-    # scl::supcon's CUDA key. Opt-in until its GPU tests have passed on hardware: flip
-    # auto_eligible once bench/results/ holds such a run (docs/CUDA_KERNELS.md).
-    # No focal loss: its kernels have no positive walk yet.
+    # scl::supcon's CUDA key. auto takes them only by the size rule measured on an H100
+    # (auto_rule.py): a call whose shape it rules, on sm_90. No focal loss: its kernels have no
+    # positive walk yet.
     Backend("cuda", ("cuda",), "supcon", lambda device: cuda_kernels_built(),
             float64_kernels=False, auto_eligible=False, focal=False,
             low_precision_gradient_weights=True),
@@ -182,15 +183,20 @@ def _fused(backend: Backend) -> bool:
 _warned_dense_devices = set()
 
 
-def auto_backend(device, focal_gamma=0.0) -> str:
+def auto_backend(device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> str:
     """The name of the backend that ``backend="auto"`` runs on ``device`` in this installation:
-    the first fused backend that may be chosen automatically, can run there and computes
-    ``focal_gamma``, else "reference". Unlike ``available_backends(device)[0]``, never an opt-in
-    backend ("cuda")."""
+    "cuda" where the call's ``shape`` is one that the CUDA C++ kernels were measured to run
+    faster (auto_rule.py), else the first fused backend that may be chosen automatically, can
+    run there and computes ``focal_gamma``, else "reference". Without a shape (what a device
+    runs by default), never an opt-in backend ("cuda")."""
     device = torch.device(device)
     if device.type == "meta":
         # Shapes only: every fused op's fake kernel serves meta tensors, no kernel runs.
         return "cpu" if library_loaded() else "reference"
+    cuda = REGISTRY["cuda"]
+    if (shape is not None and cuda.runs(focal_gamma) and cuda.available(device)
+            and cuda_is_faster(device, shape)):
+        return cuda.name
     for backend in REGISTRY.values():
         if (_fused(backend) and backend.auto_eligible and backend.runs(focal_gamma)
                 and backend.available(device)):
@@ -245,8 +251,8 @@ def require_fused(name, device, program) -> str:
     return auto_backend(device) if name == "auto" else name
 
 
-def _auto(device: torch.device, focal_gamma=0.0) -> Backend:
-    name = auto_backend(device, focal_gamma)
+def _auto(device: torch.device, focal_gamma=0.0, shape=None) -> Backend:
+    name = auto_backend(device, focal_gamma, shape)
     if name != "reference" or device.type == "meta":
         return REGISTRY[name]
     if device.type not in _warned_dense_devices:
@@ -260,11 +266,11 @@ def _auto(device: torch.device, focal_gamma=0.0) -> Backend:
     return REGISTRY["reference"]
 
 
-def resolve_backend(name, device, focal_gamma=0.0) -> Backend:
-    """The backend that runs ``name`` on ``device`` (with ``focal_gamma``, already checked), or a
-    ValueError that says why none can."""
+def resolve_backend(name, device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> Backend:
+    """The backend that runs ``name`` on ``device`` (with ``focal_gamma``, already checked; auto
+    reads the call's ``shape`` where given), or a ValueError that says why none can."""
     if name == "auto":
-        return _auto(device, focal_gamma)
+        return _auto(device, focal_gamma, shape)
     backend = get_backend(name)
     if not backend.runs(focal_gamma):
         raise ValueError(f"backend={name!r} does not implement the focal contrastive loss "
