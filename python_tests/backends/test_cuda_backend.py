@@ -153,6 +153,31 @@ def test_agrees_with_triton(n, d, dtype, cuda_randn, cuda_randint):
 
 
 @gpu
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_auto_runs_the_backend_its_rule_names(dynamic, cuda_randn, cuda_randint):
+    """Eager and under torch.compile(fullgraph=True), auto runs the backend that the size rule
+    names on this GPU (CUDA C++ on sm_90 for this shape), with that backend's values."""
+    x, labels = cuda_randn(300, 128, dtype=torch.bfloat16), cuda_randint(0, 5, (300,))
+    chosen = backends.auto_backend("cuda", 0.0, backends.CallShape(300, 128, torch.bfloat16, True))
+    assert chosen == ("cuda" if torch.cuda.get_device_capability() == (9, 0) else "triton")
+    traced = []
+
+    def recording(graph_module, example_inputs):
+        traced.extend(str(node.target) for node in graph_module.graph.nodes
+                      if node.op == "call_function")
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda f, y: scl_kernels.supcon_loss(f, y, 0.1), fullgraph=True,
+                             backend=recording, dynamic=dynamic)
+    by_name = scl_kernels.supcon_loss(x, labels, 0.1, backend=chosen)
+    torch.testing.assert_close(compiled(x, labels), by_name, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(scl_kernels.supcon_loss(x, labels, 0.1), by_name, rtol=1e-5,
+                               atol=1e-6)
+    assert ("scl.supcon.default" if chosen == "cuda" else "scl.supcon_triton.default") in traced
+
+
+@gpu
 @pytest.mark.parametrize("anchor_offset,num_anchors", [(0, 100), (37, 64), (200, 100)])
 def test_anchor_offset_against_triton(anchor_offset, num_anchors, cuda_randn, cuda_randint):
     """The op's anchors [offset, offset + M) of the single set (distributed training's call), and

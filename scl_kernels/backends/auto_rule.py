@@ -37,6 +37,8 @@ class CallShape(NamedTuple):
 _hopper_by_index = {}
 
 
+# A constant while torch.compile traces: a device's capability never changes.
+@torch.compiler.assume_constant_result
 def _is_hopper(device: torch.device) -> bool:
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _hopper_by_index:
