@@ -21,7 +21,7 @@ echo "fixes' tests rc $? at $((SECONDS-t0)) s"; grep -E "FAILED|passed|failed" $
 timeout 75 python3 -m bench.gpu_sweep --out $OUT/q --sizes 16384,65536 --dims 128 --dtypes bf16 \
   --modes both --max-dense-n 16384 2>&1 | grep -E "^implementation" | cut -c1-150
 echo "sweep done at $((SECONDS-t0)) s"
-left=$((330 - (SECONDS-t0))); [ $left -lt 30 ] && left=30
+left=$((300 - (SECONDS-t0))); [ $left -lt 30 ] && left=30
 setsid timeout -s INT --kill-after=10 $left python3 -m pytest -q -p no:cacheprovider -n 14 --timeout 60 -rfE \
   python_tests/conformance/test_conformance.py -k "cuda or gpu" > $OUT/q/gpu_tests_conformance.log 2>&1
 echo "conformance rc $? at $((SECONDS-t0)) s"; grep -E "FAILED|passed|failed" $OUT/q/gpu_tests_conformance.log | tail -n 12
