@@ -63,7 +63,7 @@ def implementations(max_dense_n):
     import scl_kernels
     from bench import baselines
     impls = [("scl_kernels", lambda x, y, t: scl_kernels.supcon_loss(x, y, t), math.inf)]
-    # The CUDA C++ backend beside it (opt-in: auto runs Triton), when the library was built with it.
+    # The CUDA C++ backend by name beside auto (which takes it only by its size rule), when built.
     if scl_kernels.backends.cuda_kernels_built():
         impls.append(("scl_kernels_cuda",
                       lambda x, y, t: scl_kernels.supcon_loss(x, y, t, backend="cuda"), math.inf))

@@ -37,13 +37,16 @@ class CallShape(NamedTuple):
 _hopper_by_index = {}
 
 
-# A constant while torch.compile traces: a device's capability never changes.
-@torch.compiler.assume_constant_result
 def _is_hopper(device: torch.device) -> bool:
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _hopper_by_index:
         _hopper_by_index[index] = torch.cuda.get_device_capability(index) == (9, 0)
     return _hopper_by_index[index]
+
+
+# A constant while torch.compile traces (a device's capability never changes): what
+# torch.compiler.assume_constant_result sets, without importing torch._dynamo with the package.
+_is_hopper._dynamo_marked_constant = True
 
 
 def cuda_is_faster(device: torch.device, shape: CallShape) -> bool:
