@@ -145,19 +145,20 @@ def _stage_signature(kernel, constexprs, pointers, floats):
 def compile_fused_stages():
     """The kernels of the call's O(N D) stages, one configuration each: the launchers' per-column
     terms (kernels.column_terms_kernel; the coefficient form of the symmetric backward and the
-    bias form), the forward's per-anchor losses (anchor_losses.anchor_losses_kernel, bf16
+    bias form, each zeroing its tile kernel's accumulator), the forward's per-anchor losses (anchor_losses.anchor_losses_kernel, bf16
     rows, single set), the backward's assembly, the preparation, the backward's per-anchor
     weights and the log-sum-exp's merge."""
     from scl_kernels.backends.triton import anchor_losses
     records = []
     kernel = kernels.column_terms_kernel
     for has_coef in (False, True):
-        constexprs = {"HAS_COEF": has_coef, "BLOCK": launch.TERMS_PADDING}
+        constexprs = {"HAS_COEF": has_coef, "ZEROES": True, "BLOCK": launch.TERMS_PADDING,
+                      "ZERO_BLOCK": launch.ZERO_BLOCK}
         signature = _stage_signature(kernel, constexprs, {}, ("scale_log2", "bias"))
         compiled = _compile(kernel, signature, constexprs, ["terms_ptr"], 4, 1)
         records.append(_single_config_record(
             "column_terms", "fp32", compiled,
-            f"{launch.TERMS_PADDING} columns, {'coef' if has_coef else 'bias'}"))
+            f"{launch.TERMS_PADDING} columns, {'coef' if has_coef else 'bias'}, zeroing"))
     tile = f"{anchor_losses.BLOCK_M} anchors x {anchor_losses.MAX_BLOCK_D} columns"
     records.extend(_stage_records(
         anchor_losses.anchor_losses_kernel, "anchor_losses", "bf16",

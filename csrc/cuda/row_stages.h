@@ -431,10 +431,14 @@ struct TermsArray {
   RowTerms* out;          // [padded]
 };
 
-// One launch writes one or two arrays (a walk's own and streamed rows), over the longer.
+// One launch writes one or two arrays (a walk's own and streamed rows), over the longer, and
+// sets `zeroed` to 0: the accumulator that the tile kernel launched next adds into, zeroed here
+// instead of by a launch of its own (thread j takes elements j, j + threads, ...: coalesced).
 struct RowTermsArgs {
   float logit_scale;  // c = log2(e) / t, rounded to float once, as the tiles' callers always had it
   TermsArray first, second;  // second.out null: one array
+  float* zeroed = nullptr;   // [zeroed_count]
+  int64_t zeroed_count = 0;
   int64_t launch_rows() const {
     return second.out != nullptr && second.padded > first.padded ? second.padded : first.padded;
   }
@@ -473,6 +477,8 @@ SCL_HOST_DEVICE RowTerms terms_of(const TermsArray& a, float c, int64_t j) {
 SCL_HOST_DEVICE void write_terms(const RowTermsArgs& a, int64_t j) {
   if (j < a.first.padded) a.first.out[j] = terms_of(a.first, a.logit_scale, j);
   if (a.second.out != nullptr && j < a.second.padded) a.second.out[j] = terms_of(a.second, a.logit_scale, j);
+  const int64_t threads = a.launch_rows();
+  for (int64_t e = j; e < a.zeroed_count; e += threads) a.zeroed[e] = 0.0f;
 }
 
 // ---- the forward's log-sum-exp -----------------------------------------------------------------

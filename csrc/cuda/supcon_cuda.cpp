@@ -79,9 +79,15 @@ row_stages::TermsArray terms_array(row_stages::TermsKind kind, const at::Tensor&
           bias, terms_ptr(terms)};
 }
 
+// `zeroed` (contiguous fp32, or undefined): the next tile kernel's accumulator, set to 0 by the
+// same launch.
 void write_row_terms(float logit_scale, const row_stages::TermsArray& first,
-                     const row_stages::TermsArray& second, const Device& device) {
-  row_stages::row_terms({logit_scale, first, second}, device);
+                     const row_stages::TermsArray& second, const Device& device,
+                     const at::Tensor& zeroed = at::Tensor()) {
+  row_stages::row_terms({logit_scale, first, second,
+                         zeroed.defined() ? zeroed.data_ptr<float>() : nullptr,
+                         zeroed.defined() ? zeroed.numel() : 0},
+                        device);
   check_launch();
 }
 
@@ -119,9 +125,9 @@ at::Tensor lse_tiles(const TileInputs& in) {
   at::Tensor lse = at::empty({m}, float64);
   if (in.schedule == Schedule::kSymmetric) {
     const at::Tensor terms = terms_buffer(n, o.rz.options());
+    const at::Tensor row_sum = at::empty({terms.size(0)}, o.rz.options());
     write_row_terms(scale2, terms_array(TermsKind::kContrast, o.rz, terms, nullptr, nullptr, nullptr, -scale2),
-                    kNoTerms, device);
-    at::Tensor row_sum = at::zeros({terms.size(0)}, o.rz.options());
+                    kNoTerms, device, row_sum);
     lse_symmetric(o.problem(o.z, o.z, terms, terms, 0), row_sum.data_ptr<float>(), device);
     check_launch();
     row_stages::lse_merge({nullptr, row_sum.data_ptr<float>(), n, 1, in.inv_t, lse.data_ptr<double>()},
@@ -171,17 +177,21 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
     // Own and streamed rows are the same set: coef_i t / log2(e) meets r_j log2(e) / t; the
     // triangle's column side scales by r_i / r_j.
     const at::Tensor own = terms_buffer(n, fp32), streamed = terms_buffer(n, fp32);
+    const TileProblem problem = o.problem(o.z, o.z, own, streamed, 0);
+    const bool triangle =
+        symmetric_backward_by_triangle() && symmetric_triangle_supported(problem, device);
+    // The triangle adds whole 16-byte vectors into a padded buffer, zeroed by the row terms'
+    // launch; the gradient is its view. The full-row walk stores every element.
+    const at::Tensor accumulator = triangle ? at::empty({own.size(0), kTriangleGradWidth}, fp32)
+                                            : at::empty({n, d}, fp32);
     write_row_terms(scale2, terms_array(TermsKind::kSymmetricGradOwn, o.rz, own, coef.data_ptr<float>()),
                     terms_array(TermsKind::kSymmetricGradStreamed, o.rz, streamed, coef.data_ptr<float>()),
-                    device);
-    const TileProblem problem = o.problem(o.z, o.z, own, streamed, 0);
-    if (symmetric_backward_by_triangle() && symmetric_triangle_supported(problem, device)) {
-      // The triangle adds whole 16-byte vectors into a padded buffer; the gradient is its view.
-      const at::Tensor padded = at::zeros({own.size(0), kTriangleGradWidth}, fp32);
-      grad_symmetric_triangle(problem, padded.data_ptr<float>(), device);
-      out.dz = padded.narrow(0, 0, n).narrow(1, 0, d);
+                    device, triangle ? accumulator : at::Tensor());
+    if (triangle) {
+      grad_symmetric_triangle(problem, accumulator.data_ptr<float>(), device);
+      out.dz = accumulator.narrow(0, 0, n).narrow(1, 0, d);
     } else {
-      out.dz = at::empty({n, d}, fp32);
+      out.dz = accumulator;
       grad(GradWalk::kRowsSymmetric, problem, out.dz.data_ptr<float>(), d, device);
     }
     check_launch();

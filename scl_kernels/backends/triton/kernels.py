@@ -66,13 +66,17 @@ def _resident(desc, ptr, row0, n_rows, D, stride, BLOCK_R: tl.constexpr, BLOCK_K
 
 
 @triton.jit
-def column_terms_kernel(scale_ptr, coef_ptr, terms_ptr, N, scale_log2, bias, HAS_COEF: tl.constexpr,
-                        BLOCK: tl.constexpr):
+def column_terms_kernel(scale_ptr, coef_ptr, terms_ptr, zeroed_ptr, N, zeroed_count, scale_log2,
+                        bias, HAS_COEF: tl.constexpr, ZEROES: tl.constexpr, BLOCK: tl.constexpr,
+                        ZERO_BLOCK: tl.constexpr):
     """Writes the per-column terms that _column_terms reads, four fp32 per column, every column
     of the padded array: r log2(e)/t; `bias` (-inf past the last column) or, HAS_COEF, coef r
     (0 past it); r (0 past it); 0. One launch in place of the half-dozen tensor ops that would
-    fill the columns one by one."""
-    cols = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    fill the columns one by one. ZEROES: the programs also set the zeroed_count fp32 at
+    zeroed_ptr to 0, each its contiguous share: the accumulator that the tile kernel launched
+    next adds into, zeroed here instead of by a launch of its own."""
+    program = tl.program_id(0)
+    cols = program * BLOCK + tl.arange(0, BLOCK)
     valid = cols < N
     r = tl.load(scale_ptr + cols, mask=valid, other=0.0)
     if HAS_COEF:
@@ -83,6 +87,14 @@ def column_terms_kernel(scale_ptr, coef_ptr, terms_ptr, N, scale_log2, bias, HAS
     tl.store(terms_ptr + cols * 4 + 1, second)
     tl.store(terms_ptr + cols * 4 + 2, r)
     tl.store(terms_ptr + cols * 4 + 3, tl.zeros_like(r))
+    if ZEROES:
+        share = tl.cdiv(tl.cdiv(zeroed_count, tl.num_programs(0)), ZERO_BLOCK) * ZERO_BLOCK
+        begin = program * share
+        end = tl.minimum(begin + share, zeroed_count)
+        for start in range(begin, end, ZERO_BLOCK):
+            offsets = start + tl.arange(0, ZERO_BLOCK)
+            tl.store(zeroed_ptr + offsets, tl.zeros((ZERO_BLOCK,), dtype=tl.float32),
+                     mask=offsets < end)
 
 
 @triton.jit

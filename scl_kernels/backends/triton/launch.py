@@ -258,21 +258,24 @@ def _row_args(q, z, tma, grad):
 
 # Every tile's column block divides this, so the column terms padded to it load without masks.
 TERMS_PADDING = 128
+ZERO_BLOCK = 1024  # fp32 a column-terms program zeroes per step (8 per thread at 4 warps)
 
 
-def column_terms(scale, inv_t, bias, coef=None):
+def column_terms(scale, inv_t, bias, coef=None, zeroed=None):
     """[N padded, 4] fp32 per-column terms of the tiles (kernels._column_terms): r log2(e)/t;
     `bias`, which the FFMA finishing a logit adds (-inf past the last column), or with `coef`,
     coef r instead (0 past it); r; and a zero that makes each column 16 bytes. Padding columns
     give every tile past the end zero terms. One kernel writes them all
-    (kernels.column_terms_kernel)."""
+    (kernels.column_terms_kernel), and sets `zeroed` (a contiguous fp32 tensor: the tile kernel's
+    accumulator) to 0 on the way, which saves that buffer a zero-fill launch of its own."""
     n = scale.shape[0]
     padded = triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING
     terms = torch.empty(padded, 4, dtype=torch.float32, device=scale.device)
     kernels.column_terms_kernel[(padded // TERMS_PADDING,)](
-        scale, scale if coef is None else coef, terms, n, _fp32(inv_t * LOG2E),
+        scale, scale if coef is None else coef, terms, terms if zeroed is None else zeroed, n,
+        0 if zeroed is None else zeroed.numel(), _fp32(inv_t * LOG2E),
         0.0 if coef is not None else _fp32(bias), HAS_COEF=coef is not None,
-        BLOCK=TERMS_PADDING)
+        ZEROES=zeroed is not None, BLOCK=TERMS_PADDING, ZERO_BLOCK=ZERO_BLOCK)
     return dict(terms_ptr=terms)
 
 
@@ -338,8 +341,9 @@ def symmetric_grid(n, block, splits):
 def lse_symmetric(z, scale, inv_t):
     """float64 log-sum-exp per row of a single set with the fixed shift 1/t (unit rows only)."""
     n = z.shape[0]
-    # Padded like the column terms, so that no tile's adds need a mask.
-    row_sum = torch.zeros(triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING, dtype=torch.float32,
+    # Padded like the column terms, so that no tile's adds need a mask; the column terms'
+    # kernel zeroes it.
+    row_sum = torch.empty(triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING, dtype=torch.float32,
                           device=z.device)
     splits = _splits(z.device, n <= 64, lambda sms: symmetric_splits(n, sms))
     tma = use_tma(z.device)
@@ -348,8 +352,8 @@ def lse_symmetric(z, scale, inv_t):
     args = _row_args(z, z, tma, False)
     grid = lambda meta: symmetric_grid(n, meta["BLOCK"], splits)  # noqa: E731
     shift2 = _fp32(inv_t * LOG2E)
-    _lse_symmetric[grid](z_desc=args["z_desc"], z_ptr=z, **column_terms(scale, inv_t, -shift2),
-                         row_sum_ptr=row_sum, N=n, num_splits=splits, **meta)
+    _lse_symmetric[grid](z_desc=args["z_desc"], z_ptr=z,
+                         **column_terms(scale, inv_t, -shift2, zeroed=row_sum), row_sum_ptr=row_sum, N=n, num_splits=splits, **meta)
     return merge_lse(row_sum, row_sum, n, 1, fixed_shift=shift2)
 
 
@@ -389,15 +393,17 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
 def grad_symmetric(z, scale, coef, inv_t, deterministic):
     """Softmax part of the single-set gradient w.r.t. unit rows, both sides, each row block
     summing its full rows of (G + G^T) (kernels.grad_rows_kernel, SYMMETRIC);
-    coef_i = g_i exp(1/t - lse_i) / t. Atomics only where the columns are split for small N."""
+    coef_i = g_i exp(1/t - lse_i) / t. Atomics only where the columns are split for small N:
+    then the column terms' kernel zeroes dz first; one split stores every element."""
     n, d = z.shape
-    dz = torch.zeros(n, d, dtype=torch.float32, device=z.device)
+    dz = torch.empty(n, d, dtype=torch.float32, device=z.device)
     splits = 1 if deterministic else _splits(z.device, n <= 64,
                                               lambda sms: column_splits(n, n, sms))
     tma = use_tma(z.device)
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
     _grad_symmetric[grid](**_row_args(z, z, tma, True), rq_ptr=scale,
-                          **column_terms(scale, inv_t, None, coef),
+                          **column_terms(scale, inv_t, None, coef,
+                                         zeroed=dz if splits > 1 else None),
                           lse2_hi_ptr=coef, lse2_lo_ptr=coef, coef_ptr=coef, dq_ptr=dz, dz_ptr=dz,
                           M=n, N=n, scale_log2=inv_t * LOG2E, self_offset=0, num_splits=splits,
                           SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True,
