@@ -6,8 +6,9 @@
 #              synchronisation (test_host_reads.py), and the conformance suite's cases on CUDA
 #              tensors (every backend that runs there)
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck over every case of
-#              bench/gpu/sanitizer_case.py, to the end (a failing case is reported, the rest run);
-#              SCL_SANITIZER_CASES="14,15" takes only those cases (their numbers as printed)
+#              bench/gpu/sanitizer_case.py, to the end (a failing case is reported, the rest run),
+#              in SCL_SANITIZER_GROUPS (6) groups of cases side by side, a process each;
+#              SCL_SANITIZER_CASES="14,15 1,2" takes only those groups (case numbers as printed)
 #   profile    bench/gpu/profile.py at N = 16,384 and 65,536, D = 128, 100 classes, single set:
 #              wall, host issue time, tile-kernel time apart from the rest, launches, host waits,
 #              the same step replayed from a CUDA graph, the Triton autotuner's choices
@@ -24,7 +25,9 @@
 # 32 s, a one-size sweep 30 s, a four-size fit 11 s: everything but sanitize fits one 10-minute
 # call with that architecture list. On 2026-11-27 (bench/results/gpu_h100_2026-11-27): build 71 s,
 # the test selection 390 s on 12 workers beside memcheck (all cases, about 60 s) and racecheck
-# (not done after 190 s): sanitize whole wants a call of its own. Results go to $OUT (the device tool's folder) when set,
+# (not done after 190 s); later that day (bench/results/gpu_h100_2026-11-27b) all three tools over
+# every case in 11 processes side by side took about 100 s, as sanitize now runs them. Results go
+# to $OUT (the device tool's folder) when set,
 # else bench/results/local/ (git-ignored); environment.txt records the git hash, the clocks at start and end, and versions.
 # SCL_CUTLASS_INCLUDE: the CuTe headers (else pip installs nvidia-cutlass, which needs a network).
 # Extra arguments are passed to bench.gpu_sweep, e.g.
@@ -103,16 +106,31 @@ gpu_tests() {
     2>&1 | tee "$out/gpu_tests.log" | tail -n 60
 }
 sanitize() {
-  local tool status=0
+  # Each tool over the cases in groups run side by side, a process each (on an H100 on 2026-11-27
+  # the whole set took about 100 s that way; racecheck alone was not done after 190 s in one).
+  local tool group status=0 groups
+  if [ -n "${SCL_SANITIZER_CASES:-}" ]; then
+    groups=$SCL_SANITIZER_CASES
+  else
+    groups=$("$python" -m bench.gpu.sanitizer_case --print-groups "${SCL_SANITIZER_GROUPS:-6}") || return 1
+  fi
   for tool in memcheck racecheck synccheck; do
-    # shellcheck disable=SC2086
-    if PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
-        "$python" -m bench.gpu.sanitizer_case ${SCL_SANITIZER_CASES:+--cases "$SCL_SANITIZER_CASES"} \
-        > "$out/sanitizer_$tool.log" 2>&1; then
-      echo "compute-sanitizer $tool: clean ($(tail -n 1 "$out/sanitizer_$tool.log"))"
-    else
-      echo "compute-sanitizer $tool: FAILED"; tail -n 30 "$out/sanitizer_$tool.log"; status=1
-    fi
+    for group in $groups; do
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+        "$python" -m bench.gpu.sanitizer_case --cases "$group" \
+        > "$out/sanitizer_${tool}_${group//,/-}.log" 2>&1 &
+    done
+  done
+  wait  # each verdict is read from its log below
+  for tool in memcheck racecheck synccheck; do
+    for group in $groups; do
+      local log="$out/sanitizer_${tool}_${group//,/-}.log"
+      if grep -qE "cases, twice" "$log" && grep -qE "ERROR SUMMARY: 0 errors|RACECHECK SUMMARY: 0 hazards" "$log"; then
+        echo "compute-sanitizer $tool, cases $group: clean"
+      else
+        echo "compute-sanitizer $tool, cases $group: FAILED"; tail -n 30 "$log"; status=1
+      fi
+    done
   done
   return $status
 }

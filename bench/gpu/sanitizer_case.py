@@ -92,14 +92,32 @@ def run_offset(n, d, dtype, num_anchors, anchor_offset):
         (n, d, dtype, num_anchors, anchor_offset)
 
 
+def case_groups(count, groups):
+    """Case numbers 1..count dealt round-robin into at most `groups` comma-separated lists, so
+    that the slow cases (the cluster pairs' 14 and 15) land in different groups."""
+    dealt = [[] for _ in range(min(groups, count))]
+    for number in range(1, count + 1):
+        dealt[(number - 1) % len(dealt)].append(str(number))
+    return [",".join(group) for group in dealt]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=cli.int_list, default=None,
                         help="the cases to run, by their numbers as printed (1-based; default: all)")
+    parser.add_argument("--print-groups", type=int, default=None, metavar="G",
+                        help="print every case number in G groups, one comma-separated line each "
+                             "(for --cases), and exit: the groups that gpu_session.sh runs side by "
+                             "side")
     args = parser.parse_args()
+    runs = [(run, case) for case in CASES] + [(run_offset, case) for case in OFFSET_CASES]
+    if args.print_groups is not None:
+        if args.print_groups < 1:
+            parser.error("--print-groups must be at least 1")
+        print("\n".join(case_groups(len(runs), args.print_groups)))
+        return
     assert scl_kernels.backends.cuda_kernels_built(), \
         "the library has no CUDA C++ kernels: build with SCL_BUILD_CUDA=1"
-    runs = [(run, case) for case in CASES] + [(run_offset, case) for case in OFFSET_CASES]
     if args.cases is not None:
         if max(args.cases) > len(runs):
             parser.error(f"--cases: there are {len(runs)} cases")
