@@ -124,9 +124,11 @@ def reduce_per_anchor(per_anchor, num_positives, reduction):
     return mean_over_anchors_with_positives(per_anchor, num_positives)
 
 
-def call_shape(layout: Layout) -> CallShape:
-    """What backend="auto" reads of the call (backends/auto_rule.py)."""
-    one_set = layout.contrast is None and layout.num_anchors == layout.rows.shape[0]
+def call_shape(layout: Layout, normalize: bool) -> CallShape:
+    """What backend="auto" reads of the call (backends/auto_rule.py): one set only where the
+    symmetric schedule may serve it (every row an anchor, unit rows)."""
+    one_set = (layout.contrast is None and layout.num_anchors == layout.rows.shape[0]
+               and normalize)
     columns = layout.rows if layout.contrast is None else layout.contrast
     return CallShape(columns.shape[0], layout.rows.shape[-1], layout.rows.dtype, one_set)
 
@@ -161,7 +163,7 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
                   check_tensor_value=False)
     focal_gamma = check_focal_gamma(focal_gamma)
     layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode)
-    run = resolve_backend(backend, features.device, focal_gamma, call_shape(layout)).run
+    run = resolve_backend(backend, features.device, focal_gamma, call_shape(layout, normalize)).run
     temperature = temperature_tensor(temperature, features.device)
     # The mean inside the op: on a GPU its four reduction launches and its gradient's division
     # become part of the fused finish (docs/MATH.md, "The mean").

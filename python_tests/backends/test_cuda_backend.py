@@ -69,7 +69,7 @@ def test_auto_takes_cuda_only_by_its_size_rule(monkeypatch):
 
 def test_supcon_loss_gives_auto_the_call_shape(monkeypatch):
     """supcon_loss hands the rule N (the contrast set's rows), D, the dtype and whether every row
-    is an anchor against its own set."""
+    is an anchor against its own set of unit rows."""
     seen = []
     real = scl_kernels.functional.resolve_backend
 
@@ -83,9 +83,11 @@ def test_supcon_loss_gives_auto_the_call_shape(monkeypatch):
     scl_kernels.supcon_loss(x, labels, contrast_mode="one", backend="reference")
     scl_kernels.supcon_loss(x[:, 0], labels, contrast=torch.randn(9, 5, dtype=torch.float64),
                             contrast_labels=torch.zeros(9, dtype=torch.long), backend="reference")
+    scl_kernels.supcon_loss(x, labels, normalize=False, backend="reference")
     assert seen == [backends.CallShape(12, 5, torch.float64, True),
                     backends.CallShape(12, 5, torch.float64, False),
-                    backends.CallShape(9, 5, torch.float64, False)]
+                    backends.CallShape(9, 5, torch.float64, False),
+                    backends.CallShape(12, 5, torch.float64, False)]
 
 
 def test_cpu_tensors_are_refused():
