@@ -10,6 +10,7 @@ class, negative labels, and the NaN / inf error."""
 import pytest
 import torch
 
+import scl_kernels
 from support.layouts import LAYOUTS, make_layout, num_anchor_rows, op_args
 from support.op_mean import check_op_mean
 from support.reference64 import check_op_against_reference
@@ -109,6 +110,31 @@ def test_non_finite_rows_are_an_error(where, value, randn, randint):
     with pytest.raises(ValueError, match=f"{where} contains NaN or inf"):
         torch.ops.scl.supcon_cuda_dry_run(x, randint(0, 3, (20,)), c, randint(0, 3, (25,)),
                                           torch.tensor(0.1), 20, True)
+
+
+def test_a_captured_call_leaves_the_value_checks_alone(monkeypatch, randn, randint):
+    """While the stream captures a CUDA graph (the dry run told so) a call neither checks its own
+    values nor reads an earlier call's verdict: on a GPU even asking whether that verdict has
+    landed ends the capture (an H100, 2026-11-27). The first call outside the capture reports it."""
+    monkeypatch.setenv("SCL_VALUE_CHECKS", "next_call")  # the earlier verdict is left unread
+    labels = randint(0, 3, (20,))
+
+    def args(x):
+        return (x, labels, None, None, torch.tensor(0.1), 20, True)
+
+    bad = randn(20, 8)
+    bad[3, 1] = float("nan")
+    torch.ops.scl.supcon_cuda_dry_run(*args(bad))
+    monkeypatch.setenv("SCL_CUDA_DRY_RUN_CAPTURING", "1")
+    clean = args(randn(20, 8))
+    _, lse, _ = torch.ops.scl.supcon_cuda_dry_run(*clean)
+    torch.ops.scl.supcon_cuda_dry_run_backward(torch.ones(20), *clean, lse)
+    loss, _, _ = torch.ops.scl.supcon_cuda_dry_run(*args(bad))  # its own NaN: not checked
+    assert torch.isnan(loss).any()
+    monkeypatch.delenv("SCL_CUDA_DRY_RUN_CAPTURING")
+    with pytest.raises(ValueError, match="features.*earlier call"):
+        torch.ops.scl.supcon_cuda_dry_run(*clean)
+    assert scl_kernels.raise_deferred_value_errors() is None  # the captured call queued none
 
 
 def test_tiles_setting_is_checked(monkeypatch, randn, randint):
