@@ -10,6 +10,8 @@ triton): it runs ``scl_kernels.supcon_loss(..., backend=backend)`` and this refe
 same (already rounded) inputs, and compares the loss and the gradients w.r.t. features, contrast
 and a tensor temperature with dtype-dependent tolerances.
 """
+import ctypes
+import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -552,10 +554,24 @@ def op_reference64(features, labels, contrast, contrast_labels, temperature, num
     return result
 
 
+@functools.lru_cache(maxsize=None)
+def _keep_freed_memory_in_the_heap():
+    """glibc gives the top of its heap back to the OS once 128 KiB there are free: poisoned
+    buffers freed at the top came back as fresh zero pages, and a whole-suite run on CI found no
+    NaN after poisoning (2026-11-27). A trim threshold beyond any test's use keeps them (glibc's
+    mallopt(M_TRIM_THRESHOLD); elsewhere nothing is done)."""
+    try:
+        ctypes.CDLL(None).mallopt(-1, 1 << 30)  # -1: M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
 def poison_free_memory(device):
     """Fills memory that the allocator hands out next with NaN, so that output elements a kernel
     forgets to write show up as NaN: buffers of many sizes, all alive at once and then freed
     (freed one by one, glibc would merge them into the top of the heap and return it to the OS)."""
+    if torch.device(device).type == "cpu":
+        _keep_freed_memory_in_the_heap()
     held = [torch.full((1 << bits,), float("nan"), dtype=torch.float64, device=device)
             for bits in range(14) for _ in range(8)]
     del held
