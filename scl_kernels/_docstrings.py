@@ -40,10 +40,10 @@ ARGUMENTS = {
     "reduction": """reduction: ``"mean"`` (default) over the anchors that have a positive, 0 when none has;
     ``"sum"`` over all anchors; ``"none"`` for one value per anchor (0 for anchors without a
     positive).""",
-    "backend": """backend: ``"auto"`` (default: ``"cpu"`` for CPU tensors; for CUDA ones ``"cuda"`` where
-    an H100 measured it faster, one normalised 16-bit set of N <= 32,768 rows or 128 < D <= 256
-    on sm_90, else ``"triton"``), ``"cpu"`` (fused C++), ``"triton"`` (fused Triton; CPU tensors only under
-    ``TRITON_INTERPRET=1``), ``"cuda"`` (fused CUDA C++: see docs/STATUS.md) or
+    "backend": """backend: ``"auto"`` (default: ``"cpu"`` for CPU tensors; for CUDA ones
+    ``"cuda"`` where an H100 measured it faster, one normalised 16-bit set of N <= 32,768 rows
+    or 128 < D <= 256 on sm_90, else ``"triton"``), ``"cpu"`` (fused C++), ``"triton"`` (fused
+    Triton; CPU tensors only under ``TRITON_INTERPRET=1``), ``"cuda"`` (fused CUDA C++: see docs/STATUS.md) or
     ``"reference"`` (dense PyTorch, for tests and small batches).""",
 }
 

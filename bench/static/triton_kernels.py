@@ -145,9 +145,9 @@ def _stage_signature(kernel, constexprs, pointers, floats):
 def compile_fused_stages():
     """The kernels of the call's O(N D) stages, one configuration each: the launchers' per-column
     terms (kernels.column_terms_kernel; the coefficient form of the symmetric backward and the
-    bias form, each zeroing its tile kernel's accumulator), the forward's per-anchor losses (anchor_losses.anchor_losses_kernel, bf16
-    rows, single set), the backward's assembly, the preparation, the backward's per-anchor
-    weights and the log-sum-exp's merge."""
+    bias form, each zeroing its tile kernel's accumulator), the forward's per-anchor losses
+    (anchor_losses.anchor_losses_kernel, bf16 rows, single set), the backward's assembly, the
+    preparation, the backward's per-anchor weights and the log-sum-exp's merge."""
     from scl_kernels.backends.triton import anchor_losses
     records = []
     kernel = kernels.column_terms_kernel

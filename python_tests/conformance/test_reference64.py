@@ -170,7 +170,8 @@ def test_checker_catches_mutants(kind, monkeypatch, randn, randint, gen, cpu_lib
                             **focal)
     mutant = _mutant(kind)
     monkeypatch.setattr(scl_kernels.functional, "resolve_backend",
-                        lambda name, device, focal_gamma=0.0, shape=None: SimpleNamespace(run=mutant))
+                        lambda name, device, focal_gamma=0.0, shape=None:
+                        SimpleNamespace(run=mutant))
     with pytest.raises(AssertionError):
         check_against_reference("cpu", x, labels, torch.tensor(0.2, requires_grad=True),
                                 generator=gen, **focal)

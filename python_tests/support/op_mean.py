@@ -1,7 +1,8 @@
 """The fused ops' ``mean=True`` against their own per-anchor outputs and the float64 reference:
-the forward's 0-dim loss is the mean of the per-anchor losses over the anchors with positives, and its gradient (raw
-backward op and autograd alike) is the per-anchor backward of grad / that count. Shared by the
-conformance suite (every backend with raw ops) and the CUDA dry run's tests."""
+the forward's 0-dim loss is the mean of the per-anchor losses over the anchors with positives,
+and its gradient (raw backward op and autograd alike) is the per-anchor backward of grad / that
+count. Shared by the conformance suite (every backend with raw ops) and the CUDA dry run's
+tests."""
 import torch
 
 from .reference64 import op_reference64

@@ -13,8 +13,9 @@ off one H100 (bench/results/gpu_h100_2026-11-27b: bf16, one set, 100 classes, fo
 Up to 32,768 rows the CUDA C++ call wins (its host issues a step in 0.6 ms against Triton's
 1.7); from there on at D <= 128 Triton's full-row backward beats the triangle, whose tiles are
 exp-bound at small D. Only what was measured is ruled: one set of unit rows, every row an anchor
-(the symmetric schedule, which the core takes there at t above about 0.024), the 16-bit dtypes (bf16 timed; fp16 runs the same kernels in both backends), D <= 256 (the CUDA C++
-tensor-core kernels' range) and sm_90. Everything else keeps Triton.
+(the symmetric schedule, which the core takes there at t above about 0.024), the 16-bit dtypes
+(bf16 timed; fp16 runs the same kernels in both backends), D <= 256 (the CUDA C++ tensor-core
+kernels' range) and sm_90. Everything else keeps Triton.
 """
 from typing import NamedTuple
 

@@ -353,7 +353,8 @@ def lse_symmetric(z, scale, inv_t):
     grid = lambda meta: symmetric_grid(n, meta["BLOCK"], splits)  # noqa: E731
     shift2 = _fp32(inv_t * LOG2E)
     _lse_symmetric[grid](z_desc=args["z_desc"], z_ptr=z,
-                         **column_terms(scale, inv_t, -shift2, zeroed=row_sum), row_sum_ptr=row_sum, N=n, num_splits=splits, **meta)
+                         **column_terms(scale, inv_t, -shift2, zeroed=row_sum),
+                         row_sum_ptr=row_sum, N=n, num_splits=splits, **meta)
     return merge_lse(row_sum, row_sum, n, 1, fixed_shift=shift2)
 
 
