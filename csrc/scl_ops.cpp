@@ -85,30 +85,31 @@ TORCH_LIBRARY(scl, m) {
         "float inv_t, int self_offset, Tensor anchor_class, Tensor contrast_class, "
         "Tensor lse_hi, Tensor lse_lo, float gamma, Tensor grad_weight) -> "
         "(Tensor loss_sum, Tensor hterm_sum, Tensor dq, Tensor dz)");
-  // The forward's per-anchor losses from the log-sum-exp in one kernel, or their mean with the
-  // number of anchors with positives (scl::TileKernels::anchor_losses; registered from Python
-  // like the tiles); anchors_with_positives is empty without mean.
+  // The forward's per-anchor losses from the log-sum-exp in one kernel, or, given the mean's
+  // zeroed accumulators (mean_sums, else empty), their mean, the accumulators left holding the
+  // totals (scl::TileKernels::anchor_losses; registered from Python like the tiles).
   m.def("supcon_triton_anchor_losses(Tensor q, Tensor q_inv_norm, Tensor class_sums, "
         "Tensor anchor_class, Tensor num_positives, Tensor lse, float inv_t, bool single_set, "
-        "bool mean) -> (Tensor loss, Tensor anchors_with_positives)");
+        "Tensor(a!) mean_sums) -> Tensor loss");
   // The backward's assembly for one output's rows in one kernel
   // (scl::TileKernels::assemble_backward; registered from Python like the tiles). An empty
   // extra, anchor_weight or row_class leaves its term out.
   m.def("supcon_triton_assemble_backward(Tensor rows, Tensor inv_norm, Tensor grads, "
         "Tensor extra, int anchor_offset, Tensor anchor_weight, Tensor anchor_class, "
         "Tensor class_sums, bool self_in_class, Tensor row_class, Tensor weighted_sums, "
-        "float inv_t, bool normalize, float max_inv_norm, ScalarType out_dtype) -> "
-        "(Tensor grad, Tensor unit_dot)");
+        "bool class_shares_weight, float inv_t, bool normalize, float max_inv_norm, "
+        "ScalarType out_dtype) -> (Tensor grad, Tensor unit_dot)");
   // The preparation of one set of rows in one kernel (scl::TileKernels::prepare_rows;
-  // registered from Python like the tiles); class_sums and non_finite are empty when not asked
-  // for.
+  // registered from Python like the tiles); class_sums, non_finite and mean_sums are empty when
+  // not asked for.
   m.def("supcon_triton_prepare_rows(Tensor rows, Tensor labels, Tensor sorted_labels, "
-        "bool normalize, bool self_in_class, bool class_sums, bool check_values) -> "
-        "(Tensor inv_norm, Tensor row_class, Tensor num_positives, Tensor class_sums, "
-        "Tensor non_finite)");
+        "bool normalize, bool self_in_class, bool class_sums, bool check_values, "
+        "bool mean_sums) -> (Tensor inv_norm, Tensor row_class, Tensor num_positives, "
+        "Tensor class_sums, Tensor non_finite, Tensor mean_sums)");
   // The backward's per-anchor weights in one kernel (scl::TileKernels::anchor_weights;
   // registered from Python like the tiles); lse_hi and lse_lo are empty for the symmetric
-  // schedule; anchors_with_positives is empty unless grad_loss is the mean's (0-dim).
+  // schedule; anchors_with_positives is empty unless grad_loss is the mean's (0-dim);
+  // weighted_sums is [0, d] for classes 0.
   m.def("supcon_triton_anchor_weights(Tensor grad_loss, Tensor anchors_with_positives, "
         "Tensor lse, Tensor num_positives, "
         "Tensor q, Tensor q_inv_norm, Tensor anchor_class, int classes, float inv_t, "

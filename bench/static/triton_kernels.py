@@ -214,16 +214,19 @@ def _compile_row_preparation():
 
 def _compile_anchor_weights():
     """The backward's per-anchor weights (anchor_weights.anchor_weights_kernel), bf16 rows, for
-    each schedule (the plain one also splits the log-sum-exp), for the mean's gradient."""
+    each schedule (the plain one also splits the log-sum-exp), for the mean's gradient, with the
+    weighted class sums and, the single set's form, without."""
     from scl_kernels.backends.triton import anchor_weights
     tile = f"{anchor_weights.BLOCK_M} anchors x {anchor_weights.MAX_BLOCK_D} columns"
     return _stage_records(
         anchor_weights.anchor_weights_kernel, "anchor_weights", "bf16",
         {"q_ptr": "*bf16", "lse_ptr": "*fp64", "positives_ptr": "*i64", "class_ptr": "*i64",
          "counted_ptr": "*fp64"}, ("inv_t_hi", "inv_t_lo"),
-        [({"SYMMETRIC": symmetric, "MEAN": True, "BLOCK_M": anchor_weights.BLOCK_M,
-           "BLOCK_D": anchor_weights.MAX_BLOCK_D},
-          f"{tile}, {'symmetric' if symmetric else 'plain'}") for symmetric in (True, False)])
+        [({"SYMMETRIC": symmetric, "MEAN": True, "WEIGHTED_SUMS": sums,
+           "BLOCK_M": anchor_weights.BLOCK_M, "BLOCK_D": anchor_weights.MAX_BLOCK_D},
+          f"{tile}, {'symmetric' if symmetric else 'plain'}"
+          + ("" if sums else ", no weighted sums"))
+         for symmetric, sums in ((True, True), (False, True), (True, False))])
 
 
 def _compile_backward_assembly():
@@ -233,7 +236,7 @@ def _compile_backward_assembly():
     from scl_kernels.backends.triton import backward_assembly
     kernel = backward_assembly.assemble_backward_kernel
     constexprs = {"EXTRA": True, "ANCHOR_PART": True, "SELF_IN_CLASS": True, "ROW_PART": True,
-                  "NORMALIZE": True, "BLOCK_R": backward_assembly.BLOCK_R,
+                  "CLASS_SHARES_WEIGHT": False, "NORMALIZE": True, "BLOCK_R": backward_assembly.BLOCK_R,
                   "BLOCK_D": backward_assembly.MAX_BLOCK_D}
     pointers = {"x_ptr": "*bf16", "out_ptr": "*bf16", "anchor_class_ptr": "*i64",
                 "row_class_ptr": "*i64"}

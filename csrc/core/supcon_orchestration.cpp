@@ -106,6 +106,16 @@ at::Tensor zero_temperature_grad(const at::Tensor& t) {
   return at::zeros_like(t);
 }
 
+// Whether every anchor of a class gets the same weight w = g / |P|, so that the weighted class
+// sums are the class sums scaled (BackwardAssemblyInputs::class_shares_weight): every row an
+// anchor of its own set, and one upstream gradient for all (a mean's, 0-dim, or a sum's,
+// expanded with stride 0).
+bool class_shares_weight(const SupConProblem& p, const SupConArgs& args,
+                         const at::Tensor& grad_loss) {
+  return p.single_set && p.m == p.n &&
+         (args.mean || (grad_loss.dim() == 1 && grad_loss.stride(0) == 0));
+}
+
 // The backward's assembly by the backend's fused step (TileKernels::assemble_backward): one
 // call per output, from the anchors' positive weights w and the weighted class sums, and the
 // temperature's gradient from the rows' unit dots (half their sum: tile_kernels.h).
@@ -113,14 +123,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
     const TileKernels& kernels, const SupConProblem& p, const SupConArgs& args,
     const at::Tensor& w, const at::Tensor& weighted, const TileGrads& tiles, Schedule schedule,
     bool temperature_grad) {
+  // Undefined weighted sums: the anchors of a class share their weight (class_shares_weight).
+  const bool shared = !weighted.defined();
   const auto side = [&](const at::Tensor& rows, const at::Tensor& inv_norm,
                         const at::Tensor& grads, const at::Tensor& extra, bool anchors,
                         bool contrast, at::ScalarType out_dtype) {
     return kernels.assemble_backward(
         {rows, inv_norm, grads, extra, p.single_set ? p.anchor_offset : 0,
          anchors ? w : at::Tensor(), p.anchor_class, p.class_sums, p.single_set,
-         contrast ? p.contrast_class : at::Tensor(), weighted, p.inv_t, p.normalize,
-         1.0 / kNormEps, out_dtype});
+         contrast && !shared ? p.contrast_class : at::Tensor(), weighted, shared, p.inv_t,
+         p.normalize, 1.0 / kNormEps, out_dtype});
   };
   BackwardAssembly features, contrast;
   if (p.single_set) {
@@ -193,11 +205,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
     // The mean by the fused step adds by atomics: reproducible results take the ATen sum.
     const bool fused_mean =
         args.mean && p.m > 0 && !at::globalContext().deterministicAlgorithms();
-    AnchorLossOutputs out =
-        kernels.anchor_losses({p.q, p.q_inv_norm, p.class_sums, p.anchor_class,
-                               p.num_positives, lse, p.inv_t, p.single_set, fused_mean});
-    losses = std::move(out.loss);
-    p.anchors_with_positives = std::move(out.anchors_with_positives);
+    // The fused preparation zeroed the accumulators with its class sums; the ATen one did not.
+    const at::Tensor mean_sums = !fused_mean              ? at::Tensor()
+                                 : p.mean_sums.defined() ? p.mean_sums
+                                                         : at::zeros({3}, lse.options());
+    losses = kernels.anchor_losses({p.q, p.q_inv_norm, p.class_sums, p.anchor_class,
+                                    p.num_positives, lse, p.inv_t, p.single_set, mean_sums});
+    if (fused_mean) p.anchors_with_positives = mean_sums.select(0, 1);
   } else {
     losses = anchor_losses(p, lse);
   }
@@ -232,13 +246,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   if (fused_assembly && kernels.anchor_weights && !at::globalContext().deterministicAlgorithms()) {
     // The mean's gradient: divided on the device by the forward's count where it kept one.
     const bool counted = args.mean && p.anchors_with_positives.defined();
+    const bool shared = class_shares_weight(p, args, grad_loss);
     const AnchorWeights weights = kernels.anchor_weights(
         {args.mean && !counted ? per_anchor_grad_of_mean(p, grad_loss) : grad_loss,
          counted ? p.anchors_with_positives : at::Tensor(), lse64, p.num_positives, p.q,
-         p.q_inv_norm, p.anchor_class, p.class_sums.size(0), p.inv_t, schedule});
+         p.q_inv_norm, p.anchor_class, shared ? 0 : p.class_sums.size(0), p.inv_t, schedule});
     const TileGrads tiles = kernels.grad(in, weights.coefficients);
-    return assemble_backward(kernels, p, args, weights.weight, weights.weighted_sums, tiles,
-                             schedule, temperature_grad);
+    return assemble_backward(kernels, p, args, weights.weight,
+                             shared ? at::Tensor() : weights.weighted_sums, tiles, schedule,
+                             temperature_grad);
   }
   const at::Tensor g = effective_anchor_grads(
       p, args.mean ? per_anchor_grad_of_mean(p, grad_loss) : grad_loss);

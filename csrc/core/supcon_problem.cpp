@@ -184,11 +184,12 @@ void prepare_fused(SupConProblem& p, const SupConArgs& a, DeferredValueChecks* v
   const bool check_values = value_checks != nullptr;
   p.z = (p.single_set ? a.features : *a.contrast).contiguous();
   p.n = p.z.size(0);
-  const PreparedRows z = prepare_rows(
-      {p.z, contrast_labels, sorted_labels, p.normalize, p.single_set, true, check_values});
+  const PreparedRows z = prepare_rows({p.z, contrast_labels, sorted_labels, p.normalize,
+                                      p.single_set, true, check_values, a.mean});
   p.z_inv_norm = z.inv_norm;
   p.contrast_class = z.row_class;
   p.class_sums = z.class_sums;
+  p.mean_sums = z.mean_sums;
   PreparedRows q;
   if (p.single_set) {
     p.m = a.num_anchors;
@@ -202,7 +203,7 @@ void prepare_fused(SupConProblem& p, const SupConArgs& a, DeferredValueChecks* v
     p.q = a.features.contiguous();
     p.m = p.q.size(0);
     q = prepare_rows(
-        {p.q, a.labels, sorted_labels, p.normalize, false, false, check_values});
+        {p.q, a.labels, sorted_labels, p.normalize, false, false, check_values, false});
     p.q_inv_norm = q.inv_norm;
     p.anchor_class = q.row_class;
     p.num_positives = q.num_positives;

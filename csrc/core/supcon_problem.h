@@ -54,6 +54,9 @@ struct SupConProblem {
   at::Tensor class_sums;             // [classes, d] sums of unit contrast rows per class id (off
                                      // the CPU, one row per label: prepare_problem)
   at::Tensor num_positives;          // [m] int64, |P(i)|
+  // The mean's zeroed accumulators where the fused preparation made them (asked with the mean
+  // reduction: TileKernels::prepare_rows); else undefined.
+  at::Tensor mean_sums;
   // 0-dim float64 on the device: the number of anchors with |P(i)| > 0, where a forward's fused
   // finish counted it (TileKernels::anchor_losses with mean) for its backward; else undefined.
   at::Tensor anchors_with_positives;

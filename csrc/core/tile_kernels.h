@@ -79,7 +79,7 @@ struct PositiveWalkOutputs {
 //   l_i = lse_i - (1 / (t |P(i)|)) u_i . (C_{y_i} - [single set] u_i),   0 where |P(i)| = 0,
 // with u_i = q_i * q_inv_norm_i the unit row and C the class sums of unit contrast rows (one row
 // per class id), for float32 compute: the dot product accumulates in float32, the rest in float64.
-// With `mean` (m > 0, reproducible results not asked for: the sums add by atomics) the step
+// With `mean_sums` (m > 0, reproducible results not asked for: the sums add by atomics) the step
 // also reduces: the loss is the mean of l_i over the anchors with |P(i)| > 0 (0 where none has),
 // the caller's "mean" reduction, and their number comes back for the backward.
 struct AnchorLossInputs {
@@ -91,19 +91,18 @@ struct AnchorLossInputs {
   at::Tensor lse;            // [m] float64
   double inv_t;
   bool single_set;           // the anchor's own row is in its class sum: take it out
-  bool mean;
-};
-
-struct AnchorLossOutputs {
-  at::Tensor loss;                    // [m], or 0-dim with mean; the class sums' dtype
-  at::Tensor anchors_with_positives;  // with mean: 0-dim float64 on the device; else undefined
+  // With the mean: its accumulators, [3] float64 zeroed (the losses' sum, the anchors with
+  // positives, the blocks done; PreparedRows zeroes them with the class sums), which the step
+  // leaves holding their totals; undefined: per-anchor losses.
+  at::Tensor mean_sums;
 };
 
 // The backward's assembly for one output's rows (docs/MATH.md, "Backward"): from the tiles'
 // gradient w.r.t. the unit rows, add the positive pairs' part and go back through the
 // normalisation. Per row r, with u_r = rows_r * inv_norm_r and a = r - anchor_offset,
-//   d_r = grads_r + [a an anchor] (extra_a - (w_a / t) (C_{y_a} - [self_in_class] 2 u_r))
+//   d_r = grads_r + [a an anchor] (extra_a - (w_a / t) (k C_{y_a} - [self_in_class] 2 u_r))
 //         - [row_class given] (1 / t) W_{c_r}
+// with k = 2 where class_shares_weight (below; the contrast part folded in), else 1
 //   grad_r = normalize ? (d_r - [inv_norm_r < max_inv_norm] (u_r . d_r) u_r) inv_norm_r : d_r
 // in out_dtype, and unit_dot_r = u_r . d_r in the compute dtype (the temperature's gradient is
 // -(1/t) / 2 times their sum over every output row: each pair's term appears once on the anchor
@@ -121,6 +120,10 @@ struct BackwardAssemblyInputs {
   bool self_in_class;        // single set: the anchor's own row is in its class sum
   at::Tensor row_class;      // [R] int64 rows of weighted_sums, or undefined: no contrast part
   at::Tensor weighted_sums;  // [classes, d] W_c = sum of w_a u_a over the anchors of class c
+  // Every row is an anchor (single set, A = R) and the anchors of a class share one weight (the
+  // gradient of a mean or of a sum): then W_{c_r} = w_r C_{c_r}, the contrast part is the
+  // anchor part's class sum once more, and row_class and weighted_sums stay undefined.
+  bool class_shares_weight;
   double inv_t;
   bool normalize;
   double max_inv_norm;       // 1 / eps: rows shorter than eps are scaled, not projected
@@ -137,18 +140,19 @@ struct BackwardAssembly {
 // (for the mean's gradient, grad_loss_a = grad_loss / anchors_with_positives, read on the device)
 //   coefficients: GradCoefficients of g for the schedule (lse split into hi + lo for kPlain)
 //   weighted_sums = [classes, d], row c the sum of w_a u_a over the anchors of class c
-//                   (u_a = q_a * q_inv_norm_a)
+//                   (u_a = q_a * q_inv_norm_a); none (classes 0) where the assembly needs none
+//                   (BackwardAssemblyInputs::class_shares_weight)
 // in float32, the coefficients' arithmetic in float64 as the core's grad_coefficients does it.
 struct AnchorWeightInputs {
   at::Tensor grad_loss;      // [m] the upstream gradient of the per-anchor losses, or 0-dim: of
                              // their mean, with anchors_with_positives
-  at::Tensor anchors_with_positives;  // 0-dim float64 (AnchorLossOutputs), or undefined
+  at::Tensor anchors_with_positives;  // 0-dim float64 (AnchorLossInputs::mean_sums[1]), or undefined
   at::Tensor lse;            // [m] float64
   at::Tensor num_positives;  // [m] int64
   at::Tensor q;              // [m, d] the caller's anchor rows, contiguous
   at::Tensor q_inv_norm;     // [m] float32
   at::Tensor anchor_class;   // [m] int64 rows of weighted_sums, below `classes`
-  int64_t classes;
+  int64_t classes;           // 0: no weighted sums (an empty [0, d] tensor comes back)
   double inv_t;
   Schedule schedule;
 };
@@ -167,6 +171,8 @@ struct AnchorWeights {
 //   positives_r = label_r >= 0 ? upper_r - lower_r - [self_in_class] : 0     (int64)
 //   class_sums  = [n, d] float32, row c the sum of x_r inv_norm_r over the rows of class c
 //   non_finite  = [1] int32, the number of rows holding a NaN or inf
+//   mean_sums   = [3] float64 zeros: the mean's accumulators (AnchorLossInputs), zeroed with the
+//                 class sums by one fill instead of a launch of their own
 // The class id of a label is where its run starts in the sorted labels: a row index below n,
 // found by binary search, so that no count of the classes is ever read on the host.
 struct RowPreparationInputs {
@@ -177,6 +183,7 @@ struct RowPreparationInputs {
   bool self_in_class;        // single set: a row's own label is among the sorted labels
   bool class_sums;           // these are the contrast rows: sum them per class
   bool check_values;         // count the rows holding a NaN or inf
+  bool mean_sums;            // zero the mean's accumulators too
 };
 
 struct PreparedRows {
@@ -185,6 +192,7 @@ struct PreparedRows {
   at::Tensor num_positives;  // [R] int64
   at::Tensor class_sums;     // [n, d] float32, or undefined when not asked for
   at::Tensor non_finite;     // [1] int32, or undefined when not asked for
+  at::Tensor mean_sums;      // [3] float64 zeros, or undefined when not asked for
 };
 
 struct TileKernels {
@@ -206,8 +214,9 @@ struct TileKernels {
   std::function<PositiveWalkOutputs(const TileInputs&, const PositiveWalkInputs&)> positive_walk;
   // The per-anchor losses in one fused step, for float32 compute, and their mean where asked
   // (empty, or float64 inputs: the core's ATen steps, anchor_losses in supcon_problem.h, a dozen
-  // launches on a GPU, and four more for the mean).
-  std::function<AnchorLossOutputs(const AnchorLossInputs&)> anchor_losses;
+  // launches on a GPU, and four more for the mean). The loss: [m], or 0-dim with mean_sums; in
+  // the class sums' dtype.
+  std::function<at::Tensor(const AnchorLossInputs&)> anchor_losses;
   // The backward's assembly in one fused step per output, for float32 compute and the
   // non-focal loss (empty: the core's ATen steps, add_positive_grads, unit_dot and
   // normalize_backward in supcon_problem.h, three dozen launches on a GPU).

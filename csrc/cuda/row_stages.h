@@ -274,7 +274,7 @@ struct AnchorWeightTerms {
   double inv_t;
   bool symmetric;
   float* weight;         // [count]
-  float* weighted_sums;  // [classes, d] zeroed
+  float* weighted_sums;  // [classes, d] zeroed, or null: not asked for
   float* coef;           // [count]
   float* lse_hi;         // [count] (plain schedule only)
   float* lse_lo;
@@ -305,7 +305,7 @@ SCL_HOST_DEVICE void anchor_weight_finish(const AnchorWeightTerms& a, int64_t i,
       a.lse_lo[i] = float(bounded - double(float(bounded)));
     }
   }
-  if (w != 0.0f) {
+  if (w != 0.0f && a.weighted_sums != nullptr) {
     add_row_to_class(a.weighted_sums, a.anchor_class[i], a.q, i, a.d, a.q_inv_norm[i] * w, lane);
   }
 }
@@ -326,6 +326,8 @@ struct BackwardAssemblyTerms {
   bool self_in_class;
   const int64_t* row_class;    // [count], or null: no contrast part
   const float* weighted_sums;  // [classes, d]
+  // W_{c_r} = w_r C_{c_r} (tile_kernels.h): the class sum counts twice in the anchor part.
+  bool class_shares_weight;
   float inv_t;
   bool normalize;
   float max_inv_norm;
@@ -355,6 +357,7 @@ SCL_HOST_DEVICE UnitGrad unit_grad(const BackwardAssemblyTerms& a, int64_t r, in
   if (is_anchor && a.extra != nullptr) d += a.extra[anchor * a.d + k];
   if (is_anchor && a.anchor_weight != nullptr) {
     float target = a.class_sums[anchor_class * a.d + k];
+    if (a.class_shares_weight) target *= 2;
     // the anchor's own row: out of its class sum, and its own share as a column
     if (a.self_in_class) target -= 2 * unit;
     d -= anchor_scale * target;

@@ -248,12 +248,15 @@ PreparedRows prepare_rows(const RowPreparationInputs& in) {
   const auto fp32 = rows.options().dtype(at::kFloat);
   PreparedRows out{at::empty({r}, fp32), at::empty({r}, fp32.dtype(at::kLong)),
                    at::empty({r}, fp32.dtype(at::kLong))};
-  // One zeroed buffer holds the class sums and the NaN / inf count.
+  // One zeroed buffer holds the class sums, the NaN / inf count and the mean's accumulators
+  // (three float64 at an even float offset: 8-byte aligned).
   const int64_t sums = in.class_sums ? n * d : 0, count = in.check_values ? 1 : 0;
-  if (sums + count > 0) {
-    const at::Tensor zeroed = at::zeros({sums + count}, fp32);
+  const int64_t mean_at = (sums + count + 1) / 2 * 2, mean = in.mean_sums ? 6 : 0;
+  if (mean_at + mean > 0) {
+    const at::Tensor zeroed = at::zeros({mean_at + mean}, fp32);
     if (in.class_sums) out.class_sums = zeroed.narrow(0, 0, sums).view({n, d});
     if (in.check_values) out.non_finite = zeroed.narrow(0, sums, 1).view(at::kInt);
+    if (in.mean_sums) out.mean_sums = zeroed.narrow(0, mean_at, mean).view(at::kDouble);
   }
   row_stages::prepare_rows(
       {rows_of(rows), r, d, labels.data_ptr<int64_t>(), sorted.data_ptr<int64_t>(), n,
@@ -266,24 +269,24 @@ PreparedRows prepare_rows(const RowPreparationInputs& in) {
   return out;
 }
 
-AnchorLossOutputs anchor_losses(const AnchorLossInputs& in) {
+at::Tensor anchor_losses(const AnchorLossInputs& in) {
   const DeviceGuard guard(in.q.device());
   const at::Tensor q = in.q.contiguous(), q_inv_norm = in.q_inv_norm.contiguous();
   const at::Tensor class_sums = in.class_sums.contiguous();
   const at::Tensor anchor_class = in.anchor_class.contiguous();
   const at::Tensor num_positives = in.num_positives.contiguous(), lse = in.lse.contiguous();
   const auto fp32 = q.options().dtype(at::kFloat);
-  at::Tensor loss = in.mean ? at::empty({}, fp32) : at::empty({q.size(0)}, fp32);
-  // The mean's accumulators (row_stages.h): the count of anchors with positives is the second.
-  const at::Tensor mean_sums = in.mean ? at::zeros({3}, fp32.dtype(at::kDouble)) : at::Tensor();
+  const bool mean = in.mean_sums.defined();
+  at::Tensor loss = mean ? at::empty({}, fp32) : at::empty({q.size(0)}, fp32);
+  TORCH_INTERNAL_ASSERT(!mean || (in.mean_sums.is_contiguous() && in.mean_sums.numel() == 3));
   row_stages::anchor_losses(
       {rows_of(q), q.size(0), q.size(1), q_inv_norm.data_ptr<float>(),
        class_sums.data_ptr<float>(), anchor_class.data_ptr<int64_t>(),
        num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), in.inv_t, in.single_set,
-       loss.data_ptr<float>(), in.mean ? mean_sums.data_ptr<double>() : nullptr},
+       loss.data_ptr<float>(), mean ? in.mean_sums.data_ptr<double>() : nullptr},
       current_device(q));
   check_launch();
-  return {loss, in.mean ? mean_sums.select(0, 1) : at::Tensor()};
+  return loss;
 }
 
 AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
@@ -297,7 +300,9 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
   const int64_t m = q.size(0), d = q.size(1);
   const bool symmetric = in.schedule == Schedule::kSymmetric;
   const auto fp32 = q.options().dtype(at::kFloat);
-  AnchorWeights out{at::empty({m}, fp32), at::zeros({in.classes, d}, fp32),
+  // Classes 0: no weighted sums (an empty tensor, no fill).
+  AnchorWeights out{at::empty({m}, fp32),
+                    in.classes > 0 ? at::zeros({in.classes, d}, fp32) : at::empty({0, d}, fp32),
                     {at::empty({m}, fp32)}};
   if (!symmetric) {
     out.coefficients.lse_hi = at::empty({m}, fp32);
@@ -308,7 +313,8 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
        counted.defined() ? counted.data_ptr<double>() : nullptr, lse.data_ptr<double>(),
        num_positives.data_ptr<int64_t>(), rows_of(q), m, d, q_inv_norm.data_ptr<float>(),
        anchor_class.data_ptr<int64_t>(), in.inv_t, symmetric, out.weight.data_ptr<float>(),
-       out.weighted_sums.data_ptr<float>(), out.coefficients.coef.data_ptr<float>(),
+       in.classes > 0 ? out.weighted_sums.data_ptr<float>() : nullptr,
+       out.coefficients.coef.data_ptr<float>(),
        symmetric ? nullptr : out.coefficients.lse_hi.data_ptr<float>(),
        symmetric ? nullptr : out.coefficients.lse_lo.data_ptr<float>()},
       current_device(q));
@@ -336,7 +342,8 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
       {rows_of(rows), r, d, inv_norm.data_ptr<float>(), grads.data_ptr<float>(), grads.stride(0),
        ptr<float>(extra), in.anchor_offset, anchor_count, ptr<float>(anchor_weight),
        ptr<int64_t>(anchor_class), ptr<float>(class_sums), in.self_in_class,
-       ptr<int64_t>(row_class), ptr<float>(weighted_sums), float(in.inv_t), in.normalize,
+       ptr<int64_t>(row_class), ptr<float>(weighted_sums), in.class_shares_weight,
+       float(in.inv_t), in.normalize,
        float(in.max_inv_norm), element_type(grad_type), out.grad.data_ptr(),
        out.unit_dot.data_ptr<float>()},
       current_device(rows));

@@ -71,19 +71,18 @@ PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs
   return {loss_sum, hterm_sum, dq, dz};
 }
 
-AnchorLossOutputs anchor_losses(const AnchorLossInputs& in) {
+at::Tensor anchor_losses(const AnchorLossInputs& in) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("scl::supcon_triton_anchor_losses", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              const at::Tensor&, const at::Tensor&, double, bool, bool)>();
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, const at::Tensor&, const at::Tensor&, double, bool,
+                            const at::Tensor&)>();
   require_tile_kernel("scl::supcon_triton_anchor_losses", in.q);
-  auto [loss, anchors_with_positives] =
-      op.call(in.q, in.q_inv_norm, in.class_sums, in.anchor_class, in.num_positives, in.lse,
-              in.inv_t, in.single_set, in.mean);
-  // The schema has no optional tensors: the count comes back empty without the mean.
-  return {loss, in.mean ? anchors_with_positives : at::Tensor()};
+  // The schema has no optional tensors: without the mean its accumulators are empty.
+  return op.call(in.q, in.q_inv_norm, in.class_sums, in.anchor_class, in.num_positives, in.lse,
+                 in.inv_t, in.single_set,
+                 in.mean_sums.defined() ? in.mean_sums : at::empty({0}, in.lse.options()));
 }
 
 BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
@@ -93,7 +92,7 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
           .typed<std::tuple<at::Tensor, at::Tensor>(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
               const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, const at::Tensor&,
-              const at::Tensor&, double, bool, double, at::ScalarType)>();
+              const at::Tensor&, bool, double, bool, double, at::ScalarType)>();
   require_tile_kernel("scl::supcon_triton_assemble_backward", in.rows);
   // The schema has no optional tensors: a term left out is an empty tensor.
   const at::Tensor none = at::empty({0}, in.grads.options());
@@ -101,8 +100,8 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
   auto [grad, unit_dot] =
       op.call(in.rows, in.inv_norm, in.grads, given(in.extra), in.anchor_offset,
               given(in.anchor_weight), in.anchor_class, in.class_sums, in.self_in_class,
-              given(in.row_class), in.weighted_sums, in.inv_t, in.normalize, in.max_inv_norm,
-              in.out_dtype);
+              given(in.row_class), given(in.weighted_sums), in.class_shares_weight, in.inv_t,
+              in.normalize, in.max_inv_norm, in.out_dtype);
   return {grad, unit_dot};
 }
 
@@ -110,15 +109,20 @@ PreparedRows prepare_rows(const RowPreparationInputs& in) {
   static const auto op =
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("scl::supcon_triton_prepare_rows", "")
-          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, bool, bool, bool)>();
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                            at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                        bool, bool, bool, bool, bool)>();
   require_tile_kernel("scl::supcon_triton_prepare_rows", in.rows);
-  auto [inv_norm, row_class, num_positives, class_sums, non_finite] =
+  auto [inv_norm, row_class, num_positives, class_sums, non_finite, mean_sums] =
       op.call(in.rows, in.labels, in.sorted_labels, in.normalize, in.self_in_class,
-              in.class_sums, in.check_values);
+              in.class_sums, in.check_values, in.mean_sums);
   // The schema has no optional tensors: what was not asked for comes back empty.
-  return {inv_norm, row_class, num_positives, in.class_sums ? class_sums : at::Tensor(),
-          in.check_values ? non_finite : at::Tensor()};
+  return {inv_norm,
+          row_class,
+          num_positives,
+          in.class_sums ? class_sums : at::Tensor(),
+          in.check_values ? non_finite : at::Tensor(),
+          in.mean_sums ? mean_sums : at::Tensor()};
 }
 
 AnchorWeights anchor_weights(const AnchorWeightInputs& in) {

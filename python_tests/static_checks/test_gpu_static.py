@@ -163,12 +163,12 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
         assert r["loop_hgmma"] and r["tma"], r
     # One configuration each: hard-pair mining per dtype, the launchers' column terms (two forms),
     # the forward's per-anchor losses (with and without their mean), the backward's assembly,
-    # the preparation, the backward's per-anchor weights (one per schedule) and the
-    # log-sum-exp's merge (one per form).
+    # the preparation, the backward's per-anchor weights (one per schedule with the weighted
+    # class sums, one without them) and the log-sum-exp's merge (one per form).
     single = report["single_config"]
     assert sorted(r["use"] for r in single) == ["anchor_losses", "anchor_losses",
                                                 "anchor_weights", "anchor_weights",
-                                                "backward_assembly",
+                                                "anchor_weights", "backward_assembly",
                                                 "column_terms", "column_terms", "hard_pairs",
                                                 "hard_pairs", "lse_merge", "lse_merge",
                                                 "row_preparation"]

@@ -34,10 +34,16 @@ def check_op_mean(forward_op, backward_op, args, grad=0.7):
 
     upstream = torch.tensor(grad, dtype=mean.dtype, device=mean.device)
     expanded = (upstream / counted).expand(per_anchor.shape)
-    want_grads = backward_op(expanded, *args, lse)
+    # Materialised, one value per anchor: the general backward, which sums the weighted class
+    # rows. A mean's gradient and a sum's (expanded, stride 0) give every anchor of a class one
+    # weight, and the single set's fused backward scales the class sums instead
+    # (class_shares_weight in csrc/core/tile_kernels.h): both are held to the general one.
+    want_grads = backward_op(expanded.contiguous(), *args, lse)
     raw = backward_op(upstream, *args, lse, mean=True)
-    for got, expected in zip(raw, want_grads):
+    summed = backward_op(expanded, *args, lse)
+    for got, also, expected in zip(raw, summed, want_grads):
         torch.testing.assert_close(got, expected, rtol=MEAN_RTOL, atol=MEAN_ATOL)
+        torch.testing.assert_close(also, expected, rtol=MEAN_RTOL, atol=MEAN_ATOL)
 
     # Through autograd the backward reuses the forward's preparation and its count.
     leaves = [a.detach().requires_grad_(True) if i in (0, 2) and a is not None else a

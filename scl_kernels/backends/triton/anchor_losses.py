@@ -5,7 +5,7 @@ step is a dozen launches (a gather of class-sum rows, a subtraction, a product, 
 float64 arithmetic); here it is one. With mean (the caller's "mean" reduction inside the op) the
 same kernel also reduces: each program adds its anchors' loss and count of anchors with positives
 into a zeroed float64 buffer and takes a ticket; the last program to finish divides, so the mean
-costs no launch of its own beyond the buffer's zeroing (docs/MATH.md, "The mean").
+costs no launch of its own (the preparation's fill zeroes the buffer; docs/MATH.md, "The mean").
 """
 import torch
 import triton
@@ -64,21 +64,22 @@ def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr
 
 
 def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, inv_t,
-                  single_set, mean):
-    """([m] per-anchor losses in class_sums' dtype, empty), or with mean (their 0-dim mean over
-    the anchors with positives, 0-dim float64 number of those anchors); the op's schema:
+                  single_set, mean_sums):
+    """[m] per-anchor losses in class_sums' dtype, or, given mean_sums (the zeroed float64
+    [loss sum, anchors with positives, programs done]; else empty), their 0-dim mean over the
+    anchors with positives, mean_sums left holding the totals; the op's schema:
     csrc/scl_ops.cpp."""
     m, d = q.shape
     q = q.contiguous()
     lse = lse.contiguous()
+    mean = mean_sums.numel() > 0
     out = torch.empty(() if mean else m, dtype=class_sums.dtype, device=q.device)
-    # Without mean the kernel never touches mean_sums: lse stands in for its pointer.
-    mean_sums = torch.zeros(3, dtype=torch.float64, device=q.device) if mean else lse
     if mean and m == 0:  # no program would store the mean
-        return out.zero_(), mean_sums[1]
+        return out.zero_()
+    # Without mean the kernel never touches mean_sums: lse stands in for its pointer.
     anchor_losses_kernel[(triton.cdiv(m, BLOCK_M),)](
         q, q_inv_norm.contiguous(), class_sums.contiguous(), anchor_class.contiguous(),
-        num_positives.contiguous(), lse, out, mean_sums, m, d, q.stride(0),
+        num_positives.contiguous(), lse, out, mean_sums if mean else lse, m, d, q.stride(0),
         class_sums.stride(0), *float32_pair(inv_t), SINGLE_SET=single_set, MEAN=mean,
         BLOCK_M=BLOCK_M, BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
-    return (out, mean_sums[1]) if mean else (out, lse.new_empty(0))
+    return out

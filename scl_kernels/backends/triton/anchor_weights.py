@@ -2,9 +2,10 @@
 through the op scl::supcon_triton_anchor_weights; csrc/core/tile_kernels.h states the formulas):
 each anchor's upstream gradient kept where it has positives, its positive weight, the tiles'
 coefficient for the schedule (and the log-sum-exp split for the plain one), and its weighted unit
-row added to its class's sum. On a GPU the core's ATen form of these steps is about twenty
-launches (conversions, float64 arithmetic, an exp, the weighted class sums); here it is one, after
-the sums' zeroed buffer.
+row added to its class's sum (where the assembly needs the weighted sums: classes > 0). On a GPU
+the core's ATen form of these steps is about twenty launches (conversions, float64 arithmetic, an
+exp, the weighted class sums); here it is one, after the sums' zeroed buffer where there are
+sums.
 """
 import torch
 import triton
@@ -21,10 +22,11 @@ MAX_BLOCK_D = 64
 def anchor_weights_kernel(grad_ptr, counted_ptr, lse_ptr, positives_ptr, q_ptr, q_inv_norm_ptr,
                           class_ptr, weighted_ptr, weight_ptr, coef_ptr, lse_hi_ptr, lse_lo_ptr,
                           M, D, grad_stride, inv_t_hi, inv_t_lo, SYMMETRIC: tl.constexpr,
-                          MEAN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+                          MEAN: tl.constexpr, WEIGHTED_SUMS: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per BLOCK_M anchors: the scalars in float64 where the core takes them so
-    (1/t arrives as a float32 hi + lo pair, since Triton passes a Python float as float32), then
-    one pass over D adding w_a u_a to its class's row by atomics. With MEAN, grad is the mean's
+    (1/t arrives as a float32 hi + lo pair, since Triton passes a Python float as float32), then,
+    with WEIGHTED_SUMS, one pass over D adding w_a u_a to its class's row by atomics. With MEAN, grad is the mean's
     and counted the number of anchors with positives (the forward's): each anchor's share is
     grad / counted, divided in float32 as autograd's division of the mean did."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -54,22 +56,25 @@ def anchor_weights_kernel(grad_ptr, counted_ptr, lse_ptr, positives_ptr, q_ptr, 
         lo = bounded - bounded.to(tl.float32).to(tl.float64)
         tl.store(lse_hi_ptr + rows, lse.to(tl.float32), mask=valid)
         tl.store(lse_lo_ptr + rows, lo.to(tl.float32), mask=valid)
-    scale = tl.load(q_inv_norm_ptr + rows, mask=valid, other=0.0) * weight
-    classes = tl.load(class_ptr + rows, mask=valid, other=0)
-    add_rows_to_classes(weighted_ptr, q_ptr, rows, valid & (weight != 0), classes, scale, D,
-                        BLOCK_D)
+    if WEIGHTED_SUMS:
+        scale = tl.load(q_inv_norm_ptr + rows, mask=valid, other=0.0) * weight
+        classes = tl.load(class_ptr + rows, mask=valid, other=0)
+        add_rows_to_classes(weighted_ptr, q_ptr, rows, valid & (weight != 0), classes, scale, D,
+                            BLOCK_D)
 
 
 def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_inv_norm,
                    anchor_class, classes, inv_t, symmetric):
     """(weight [m], weighted_sums [classes, d], coef [m], lse_hi, lse_lo), all float32 (the lse
     parts empty for the symmetric schedule); anchors_with_positives empty, or the 0-dim count
-    that divides a 0-dim grad_loss (the mean's); the op's schema: csrc/scl_ops.cpp."""
+    that divides a 0-dim grad_loss (the mean's); classes 0: no weighted sums ([0, d], no fill);
+    the op's schema: csrc/scl_ops.cpp."""
     mean = anchors_with_positives.numel() == 1
     m, d = q.shape
     q = q.contiguous()
     weight, coef = (torch.empty(m, dtype=torch.float32, device=q.device) for _ in range(2))
-    weighted_sums = torch.zeros(classes, d, dtype=torch.float32, device=q.device)
+    weighted_sums = (torch.zeros if classes > 0 else torch.empty)(
+        classes, d, dtype=torch.float32, device=q.device)
     parts = 0 if symmetric else m
     lse_hi, lse_lo = (torch.empty(parts, dtype=torch.float32, device=q.device) for _ in range(2))
     # grad_loss as it comes: one value (0-dim, or expanded with stride 0) for a mean's gradient.
@@ -81,6 +86,6 @@ def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_i
         q_inv_norm.contiguous(), anchor_class.contiguous(), weighted_sums, weight, coef,
         coef if symmetric else lse_hi, coef if symmetric else lse_lo, m, d,
         grad_loss.stride(0) if grad_loss.dim() else 0, *float32_pair(inv_t),
-        SYMMETRIC=symmetric, MEAN=mean, BLOCK_M=BLOCK_M,
+        SYMMETRIC=symmetric, MEAN=mean, WEIGHTED_SUMS=classes > 0, BLOCK_M=BLOCK_M,
         BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
     return weight, weighted_sums, coef, lse_hi, lse_lo

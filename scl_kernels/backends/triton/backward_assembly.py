@@ -18,7 +18,8 @@ MAX_BLOCK_D = 64
 def _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, rows, anchors,
                   is_anchor, valid, scale, anchor_scale, anchor_class, row_class, ks, D,
                   inv_t, EXTRA: tl.constexpr, ANCHOR_PART: tl.constexpr,
-                  SELF_IN_CLASS: tl.constexpr, ROW_PART: tl.constexpr):
+                  SELF_IN_CLASS: tl.constexpr, ROW_PART: tl.constexpr,
+                  CLASS_SHARES_WEIGHT: tl.constexpr):
     """The unit rows u and the gradient d w.r.t. them, columns ks of the block's rows (float32).
     Every [*, D] operand is contiguous: D is each one's row stride."""
     inside = valid[:, None] & (ks < D)[None, :]
@@ -32,6 +33,9 @@ def _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, row
     if ANCHOR_PART:
         target = tl.load(class_sums_ptr + anchor_class[:, None] * D + ks[None, :],
                          mask=at_anchor, other=0.0)
+        if CLASS_SHARES_WEIGHT:
+            # W_c = w_r C_c: the contrast part is the class sum once more
+            target = 2 * target
         if SELF_IN_CLASS:
             # the anchor's own row: out of its class sum, and its own share as a column
             target = target - 2 * unit
@@ -49,7 +53,8 @@ def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_w
                              max_inv_norm,
                              EXTRA: tl.constexpr, ANCHOR_PART: tl.constexpr,
                              SELF_IN_CLASS: tl.constexpr, ROW_PART: tl.constexpr,
-                             NORMALIZE: tl.constexpr, BLOCK_R: tl.constexpr,
+                             CLASS_SHARES_WEIGHT: tl.constexpr, NORMALIZE: tl.constexpr,
+                             BLOCK_R: tl.constexpr,
                              BLOCK_D: tl.constexpr):
     """One program per BLOCK_R rows, two passes over D in BLOCK_D steps: the first sums
     u . d, which the projection needs, the second writes the rows' gradients."""
@@ -71,7 +76,7 @@ def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_w
         unit, d = _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, rows,
                                 anchors, is_anchor, valid, scale, anchor_scale, anchor_class,
                                 row_class, d0 + tl.arange(0, BLOCK_D), D, inv_t, EXTRA,
-                                ANCHOR_PART, SELF_IN_CLASS, ROW_PART)
+                                ANCHOR_PART, SELF_IN_CLASS, ROW_PART, CLASS_SHARES_WEIGHT)
         dot += tl.sum(unit * d, axis=1)
     tl.store(dot_ptr + rows, dot, mask=valid)
     # Rows shorter than eps are divided by eps, a constant: scaled, not projected.
@@ -81,7 +86,7 @@ def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_w
         unit, d = _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, rows,
                                 anchors, is_anchor, valid, scale, anchor_scale, anchor_class,
                                 row_class, ks, D, inv_t, EXTRA, ANCHOR_PART, SELF_IN_CLASS,
-                                ROW_PART)
+                                ROW_PART, CLASS_SHARES_WEIGHT)
         if NORMALIZE:
             d = (d - unit * radial[:, None]) * scale[:, None]
         tl.store(out_ptr + rows[:, None] * D + ks[None, :],
@@ -89,8 +94,8 @@ def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_w
 
 
 def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight, anchor_class,
-                      class_sums, self_in_class, row_class, weighted_sums, inv_t, normalize,
-                      max_inv_norm, out_dtype):
+                      class_sums, self_in_class, row_class, weighted_sums, class_shares_weight,
+                      inv_t, normalize, max_inv_norm, out_dtype):
     """(grad [R, d] in out_dtype, unit_dot [R] float32); the op's schema: csrc/scl_ops.cpp."""
     r, d = rows.shape
     rows = rows.contiguous()
@@ -108,9 +113,11 @@ def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight
         rows, inv_norm.float().contiguous(), grads, extra,
         anchor_weight.float().contiguous() if anchor_part else grads,
         anchor_class.contiguous(), class_sums.float().contiguous(),
-        row_class.contiguous() if row_part else anchor_class, weighted_sums.float().contiguous(),
+        row_class.contiguous() if row_part else anchor_class,
+        weighted_sums.float().contiguous() if row_part else grads,
         out, dots, r, d, anchor_offset, anchor_count, float(inv_t), float(max_inv_norm),
         EXTRA=has_extra, ANCHOR_PART=anchor_part, SELF_IN_CLASS=self_in_class,
-        ROW_PART=row_part, NORMALIZE=normalize, BLOCK_R=BLOCK_R,
+        ROW_PART=row_part, CLASS_SHARES_WEIGHT=class_shares_weight, NORMALIZE=normalize,
+        BLOCK_R=BLOCK_R,
         BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
     return out, dots

@@ -4,7 +4,7 @@ row's inverse norm, its class id and positive count by binary search in the cont
 labels, its unit row added to its class's sum, and a count of the rows holding a NaN or inf. On a
 GPU the core's ATen form of these steps is about two dozen launches (norms, a sort-based
 numbering of the classes, counts, gathers, the class sums); here it is one per set of rows,
-after one sort and one zeroed buffer.
+after one sort and one zeroed buffer, which also holds the forward mean's accumulators.
 """
 import torch
 import triton
@@ -96,10 +96,11 @@ def prepare_rows_kernel(x_ptr, labels_ptr, sorted_ptr, inv_norm_ptr, class_ptr, 
 
 
 def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_sums,
-                 check_values):
+                 check_values, mean_sums):
     """(inv_norm [R] float32, row_class [R] int64, num_positives [R] int64, class_sums [n, d]
-    float32, non_finite [1] int32), the last two empty when not asked for; the op's schema:
-    csrc/scl_ops.cpp. One zeroed buffer holds both sums."""
+    float32, non_finite [1] int32, mean_sums [3] float64 zeros), the last three empty when not
+    asked for; the op's schema: csrc/scl_ops.cpp. One zeroed buffer holds all three, the float64
+    accumulators at an even float offset (8-byte aligned)."""
     r, d = rows.shape
     n = sorted_labels.numel()
     # Only a cross set's contrast rows are summed without their own label among the sorted ones.
@@ -108,10 +109,12 @@ def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_su
     row_class = torch.empty(r, dtype=torch.int64, device=rows.device)
     positives = torch.empty(r, dtype=torch.int64, device=rows.device)
     sums_size = n * d if class_sums else 0
-    zeroed = torch.zeros(sums_size + (1 if check_values else 0), dtype=torch.float32,
+    mean_at = (sums_size + (1 if check_values else 0) + 1) // 2 * 2
+    zeroed = torch.zeros(mean_at + (6 if mean_sums else 0), dtype=torch.float32,
                          device=rows.device)
     sums = zeroed[:sums_size].view(n if class_sums else 0, d)
-    non_finite = zeroed[sums_size:].view(torch.int32)
+    non_finite = zeroed[sums_size:sums_size + (1 if check_values else 0)].view(torch.int32)
+    means = zeroed[mean_at:].view(torch.float64)
     # Sums not asked for get a placeholder pointer: their constexpr flag keeps the kernel off it.
     prepare_rows_kernel[(triton.cdiv(r, BLOCK_R),)](
         rows, labels.contiguous(), sorted_labels.contiguous(), inv_norm, row_class, positives,
@@ -119,4 +122,4 @@ def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_su
         n.bit_length(), NORMALIZE=normalize, SELF_IN_CLASS=self_in_class, CLASS_SUMS=class_sums,
         CHECK_VALUES=check_values, BLOCK_R=BLOCK_R,
         BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
-    return inv_norm, row_class, positives, sums, non_finite
+    return inv_norm, row_class, positives, sums, non_finite, means
