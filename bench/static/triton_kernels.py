@@ -49,6 +49,8 @@ def specialisation(case):
             "PRECISION": _precision(case.dtype)}
     if "num_splits" in kernel.arg_names and case.use != "lse_symmetric":
         meta["num_splits"] = 1
+    if "TEMPERATURE_IN_MEMORY" in kernel.arg_names:  # 1/t as a number, the launchers' usual
+        meta["TEMPERATURE_IN_MEMORY"] = False
     blocks = {"BLOCK_M": case.tile.block_m, "BLOCK_N": case.tile.block_n,
               "BLOCK": case.tile.block_m, **width.meta()}
     signature, constexprs, divisible = {}, {}, []
@@ -64,7 +66,7 @@ def specialisation(case):
         elif name.endswith("_ptr"):
             signature[name] = "*fp32"
             divisible.append(name)
-        elif name == "scale_log2":
+        elif name in ("scale_log2", "log2e_hi", "log2e_lo"):
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
@@ -152,9 +154,10 @@ def compile_fused_stages():
     records = []
     kernel = kernels.column_terms_kernel
     for has_coef in (False, True):
-        constexprs = {"HAS_COEF": has_coef, "ZEROES": True, "BLOCK": launch.TERMS_PADDING,
-                      "ZERO_BLOCK": launch.ZERO_BLOCK}
-        signature = _stage_signature(kernel, constexprs, {}, ("scale_log2", "bias"))
+        constexprs = {"HAS_COEF": has_coef, "ZEROES": True, "TEMPERATURE_IN_MEMORY": False,
+                      "BLOCK": launch.TERMS_PADDING, "ZERO_BLOCK": launch.ZERO_BLOCK}
+        signature = _stage_signature(kernel, constexprs, {},
+                                     ("scale_log2", "bias", "log2e_hi", "log2e_lo"))
         compiled = _compile(kernel, signature, constexprs, ["terms_ptr"], 4, 1)
         records.append(_single_config_record(
             "column_terms", "fp32", compiled,
@@ -164,7 +167,8 @@ def compile_fused_stages():
         anchor_losses.anchor_losses_kernel, "anchor_losses", "bf16",
         {"q_ptr": "*bf16", "anchor_class_ptr": "*i64", "num_positives_ptr": "*i64",
          "lse_ptr": "*fp64", "mean_sums_ptr": "*fp64"}, ("inv_t_hi", "inv_t_lo"),
-        [({"SINGLE_SET": True, "MEAN": mean, "BLOCK_M": anchor_losses.BLOCK_M,
+        [({"SINGLE_SET": True, "MEAN": mean, "TEMPERATURE_IN_MEMORY": False,
+           "BLOCK_M": anchor_losses.BLOCK_M,
            "BLOCK_D": anchor_losses.MAX_BLOCK_D}, tile + (", mean" if mean else ""))
          for mean in (False, True)]))
     records.append(_compile_backward_assembly())
@@ -223,6 +227,7 @@ def _compile_anchor_weights():
         {"q_ptr": "*bf16", "lse_ptr": "*fp64", "positives_ptr": "*i64", "class_ptr": "*i64",
          "counted_ptr": "*fp64"}, ("inv_t_hi", "inv_t_lo"),
         [({"SYMMETRIC": symmetric, "MEAN": True, "WEIGHTED_SUMS": sums,
+           "TEMPERATURE_IN_MEMORY": False,
            "BLOCK_M": anchor_weights.BLOCK_M, "BLOCK_D": anchor_weights.MAX_BLOCK_D},
           f"{tile}, {'symmetric' if symmetric else 'plain'}"
           + ("" if sums else ", no weighted sums"))
@@ -236,7 +241,8 @@ def _compile_backward_assembly():
     from scl_kernels.backends.triton import backward_assembly
     kernel = backward_assembly.assemble_backward_kernel
     constexprs = {"EXTRA": True, "ANCHOR_PART": True, "SELF_IN_CLASS": True, "ROW_PART": True,
-                  "CLASS_SHARES_WEIGHT": False, "NORMALIZE": True, "BLOCK_R": backward_assembly.BLOCK_R,
+                  "CLASS_SHARES_WEIGHT": False, "TEMPERATURE_IN_MEMORY": False,
+                  "NORMALIZE": True, "BLOCK_R": backward_assembly.BLOCK_R,
                   "BLOCK_D": backward_assembly.MAX_BLOCK_D}
     pointers = {"x_ptr": "*bf16", "out_ptr": "*bf16", "anchor_class_ptr": "*i64",
                 "row_class_ptr": "*i64"}

@@ -10,7 +10,9 @@
 #include <c10/util/ParallelGuard.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,8 +23,9 @@ namespace {
 // unit rows and a temperature inside the exp range of the kernels' precision. The forward visits
 // the triangle only where that is reproducible or reproducibility is not asked for.
 Schedule choose_schedule(const SupConProblem& p, const TileKernels& kernels, bool forward) {
+  // A temperature left unread has no known range: the plain schedule serves any.
   const bool symmetric =
-      p.single_set && p.m == p.n && p.normalize &&
+      p.single_set && p.m == p.n && p.normalize && !p.temperature.defined() &&
       fixed_shift_is_safe(p.inv_t, kernels.compute_type(p.z.scalar_type())) &&
       (!forward || kernels.symmetric_forward_is_deterministic ||
        !at::globalContext().deterministicAlgorithms());
@@ -30,8 +33,8 @@ Schedule choose_schedule(const SupConProblem& p, const TileKernels& kernels, boo
 }
 
 TileInputs tile_inputs(const SupConProblem& p, Schedule schedule) {
-  return {p.q, p.z, p.q_inv_norm, p.z_inv_norm, p.q_unit, p.z_unit, p.inv_t, p.self_offset(),
-          schedule};
+  return {p.q,      p.z,      p.q_inv_norm, p.z_inv_norm,    p.q_unit,
+          p.z_unit, p.inv_t, p.temperature, p.self_offset(), schedule};
 }
 
 void check_lse(const SupConProblem& p, const at::Tensor& lse) {
@@ -132,7 +135,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
         {rows, inv_norm, grads, extra, p.single_set ? p.anchor_offset : 0,
          anchors ? w : at::Tensor(), p.anchor_class, p.class_sums, p.single_set,
          contrast && !shared ? p.contrast_class : at::Tensor(), weighted, shared, p.inv_t,
-         p.normalize, 1.0 / kNormEps, out_dtype});
+         p.temperature, p.normalize, 1.0 / kNormEps, out_dtype});
   };
   BackwardAssembly features, contrast;
   if (p.single_set) {
@@ -150,7 +153,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
   if (temperature_grad) {
     at::Tensor dots = features.unit_dot.sum(0, false, at::kDouble);
     if (contrast.unit_dot.defined()) dots.add_(contrast.unit_dot.sum(0, false, at::kDouble));
-    grad_t = dots.mul_(-0.5 * p.inv_t).to(t.scalar_type()).reshape(t.sizes()).to(t.device());
+    // A temperature left unread scales on the device: (-0.5 / t) from its tensor.
+    dots = p.temperature.defined() ? dots.mul_(p.temperature.reciprocal().mul_(-0.5).squeeze(0))
+                                   : dots.mul_(-0.5 * p.inv_t);
+    grad_t = dots.to(t.scalar_type()).reshape(t.sizes()).to(t.device());
   } else {
     grad_t = zero_temperature_grad(t);
   }
@@ -174,6 +180,28 @@ bool host_may_wait(const TileKernels& kernels, const at::Tensor& like) {
   return !kernels.host_may_wait || kernels.host_may_wait(like);
 }
 
+// Whether the call leaves the temperature unread on the host (SupConProblem::temperature): a
+// tensor on the GPU while the host may not wait (a stream captures a CUDA graph), or any tensor
+// under SCL_TEMPERATURE_IN_MEMORY=1 (so that CPU tests take that path), where the kernels read
+// it from memory. They do so for the fused stages only: float32 compute (no float64 rows), the
+// SupCon loss, reproducible results not asked for; otherwise a clear error.
+bool temperature_stays_unread(const TileKernels& kernels, const SupConArgs& a) {
+  if (!kernels.reads_temperature) return false;  // a CPU backend: a host temperature, read in place
+  const char* forced = std::getenv("SCL_TEMPERATURE_IN_MEMORY");
+  const bool unread = forced != nullptr && std::string(forced) == "1"
+                          ? true
+                          : !a.temperature.is_cpu() && !host_may_wait(kernels, a.features);
+  if (!unread) return false;
+  TORCH_CHECK_VALUE(
+      kernels.prepare_rows && kernels.anchor_weights && a.features.scalar_type() != at::kDouble && a.focal_gamma == 0 &&
+          !at::globalContext().deterministicAlgorithms(),
+      "a temperature tensor on the GPU cannot be read while a CUDA graph is captured, and this "
+      "call cannot take it from memory (that needs the triton or cuda backend, float32, float16 "
+      "or bfloat16 rows, focal_gamma 0 and no torch.use_deterministic_algorithms(True)): pass the "
+      "temperature as a float, or capture without it");
+  return true;
+}
+
 }  // namespace
 
 bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
@@ -192,8 +220,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   const bool check_values = host_may_wait(kernels, args.features);
   if (check_values) raise_earlier_failures(/*wait=*/false);
   DeferredValueChecks value_checks;
-  SupConProblem p =
-      prepare_problem(args, check_values ? &value_checks : nullptr, kernels.prepare_rows);
+  SupConProblem p = prepare_problem(args, check_values ? &value_checks : nullptr,
+                                    kernels.prepare_rows, !temperature_stays_unread(kernels, args));
   const bool focal = is_focal(kernels, args);
   const TileInputs in = tile_inputs(p, choose_schedule(p, kernels, true));
   const at::Tensor lse = kernels.lse(in);
@@ -210,7 +238,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
                                  : p.mean_sums.defined() ? p.mean_sums
                                                          : at::zeros({3}, lse.options());
     losses = kernels.anchor_losses({p.q, p.q_inv_norm, p.class_sums, p.anchor_class,
-                                    p.num_positives, lse, p.inv_t, p.single_set, mean_sums});
+                                    p.num_positives, lse, p.inv_t, p.temperature, p.single_set,
+                                    mean_sums});
     if (fused_mean) p.anchors_with_positives = mean_sums.select(0, 1);
   } else {
     losses = anchor_losses(p, lse);
@@ -233,9 +262,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   // The forward's own problem when its autograd node kept it (prepared_handoff.h): the same
   // inputs, so the same terms.
   const SupConProblem* kept = prepared_for_backward();
-  const SupConProblem p = kept != nullptr ? *kept
-                                          : prepare_problem(args, /*value_checks=*/nullptr,
-                                                            kernels.prepare_rows);
+  const SupConProblem p =
+      kept != nullptr ? *kept
+                      : prepare_problem(args, /*value_checks=*/nullptr, kernels.prepare_rows,
+                                        !temperature_stays_unread(kernels, args));
   check_lse(p, lse);
   check_grad_loss(p, grad_loss, args.mean);
   const Schedule schedule = choose_schedule(p, kernels, false);
@@ -250,7 +280,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
     const AnchorWeights weights = kernels.anchor_weights(
         {args.mean && !counted ? per_anchor_grad_of_mean(p, grad_loss) : grad_loss,
          counted ? p.anchors_with_positives : at::Tensor(), lse64, p.num_positives, p.q,
-         p.q_inv_norm, p.anchor_class, shared ? 0 : p.class_sums.size(0), p.inv_t, schedule});
+         p.q_inv_norm, p.anchor_class, shared ? 0 : p.class_sums.size(0), p.inv_t,
+         p.temperature, schedule});
     const TileGrads tiles = kernels.grad(in, weights.coefficients);
     return assemble_backward(kernels, p, args, weights.weight,
                              shared ? at::Tensor() : weights.weighted_sums, tiles, schedule,

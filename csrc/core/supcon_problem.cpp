@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 namespace scl {
@@ -72,8 +73,8 @@ void check_finite(const at::Tensor& x, const char* name) {
   TORCH_CHECK_VALUE(at::isfinite(x).all().item<bool>(), name, kNotFinite);
 }
 
-// Checks everything but values; returns the temperature.
-double check_args(const SupConArgs& a) {
+// Checks everything but values; returns the temperature, or NaN without read_temperature.
+double check_args(const SupConArgs& a, bool read_temperature) {
   check_features(a.features, "features");
   check_labels(a.labels, "labels", a.features, "features");
   TORCH_CHECK_VALUE(a.contrast.has_value() == a.contrast_labels.has_value(),
@@ -107,6 +108,7 @@ double check_args(const SupConArgs& a) {
   TORCH_CHECK_VALUE(t.numel() == 1, "temperature must hold one value, got ", t.numel());
   TORCH_CHECK_VALUE(t.device().is_cpu() || t.device() == a.features.device(),
                     "temperature is on ", t.device(), " but features is on ", a.features.device());
+  if (!read_temperature) return std::numeric_limits<double>::quiet_NaN();
   // A host temperature is read in place; a device one costs the op's only host read.
   const double value =
       t.is_cpu() ? *t.to(at::kDouble).const_data_ptr<double>() : t.item<double>();
@@ -220,8 +222,9 @@ void prepare_fused(SupConProblem& p, const SupConArgs& a, DeferredValueChecks* v
 
 SupConProblem prepare_problem(
     const SupConArgs& a, DeferredValueChecks* value_checks,
-    const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows) {
-  const double temperature = check_args(a);
+    const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows,
+    bool read_temperature) {
+  const double temperature = check_args(a, read_temperature);
   // Every tensor is on the features' device (check_args): one choice for the whole call.
   const bool without_host_reads = prepare_without_host_reads(a.features);
 
@@ -229,6 +232,13 @@ SupConProblem prepare_problem(
   p.single_set = !a.contrast.has_value();
   p.normalize = a.normalize;
   p.inv_t = 1.0 / temperature;
+  if (!read_temperature) {
+    p.temperature = a.temperature.to(a.features.device(), at::kDouble).reshape({1}).contiguous();
+    if (value_checks != nullptr) {
+      const at::Tensor ok = at::isfinite(p.temperature) & (p.temperature > 0);
+      value_checks->expect(ok.all(), "temperature must be positive and finite");
+    }
+  }
   p.d = a.features.size(1);
   p.anchor_offset = a.anchor_offset;
   p.compute_type = a.features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;

@@ -41,7 +41,10 @@ enum class Rows { kAnchors, kContrast };
 struct SupConProblem {
   bool single_set;     // contrast is the features themselves; anchor i is row anchor_offset + i
   bool normalize;
-  double inv_t;
+  double inv_t;        // 1 / t; NaN where `temperature` is defined
+  // The temperature left unread on the host ([1] float64 on the rows' device; prepare_problem's
+  // read_temperature false): the kernels read t from it. Undefined where inv_t holds 1 / t.
+  at::Tensor temperature;
   int64_t m, n, d;
   int64_t anchor_offset;
   at::ScalarType compute_type;       // of the O(N*D) terms: float64 for float64 input, else float32
@@ -76,12 +79,14 @@ bool prepare_without_host_reads(const at::Tensor& x);
 // Validates the op's arguments (TypeError / ValueError naming the argument) and prepares them.
 // With value_checks, NaN / inf in the rows is an error too: raised at once on the CPU, queued in
 // value_checks off it (deferred_value_check.h). Forward checks values; backward (same inputs)
-// passes nullptr. Off the CPU nothing is read on the host but a device temperature. A backend's
-// fused preparation (TileKernels::prepare_rows) serves where it applies: float32 compute, and
-// reproducible results not asked for.
+// passes nullptr. Off the CPU nothing is read on the host but a device temperature, and that
+// only with read_temperature (else the problem keeps it as a tensor, SupConProblem::temperature,
+// and its check joins value_checks). A backend's fused preparation (TileKernels::prepare_rows)
+// serves where it applies: float32 compute, and reproducible results not asked for.
 SupConProblem prepare_problem(
     const SupConArgs& args, DeferredValueChecks* value_checks,
-    const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows);
+    const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows,
+    bool read_temperature = true);
 
 // Per-anchor loss l_i from the float64 log-sum-exp: in the loss dtype, 0 without positives.
 at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse);

@@ -83,7 +83,8 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
 
 const TileKernels& cpu_kernels() {
   static const TileKernels kernels{compute_type,
-                                   /*symmetric_forward_is_deterministic=*/true, lse_tiles,
+                                   /*symmetric_forward_is_deterministic=*/true,
+                                   /*reads_temperature=*/false, lse_tiles,
                                    grad_tiles, /*host_may_wait=*/{}, positive_walk};
   return kernels;
 }

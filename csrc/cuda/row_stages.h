@@ -148,6 +148,13 @@ SCL_HOST_DEVICE int64_t search(const int64_t* sorted, int64_t n, int64_t key, bo
   return lo;
 }
 
+// 1 / t: from the temperature in memory where the call left it unread on the host
+// (csrc/core/tile_kernels.h, TileInputs::temperature), else the host's value; the same float64
+// division either way, so the results do not depend on where t was read.
+SCL_HOST_DEVICE double inv_t_of(double given, const double* temperature) {
+  return temperature != nullptr ? 1.0 / *temperature : given;
+}
+
 // The columns of a row that one lane of its warp takes: index, index + count, ...
 struct Lane {
   int index, count;
@@ -224,6 +231,7 @@ struct AnchorLosses {
   const int64_t* num_positives;
   const double* lse;
   double inv_t;
+  const double* temperature;   // [1], or null: inv_t as given (inv_t_of)
   bool single_set;
   float* loss;                 // [count], or with mean_sums the mean (one value)
   // The mean's accumulators, float64 zeroed: the losses' sum, the anchors with positives, the
@@ -246,7 +254,9 @@ SCL_HOST_DEVICE Partial anchor_loss_partial(const AnchorLosses& a, int64_t i, La
 // l_i in float64 from the row's total of anchor_loss_partial.
 SCL_HOST_DEVICE double anchor_loss_value(const AnchorLosses& a, int64_t i, Partial row) {
   const int64_t positives = a.num_positives[i];
-  return positives > 0 ? a.lse[i] - double(row.first) * a.inv_t / double(positives) : 0.0;
+  return positives > 0
+             ? a.lse[i] - double(row.first) * inv_t_of(a.inv_t, a.temperature) / double(positives)
+             : 0.0;
 }
 
 SCL_HOST_DEVICE void anchor_loss_finish(const AnchorLosses& a, int64_t i, Lane lane, Partial row) {
@@ -272,6 +282,7 @@ struct AnchorWeightTerms {
   const float* q_inv_norm;
   const int64_t* anchor_class;
   double inv_t;
+  const double* temperature;  // [1], or null: inv_t as given (inv_t_of)
   bool symmetric;
   float* weight;         // [count]
   float* weighted_sums;  // [classes, d] zeroed, or null: not asked for
@@ -293,12 +304,12 @@ SCL_HOST_DEVICE void anchor_weight_finish(const AnchorWeightTerms& a, int64_t i,
   const float w = divide_rn(g, float(positives > 1 ? positives : 1));
   if (lane.leader()) {
     a.weight[i] = w;
-    const double g64 = g, lse = a.lse[i];
+    const double g64 = g, lse = a.lse[i], inv_t = inv_t_of(a.inv_t, a.temperature);
     if (a.symmetric) {
       // A zero-gradient row never evaluates exp(1/t - lse): its lse may be -inf.
-      a.coef[i] = g64 != 0 ? float(g64 * exp(a.inv_t - lse) * a.inv_t) : 0.0f;
+      a.coef[i] = g64 != 0 ? float(g64 * exp(inv_t - lse) * inv_t) : 0.0f;
     } else {
-      a.coef[i] = float(g64 * a.inv_t);
+      a.coef[i] = float(g64 * inv_t);
       // A row without columns (lse -inf) has coef 0 and never reads its lse: lo 0 there.
       const double bounded = lse > -INFINITY ? lse : 0.0;
       a.lse_hi[i] = float(lse);
@@ -329,6 +340,7 @@ struct BackwardAssemblyTerms {
   // W_{c_r} = w_r C_{c_r} (tile_kernels.h): the class sum counts twice in the anchor part.
   bool class_shares_weight;
   float inv_t;
+  const double* temperature;   // [1], or null: inv_t as given (inv_t_of, rounded to float)
   bool normalize;
   float max_inv_norm;
   ElementType grad_type;       // the caller's dtype
@@ -362,7 +374,9 @@ SCL_HOST_DEVICE UnitGrad unit_grad(const BackwardAssemblyTerms& a, int64_t r, in
     if (a.self_in_class) target -= 2 * unit;
     d -= anchor_scale * target;
   }
-  if (a.row_class != nullptr) d -= a.inv_t * a.weighted_sums[row_class * a.d + k];
+  if (a.row_class != nullptr) {
+    d -= float(inv_t_of(a.inv_t, a.temperature)) * a.weighted_sums[row_class * a.d + k];
+  }
   return {unit, d};
 }
 
@@ -378,7 +392,8 @@ SCL_HOST_DEVICE AssemblyRow assembly_row(const BackwardAssemblyTerms& a, int64_t
   const int64_t anchor = r - a.anchor_offset;
   const bool is_anchor = anchor >= 0 && anchor < a.anchor_count;
   const bool weighted = is_anchor && a.anchor_weight != nullptr;
-  return {anchor, is_anchor, weighted ? a.anchor_weight[anchor] * a.inv_t : 0.0f,
+  const float inv_t = float(inv_t_of(a.inv_t, a.temperature));
+  return {anchor, is_anchor, weighted ? a.anchor_weight[anchor] * inv_t : 0.0f,
           weighted ? a.anchor_class[anchor] : 0, a.row_class != nullptr ? a.row_class[r] : 0};
 }
 
@@ -439,6 +454,7 @@ struct TermsArray {
 // instead of by a launch of its own (thread j takes elements j, j + threads, ...: coalesced).
 struct RowTermsArgs {
   float logit_scale;  // c = log2(e) / t, rounded to float once, as the tiles' callers always had it
+  const double* temperature;  // [1]: c from it instead (inv_t_of), or null
   TermsArray first, second;  // second.out null: one array
   float* zeroed = nullptr;   // [zeroed_count]
   int64_t zeroed_count = 0;
@@ -478,8 +494,11 @@ SCL_HOST_DEVICE RowTerms terms_of(const TermsArray& a, float c, int64_t j) {
 }
 
 SCL_HOST_DEVICE void write_terms(const RowTermsArgs& a, int64_t j) {
-  if (j < a.first.padded) a.first.out[j] = terms_of(a.first, a.logit_scale, j);
-  if (a.second.out != nullptr && j < a.second.padded) a.second.out[j] = terms_of(a.second, a.logit_scale, j);
+  const float c = a.temperature != nullptr
+                      ? float(inv_t_of(0.0, a.temperature) * tile_math::kLog2e)
+                      : a.logit_scale;
+  if (j < a.first.padded) a.first.out[j] = terms_of(a.first, c, j);
+  if (a.second.out != nullptr && j < a.second.padded) a.second.out[j] = terms_of(a.second, c, j);
   const int64_t threads = a.launch_rows();
   for (int64_t e = j; e < a.zeroed_count; e += threads) a.zeroed[e] = 0.0f;
 }
@@ -495,12 +514,14 @@ struct LseMerge {
   int64_t rows;
   int splits;
   double inv_t;
+  const double* temperature;  // [1], or null: inv_t as given (inv_t_of)
   double* lse;            // [rows]
 };
 
 SCL_HOST_DEVICE void merge_lse(const LseMerge& a, int64_t i) {
   if (a.part_max == nullptr) {
-    a.lse[i] = log(double(a.part_sum[i])) + a.inv_t;  // log(0) = -inf: a row without columns
+    // log(0) = -inf: a row without columns
+    a.lse[i] = log(double(a.part_sum[i])) + inv_t_of(a.inv_t, a.temperature);
     return;
   }
   double top = -INFINITY;

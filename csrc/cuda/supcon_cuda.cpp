@@ -66,6 +66,11 @@ at::Tensor terms_buffer(int64_t rows, const at::TensorOptions& options) {
   return at::empty({padded, 4}, options.dtype(at::kFloat));
 }
 
+// The temperature the call left unread on the host ([1] float64 on the device), or null.
+const double* temperature_ptr(const at::Tensor& temperature) {
+  return temperature.defined() ? temperature.data_ptr<double>() : nullptr;
+}
+
 RowTerms* terms_ptr(const at::Tensor& terms) {
   return reinterpret_cast<RowTerms*>(terms.data_ptr<float>());
 }
@@ -81,10 +86,10 @@ row_stages::TermsArray terms_array(row_stages::TermsKind kind, const at::Tensor&
 
 // `zeroed` (contiguous fp32, or undefined): the next tile kernel's accumulator, set to 0 by the
 // same launch.
-void write_row_terms(float logit_scale, const row_stages::TermsArray& first,
-                     const row_stages::TermsArray& second, const Device& device,
-                     const at::Tensor& zeroed = at::Tensor()) {
-  row_stages::row_terms({logit_scale, first, second,
+void write_row_terms(float logit_scale, const double* temperature,
+                     const row_stages::TermsArray& first, const row_stages::TermsArray& second,
+                     const Device& device, const at::Tensor& zeroed = at::Tensor()) {
+  row_stages::row_terms({logit_scale, temperature, first, second,
                          zeroed.defined() ? zeroed.data_ptr<float>() : nullptr,
                          zeroed.defined() ? zeroed.numel() : 0},
                         device);
@@ -122,21 +127,24 @@ at::Tensor lse_tiles(const TileInputs& in) {
   const Operands o = operands(in);
   const Device device = current_device(in.z);
   const float scale2 = float(in.inv_t * tm::kLog2e);  // log2(e) / t
+  const double* temperature = temperature_ptr(in.temperature);
   at::Tensor lse = at::empty({m}, float64);
   if (in.schedule == Schedule::kSymmetric) {
     const at::Tensor terms = terms_buffer(n, o.rz.options());
     const at::Tensor row_sum = at::empty({terms.size(0)}, o.rz.options());
-    write_row_terms(scale2, terms_array(TermsKind::kContrast, o.rz, terms, nullptr, nullptr, nullptr, -scale2),
+    write_row_terms(scale2, temperature,
+                    terms_array(TermsKind::kContrast, o.rz, terms, nullptr, nullptr, nullptr, -scale2),
                     kNoTerms, device, row_sum);
     lse_symmetric(o.problem(o.z, o.z, terms, terms, 0), row_sum.data_ptr<float>(), device);
     check_launch();
-    row_stages::lse_merge({nullptr, row_sum.data_ptr<float>(), n, 1, in.inv_t, lse.data_ptr<double>()},
-                          device);
+    row_stages::lse_merge(
+        {nullptr, row_sum.data_ptr<float>(), n, 1, in.inv_t, temperature, lse.data_ptr<double>()},
+        device);
     check_launch();
     return lse;
   }
   const at::Tensor own = terms_buffer(m, o.rq.options()), streamed = terms_buffer(n, o.rz.options());
-  write_row_terms(scale2, terms_array(TermsKind::kLseAnchor, o.rq, own),
+  write_row_terms(scale2, temperature, terms_array(TermsKind::kLseAnchor, o.rq, own),
                   terms_array(TermsKind::kContrast, o.rz, streamed), device);
   const TileProblem p = o.problem(o.q, o.z, own, streamed, in.self_offset);
   const int splits = lse_plain_splits(p, device);
@@ -146,7 +154,7 @@ at::Tensor lse_tiles(const TileInputs& in) {
   check_launch();
   // The splits' base-2 (max, sum) pairs merged in float64 (docs/MATH.md section 6).
   row_stages::lse_merge({part_max.data_ptr<float>(), part_sum.data_ptr<float>(), m, splits,
-                         in.inv_t, lse.data_ptr<double>()},
+                         in.inv_t, temperature, lse.data_ptr<double>()},
                         device);
   check_launch();
   return lse;
@@ -170,6 +178,7 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   const Operands o = operands(in);
   const Device device = current_device(in.z);
   const float scale2 = float(in.inv_t * tm::kLog2e);
+  const double* temperature = temperature_ptr(in.temperature);
   const at::Tensor coef = c.coef.to(at::kFloat).contiguous();
   const auto fp32 = o.rz.options();
   TileGrads out;
@@ -184,7 +193,8 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
     // launch; the gradient is its view. The full-row walk stores every element.
     const at::Tensor accumulator = triangle ? at::empty({own.size(0), kTriangleGradWidth}, fp32)
                                             : at::empty({n, d}, fp32);
-    write_row_terms(scale2, terms_array(TermsKind::kSymmetricGradOwn, o.rz, own, coef.data_ptr<float>()),
+    write_row_terms(scale2, temperature,
+                    terms_array(TermsKind::kSymmetricGradOwn, o.rz, own, coef.data_ptr<float>()),
                     terms_array(TermsKind::kSymmetricGradStreamed, o.rz, streamed, coef.data_ptr<float>()),
                     device, triangle ? accumulator : at::Tensor());
     if (triangle) {
@@ -204,10 +214,10 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   const at::Tensor anchors = terms_buffer(m, fp32), columns = terms_buffer(n, fp32);
   const at::Tensor anchors_streamed = terms_buffer(m, fp32);
   const float *hi = lse_hi.data_ptr<float>(), *lo = lse_lo.data_ptr<float>();
-  write_row_terms(scale2,
+  write_row_terms(scale2, temperature,
                   terms_array(TermsKind::kAnchorGrad, o.rq, anchors, coef.data_ptr<float>(), hi, lo),
                   terms_array(TermsKind::kContrast, o.rz, columns), device);
-  write_row_terms(scale2,
+  write_row_terms(scale2, temperature,
                   terms_array(TermsKind::kAnchorGradStreamed, o.rq, anchors_streamed,
                               coef.data_ptr<float>(), hi, lo),
                   kNoTerms, device);
@@ -282,7 +292,8 @@ at::Tensor anchor_losses(const AnchorLossInputs& in) {
   row_stages::anchor_losses(
       {rows_of(q), q.size(0), q.size(1), q_inv_norm.data_ptr<float>(),
        class_sums.data_ptr<float>(), anchor_class.data_ptr<int64_t>(),
-       num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), in.inv_t, in.single_set,
+       num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), in.inv_t,
+       temperature_ptr(in.temperature), in.single_set,
        loss.data_ptr<float>(), mean ? in.mean_sums.data_ptr<double>() : nullptr},
       current_device(q));
   check_launch();
@@ -312,7 +323,8 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
       {grad_loss.data_ptr<float>(), grad_loss.dim() == 0 ? 0 : grad_loss.stride(0),
        counted.defined() ? counted.data_ptr<double>() : nullptr, lse.data_ptr<double>(),
        num_positives.data_ptr<int64_t>(), rows_of(q), m, d, q_inv_norm.data_ptr<float>(),
-       anchor_class.data_ptr<int64_t>(), in.inv_t, symmetric, out.weight.data_ptr<float>(),
+       anchor_class.data_ptr<int64_t>(), in.inv_t, temperature_ptr(in.temperature), symmetric,
+       out.weight.data_ptr<float>(),
        in.classes > 0 ? out.weighted_sums.data_ptr<float>() : nullptr,
        out.coefficients.coef.data_ptr<float>(),
        symmetric ? nullptr : out.coefficients.lse_hi.data_ptr<float>(),
@@ -343,7 +355,7 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
        ptr<float>(extra), in.anchor_offset, anchor_count, ptr<float>(anchor_weight),
        ptr<int64_t>(anchor_class), ptr<float>(class_sums), in.self_in_class,
        ptr<int64_t>(row_class), ptr<float>(weighted_sums), in.class_shares_weight,
-       float(in.inv_t), in.normalize,
+       float(in.inv_t), temperature_ptr(in.temperature), in.normalize,
        float(in.max_inv_norm), element_type(grad_type), out.grad.data_ptr(),
        out.unit_dot.data_ptr<float>()},
       current_device(rows));
@@ -362,6 +374,7 @@ const TileKernels& cuda_kernels() {
   // No focal loss (no positive walk yet); the O(N*D) stages are fused (row_stages.h).
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false,
+                                   /*reads_temperature=*/true,
                                    lse_tiles,
                                    grad_tiles,
                                    host_may_wait,

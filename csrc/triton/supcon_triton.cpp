@@ -18,6 +18,11 @@ namespace {
 // The kernels compute in float32 whatever the input (float64 inputs are read as float32).
 at::ScalarType compute_type(at::ScalarType) { return at::kFloat; }
 
+// The schemas have no optional tensors: a temperature not in memory is an empty one.
+at::Tensor in_memory(const at::Tensor& temperature, const at::Tensor& like) {
+  return temperature.defined() ? temperature : at::empty({0}, like.options().dtype(at::kDouble));
+}
+
 // A clear error instead of the dispatcher's when the Python side has not registered the tiles.
 void require_tile_kernel(const char* name, const at::Tensor& like) {
   const c10::DispatchKey key = like.is_cuda() ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU;
@@ -32,9 +37,10 @@ at::Tensor lse_tiles(const TileInputs& in) {
                              .findSchemaOrThrow("scl::supcon_triton_lse_tiles", "")
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
                                                const at::Tensor&, const at::Tensor&, double,
-                                               int64_t, bool)>();
+                                               const at::Tensor&, int64_t, bool)>();
   require_tile_kernel("scl::supcon_triton_lse_tiles", in.z);
-  return op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.inv_t, in.self_offset,
+  return op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.inv_t,
+                 in_memory(in.temperature, in.z), in.self_offset,
                  in.schedule == Schedule::kSymmetric);
 }
 
@@ -44,14 +50,15 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
           .findSchemaOrThrow("scl::supcon_triton_grad_tiles", "")
           .typed<std::tuple<at::Tensor, at::Tensor>(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-              int64_t, bool, const at::Tensor&, const at::Tensor&, const at::Tensor&)>();
+              const at::Tensor&, int64_t, bool, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&)>();
   require_tile_kernel("scl::supcon_triton_grad_tiles", in.z);
   const bool symmetric = in.schedule == Schedule::kSymmetric;
   // The schema has no optional tensors: the symmetric schedule's unused lse parts are empty.
   const at::Tensor none = at::empty({0}, c.coef.options());
-  auto [dq, dz] = op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.inv_t, in.self_offset,
-                          symmetric, c.coef, symmetric ? none : c.lse_hi,
-                          symmetric ? none : c.lse_lo);
+  auto [dq, dz] = op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.inv_t,
+                          in_memory(in.temperature, in.z), in.self_offset, symmetric, c.coef,
+                          symmetric ? none : c.lse_hi, symmetric ? none : c.lse_lo);
   return {symmetric ? at::Tensor() : dq, dz};
 }
 
@@ -76,12 +83,12 @@ at::Tensor anchor_losses(const AnchorLossInputs& in) {
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("scl::supcon_triton_anchor_losses", "")
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, const at::Tensor&, const at::Tensor&, double, bool,
-                            const at::Tensor&)>();
+                            const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
+                            const at::Tensor&, bool, const at::Tensor&)>();
   require_tile_kernel("scl::supcon_triton_anchor_losses", in.q);
   // The schema has no optional tensors: without the mean its accumulators are empty.
   return op.call(in.q, in.q_inv_norm, in.class_sums, in.anchor_class, in.num_positives, in.lse,
-                 in.inv_t, in.single_set,
+                 in.inv_t, in_memory(in.temperature, in.q), in.single_set,
                  in.mean_sums.defined() ? in.mean_sums : at::empty({0}, in.lse.options()));
 }
 
@@ -92,7 +99,8 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
           .typed<std::tuple<at::Tensor, at::Tensor>(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
               const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, const at::Tensor&,
-              const at::Tensor&, bool, double, bool, double, at::ScalarType)>();
+              const at::Tensor&, bool, double, const at::Tensor&, bool, double,
+              at::ScalarType)>();
   require_tile_kernel("scl::supcon_triton_assemble_backward", in.rows);
   // The schema has no optional tensors: a term left out is an empty tensor.
   const at::Tensor none = at::empty({0}, in.grads.options());
@@ -101,7 +109,7 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
       op.call(in.rows, in.inv_norm, in.grads, given(in.extra), in.anchor_offset,
               given(in.anchor_weight), in.anchor_class, in.class_sums, in.self_in_class,
               given(in.row_class), given(in.weighted_sums), in.class_shares_weight, in.inv_t,
-              in.normalize, in.max_inv_norm, in.out_dtype);
+              in_memory(in.temperature, in.rows), in.normalize, in.max_inv_norm, in.out_dtype);
   return {grad, unit_dot};
 }
 
@@ -131,7 +139,8 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
           .findSchemaOrThrow("scl::supcon_triton_anchor_weights", "")
           .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, double, bool)>();
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, double,
+              const at::Tensor&, bool)>();
   require_tile_kernel("scl::supcon_triton_anchor_weights", in.q);
   const bool symmetric = in.schedule == Schedule::kSymmetric;
   const at::Tensor counted = in.anchors_with_positives.defined()
@@ -139,7 +148,7 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
                                  : at::empty({0}, in.lse.options());
   auto [weight, weighted_sums, coef, lse_hi, lse_lo] =
       op.call(in.grad_loss, counted, in.lse, in.num_positives, in.q, in.q_inv_norm,
-              in.anchor_class, in.classes, in.inv_t, symmetric);
+              in.anchor_class, in.classes, in.inv_t, in_memory(in.temperature, in.q), symmetric);
   return {weight, weighted_sums,
           {coef, symmetric ? at::Tensor() : lse_hi, symmetric ? at::Tensor() : lse_lo}};
 }
@@ -156,7 +165,8 @@ bool host_may_wait(const at::Tensor& like) {
 const TileKernels& triton_kernels() {
   // The symmetric forward sums a row's tiles by atomics: not reproducible.
   static const TileKernels kernels{compute_type,
-                                   /*symmetric_forward_is_deterministic=*/false, lse_tiles,
+                                   /*symmetric_forward_is_deterministic=*/false,
+                                   /*reads_temperature=*/true, lse_tiles,
                                    grad_tiles, host_may_wait, positive_walk, anchor_losses,
                                    assemble_backward, prepare_rows, anchor_weights};
   return kernels;

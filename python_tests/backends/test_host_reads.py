@@ -9,7 +9,9 @@ computes the temperature's gradient only when autograd asks for it.
 Without a GPU: the CPU backend takes that path under SCL_DEVICE_PREPARATION=1, and the profiler,
 which records every ATen call the C++ op makes, must see none of the ops that read a value on
 the host. With a GPU: the fused backends run under torch.cuda.set_sync_debug_mode("error"), and
-a forward + backward is captured in a CUDA graph and replayed on new inputs.
+a forward + backward is captured in a CUDA graph and replayed on new inputs, and with a learnable
+temperature on the GPU on its new value (test_temperature_in_memory.py checks that path without a
+GPU).
 """
 import pytest
 import torch
@@ -190,6 +192,48 @@ def test_cuda_graph_replays_forward_and_backward(backend_name, randn, randint, m
     torch.cuda.synchronize()
     torch.testing.assert_close(captured, eager, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(x.grad.float(), eager_x.grad.float(), rtol=2e-2, atol=1e-3)
+
+
+@pytest.mark.skipif(not GPU_FUSED, reason="needs a CUDA GPU and a fused GPU backend")
+@pytest.mark.parametrize("backend_name", GPU_FUSED)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_cuda_graph_replays_a_learnable_temperature(backend_name, dtype, randn, randint,
+                                                    monkeypatch):
+    """A temperature on the GPU is not read on the host while a graph is captured: the kernels
+    read it from memory (the plain schedule), so a replay sees its new value, and its gradient
+    comes back like the rows'."""
+    monkeypatch.setenv("SCL_VALUE_CHECKS", "next_call")
+    x = randn(300, 128, dtype=torch.bfloat16).cuda().requires_grad_()
+    labels = randint(0, 5, (300,)).cuda()
+    temperature = torch.nn.Parameter(torch.tensor(0.1, dtype=dtype, device="cuda"))
+
+    def step():
+        x.grad, temperature.grad = None, None
+        loss = scl_kernels.supcon_loss(x, labels, temperature, backend=backend_name)
+        loss.backward()
+        return loss
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    assert scl_kernels.raise_deferred_value_errors() is None
+    with torch.no_grad():
+        temperature.fill_(0.3)
+    graph.replay()
+    eager_x = x.detach().clone().requires_grad_()
+    eager_t = torch.tensor(0.3, dtype=dtype, device="cuda", requires_grad=True)
+    eager = scl_kernels.supcon_loss(eager_x, labels, eager_t, backend=backend_name)
+    eager.backward()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, eager, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(x.grad.float(), eager_x.grad.float(), rtol=2e-2, atol=1e-3)
+    torch.testing.assert_close(temperature.grad, eager_t.grad, rtol=1e-3, atol=1e-5)
 
 
 @pytest.mark.skipif(not GPU_FUSED, reason="needs a CUDA GPU and a fused GPU backend")

@@ -19,15 +19,17 @@ MAX_BLOCK_D = 64
 
 @triton.jit
 def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr,
-                         num_positives_ptr, lse_ptr, out_ptr, mean_sums_ptr, M, D, q_stride,
-                         sums_stride, inv_t_hi, inv_t_lo, SINGLE_SET: tl.constexpr,
-                         MEAN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+                         num_positives_ptr, lse_ptr, out_ptr, mean_sums_ptr, temperature_ptr, M,
+                         D, q_stride, sums_stride, inv_t_hi, inv_t_lo, SINGLE_SET: tl.constexpr,
+                         MEAN: tl.constexpr, TEMPERATURE_IN_MEMORY: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per BLOCK_M anchors: the dot product u_i . (C_{y_i} - [self] u_i) in the
     dtype of the class sums (the core's compute dtype), over D in BLOCK_D steps; then the mean
     over positives and the difference from lse in float64, stored in the class sums' dtype, or,
     with MEAN, added to mean_sums = [loss sum, anchors with positives, programs done] (float64,
     zeroed), the last program storing the mean. 1/t arrives as a float32 (hi, lo) pair, since
-    Triton passes a Python float as float32."""
+    Triton passes a Python float as float32, or with TEMPERATURE_IN_MEMORY as t at
+    temperature_ptr (float64)."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     valid = rows < M
     classes = tl.load(anchor_class_ptr + rows, mask=valid, other=0)
@@ -47,7 +49,11 @@ def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr
     lse = tl.load(lse_ptr + rows, mask=valid, other=0.0)
     dot = dot.to(tl.float64)
     # Each float32 half widens exactly to float64 beside a float64 operand.
-    mean_positive = (dot * inv_t_hi + dot * inv_t_lo) / tl.maximum(positives, 1).to(tl.float64)
+    if TEMPERATURE_IN_MEMORY:
+        scaled = dot / tl.load(temperature_ptr)
+    else:
+        scaled = dot * inv_t_hi + dot * inv_t_lo
+    mean_positive = scaled / tl.maximum(positives, 1).to(tl.float64)
     loss = tl.where(positives > 0, lse - mean_positive, 0.0)
     if MEAN:
         # acq_rel atomics: the ticket's release orders this program's two adds before it, and
@@ -64,11 +70,11 @@ def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr
 
 
 def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, inv_t,
-                  single_set, mean_sums):
+                  temperature, single_set, mean_sums):
     """[m] per-anchor losses in class_sums' dtype, or, given mean_sums (the zeroed float64
     [loss sum, anchors with positives, programs done]; else empty), their 0-dim mean over the
-    anchors with positives, mean_sums left holding the totals; the op's schema:
-    csrc/scl_ops.cpp."""
+    anchors with positives, mean_sums left holding the totals; a non-empty temperature ([1]
+    float64) gives t in memory, inv_t then unread; the op's schema: csrc/scl_ops.cpp."""
     m, d = q.shape
     q = q.contiguous()
     lse = lse.contiguous()
@@ -79,7 +85,9 @@ def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, i
     # Without mean the kernel never touches mean_sums: lse stands in for its pointer.
     anchor_losses_kernel[(triton.cdiv(m, BLOCK_M),)](
         q, q_inv_norm.contiguous(), class_sums.contiguous(), anchor_class.contiguous(),
-        num_positives.contiguous(), lse, out, mean_sums if mean else lse, m, d, q.stride(0),
-        class_sums.stride(0), *float32_pair(inv_t), SINGLE_SET=single_set, MEAN=mean,
+        num_positives.contiguous(), lse, out, mean_sums if mean else lse,
+        temperature if temperature.numel() else lse, m, d, q.stride(0), class_sums.stride(0),
+        *float32_pair(0.0 if temperature.numel() else inv_t), SINGLE_SET=single_set, MEAN=mean,
+        TEMPERATURE_IN_MEMORY=temperature.numel() > 0,
         BLOCK_M=BLOCK_M, BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
     return out

@@ -21,8 +21,9 @@ MAX_BLOCK_D = 64
 @triton.jit
 def anchor_weights_kernel(grad_ptr, counted_ptr, lse_ptr, positives_ptr, q_ptr, q_inv_norm_ptr,
                           class_ptr, weighted_ptr, weight_ptr, coef_ptr, lse_hi_ptr, lse_lo_ptr,
-                          M, D, grad_stride, inv_t_hi, inv_t_lo, SYMMETRIC: tl.constexpr,
-                          MEAN: tl.constexpr, WEIGHTED_SUMS: tl.constexpr,
+                          temperature_ptr, M, D, grad_stride, inv_t_hi, inv_t_lo,
+                          SYMMETRIC: tl.constexpr, MEAN: tl.constexpr,
+                          WEIGHTED_SUMS: tl.constexpr, TEMPERATURE_IN_MEMORY: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per BLOCK_M anchors: the scalars in float64 where the core takes them so
     (1/t arrives as a float32 hi + lo pair, since Triton passes a Python float as float32), then,
@@ -41,7 +42,10 @@ def anchor_weights_kernel(grad_ptr, counted_ptr, lse_ptr, positives_ptr, q_ptr, 
     lse = tl.load(lse_ptr + rows, mask=valid, other=0.0)
     g64 = g.to(tl.float64)
     # Each float32 half widens exactly to float64 beside a float64 operand.
-    inv_t = tl.zeros([BLOCK_M], dtype=tl.float64) + inv_t_hi + inv_t_lo
+    if TEMPERATURE_IN_MEMORY:  # t at temperature_ptr (float64), inv_t_hi and lo unread
+        inv_t = tl.zeros([BLOCK_M], dtype=tl.float64) + 1.0 / tl.load(temperature_ptr)
+    else:
+        inv_t = tl.zeros([BLOCK_M], dtype=tl.float64) + inv_t_hi + inv_t_lo
     if SYMMETRIC:
         # Zero-gradient rows must not evaluate exp(1/t - lse): lse may be -inf there.
         shifted = tl.where(g64 != 0, inv_t - lse, 0.0)
@@ -64,11 +68,12 @@ def anchor_weights_kernel(grad_ptr, counted_ptr, lse_ptr, positives_ptr, q_ptr, 
 
 
 def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_inv_norm,
-                   anchor_class, classes, inv_t, symmetric):
+                   anchor_class, classes, inv_t, temperature, symmetric):
     """(weight [m], weighted_sums [classes, d], coef [m], lse_hi, lse_lo), all float32 (the lse
     parts empty for the symmetric schedule); anchors_with_positives empty, or the 0-dim count
     that divides a 0-dim grad_loss (the mean's); classes 0: no weighted sums ([0, d], no fill);
-    the op's schema: csrc/scl_ops.cpp."""
+    a non-empty temperature ([1] float64) gives t in memory, inv_t then unread; the op's
+    schema: csrc/scl_ops.cpp."""
     mean = anchors_with_positives.numel() == 1
     m, d = q.shape
     q = q.contiguous()
@@ -79,13 +84,16 @@ def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_i
     lse_hi, lse_lo = (torch.empty(parts, dtype=torch.float32, device=q.device) for _ in range(2))
     # grad_loss as it comes: one value (0-dim, or expanded with stride 0) for a mean's gradient.
     # Placeholder pointers where a constexpr keeps the kernel off them: the symmetric
-    # schedule's lse parts, the count without MEAN.
+    # schedule's lse parts, the count without MEAN, the temperature when 1/t comes as inv_t.
     lse = lse.double().contiguous()
     anchor_weights_kernel[(triton.cdiv(m, BLOCK_M),)](
         grad_loss, anchors_with_positives if mean else lse, lse, num_positives.contiguous(), q,
         q_inv_norm.contiguous(), anchor_class.contiguous(), weighted_sums, weight, coef,
-        coef if symmetric else lse_hi, coef if symmetric else lse_lo, m, d,
-        grad_loss.stride(0) if grad_loss.dim() else 0, *float32_pair(inv_t),
-        SYMMETRIC=symmetric, MEAN=mean, WEIGHTED_SUMS=classes > 0, BLOCK_M=BLOCK_M,
+        coef if symmetric else lse_hi, coef if symmetric else lse_lo,
+        temperature if temperature.numel() else lse, m, d,
+        grad_loss.stride(0) if grad_loss.dim() else 0,
+        *float32_pair(0.0 if temperature.numel() else inv_t),
+        SYMMETRIC=symmetric, MEAN=mean, WEIGHTED_SUMS=classes > 0,
+        TEMPERATURE_IN_MEMORY=temperature.numel() > 0, BLOCK_M=BLOCK_M,
         BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
     return weight, weighted_sums, coef, lse_hi, lse_lo

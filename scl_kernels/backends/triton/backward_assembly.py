@@ -49,15 +49,19 @@ def _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, row
 @triton.jit
 def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_weight_ptr,
                              anchor_class_ptr, class_sums_ptr, row_class_ptr, weighted_ptr,
-                             out_ptr, dot_ptr, R, D, anchor_offset, anchor_count, inv_t,
-                             max_inv_norm,
+                             out_ptr, dot_ptr, temperature_ptr, R, D, anchor_offset,
+                             anchor_count, inv_t, max_inv_norm,
+                             TEMPERATURE_IN_MEMORY: tl.constexpr,
                              EXTRA: tl.constexpr, ANCHOR_PART: tl.constexpr,
                              SELF_IN_CLASS: tl.constexpr, ROW_PART: tl.constexpr,
                              CLASS_SHARES_WEIGHT: tl.constexpr, NORMALIZE: tl.constexpr,
                              BLOCK_R: tl.constexpr,
                              BLOCK_D: tl.constexpr):
     """One program per BLOCK_R rows, two passes over D in BLOCK_D steps: the first sums
-    u . d, which the projection needs, the second writes the rows' gradients."""
+    u . d, which the projection needs, the second writes the rows' gradients. With
+    TEMPERATURE_IN_MEMORY, 1/t from t at temperature_ptr (float64) instead of inv_t."""
+    if TEMPERATURE_IN_MEMORY:
+        inv_t = (1.0 / tl.load(temperature_ptr)).to(tl.float32)
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     valid = rows < R
     scale = tl.load(inv_norm_ptr + rows, mask=valid, other=0.0)
@@ -95,8 +99,9 @@ def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_w
 
 def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight, anchor_class,
                       class_sums, self_in_class, row_class, weighted_sums, class_shares_weight,
-                      inv_t, normalize, max_inv_norm, out_dtype):
-    """(grad [R, d] in out_dtype, unit_dot [R] float32); the op's schema: csrc/scl_ops.cpp."""
+                      inv_t, temperature, normalize, max_inv_norm, out_dtype):
+    """(grad [R, d] in out_dtype, unit_dot [R] float32); a non-empty temperature ([1] float64)
+    gives t in memory, inv_t then unread; the op's schema: csrc/scl_ops.cpp."""
     r, d = rows.shape
     rows = rows.contiguous()
     grads = grads.float().contiguous()
@@ -115,7 +120,9 @@ def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight
         anchor_class.contiguous(), class_sums.float().contiguous(),
         row_class.contiguous() if row_part else anchor_class,
         weighted_sums.float().contiguous() if row_part else grads,
-        out, dots, r, d, anchor_offset, anchor_count, float(inv_t), float(max_inv_norm),
+        out, dots, temperature if temperature.numel() else dots, r, d, anchor_offset,
+        anchor_count, 0.0 if temperature.numel() else float(inv_t), float(max_inv_norm),
+        TEMPERATURE_IN_MEMORY=temperature.numel() > 0,
         EXTRA=has_extra, ANCHOR_PART=anchor_part, SELF_IN_CLASS=self_in_class,
         ROW_PART=row_part, CLASS_SHARES_WEIGHT=class_shares_weight, NORMALIZE=normalize,
         BLOCK_R=BLOCK_R,

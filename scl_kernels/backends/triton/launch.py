@@ -261,21 +261,25 @@ TERMS_PADDING = 128
 ZERO_BLOCK = 1024  # fp32 a column-terms program zeroes per step (8 per thread at 4 warps)
 
 
-def column_terms(scale, inv_t, bias, coef=None, zeroed=None):
+def column_terms(scale, inv_t, bias, coef=None, zeroed=None, temperature=None):
     """[N padded, 4] fp32 per-column terms of the tiles (kernels._column_terms): r log2(e)/t;
     `bias`, which the FFMA finishing a logit adds (-inf past the last column), or with `coef`,
     coef r instead (0 past it); r; and a zero that makes each column 16 bytes. Padding columns
     give every tile past the end zero terms. One kernel writes them all
     (kernels.column_terms_kernel), and sets `zeroed` (a contiguous fp32 tensor: the tile kernel's
-    accumulator) to 0 on the way, which saves that buffer a zero-fill launch of its own."""
+    accumulator) to 0 on the way, which saves that buffer a zero-fill launch of its own.
+    `temperature` ([1] float64, or None): log2(e)/t from it on the device, inv_t unread."""
     n = scale.shape[0]
     padded = triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING
     terms = torch.empty(padded, 4, dtype=torch.float32, device=scale.device)
     kernels.column_terms_kernel[(padded // TERMS_PADDING,)](
-        scale, scale if coef is None else coef, terms, terms if zeroed is None else zeroed, n,
-        0 if zeroed is None else zeroed.numel(), _fp32(inv_t * LOG2E),
-        0.0 if coef is not None else _fp32(bias), HAS_COEF=coef is not None,
-        ZEROES=zeroed is not None, BLOCK=TERMS_PADDING, ZERO_BLOCK=ZERO_BLOCK)
+        scale, scale if coef is None else coef, terms, terms if zeroed is None else zeroed,
+        scale if temperature is None else temperature, n,
+        0 if zeroed is None else zeroed.numel(), 0.0 if temperature is not None else
+        _fp32(inv_t * LOG2E), 0.0 if coef is not None else _fp32(bias), *_LOG2E_PAIR,
+        HAS_COEF=coef is not None, ZEROES=zeroed is not None,
+        TEMPERATURE_IN_MEMORY=temperature is not None, BLOCK=TERMS_PADDING,
+        ZERO_BLOCK=ZERO_BLOCK)
     return dict(terms_ptr=terms)
 
 
@@ -300,9 +304,10 @@ def _common(q, tma, rows):
                 PRECISION=_precision(q.dtype), **row_width(q.shape[1], q.element_size()).meta())
 
 
-def lse_plain(q, z, q_scale, z_scale, inv_t, self_offset):
+def lse_plain(q, z, q_scale, z_scale, inv_t, self_offset, temperature=None):
     """float64 log-sum-exp per anchor with an online maximum (any layout, any scale);
-    self_offset >= 0: anchor i never sees row self_offset + i of z."""
+    self_offset >= 0: anchor i never sees row self_offset + i of z; `temperature`: as
+    column_terms'."""
     m, n = q.shape[0], z.shape[0]
     splits = _splits(q.device, n <= 64, lambda sms: column_splits(m, n, sms))
     part_max = uninitialized((splits, m), q.device)
@@ -312,7 +317,8 @@ def lse_plain(q, z, q_scale, z_scale, inv_t, self_offset):
     meta.pop("BLOCK_DO")
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), splits)  # noqa: E731
     _lse_plain[grid](**_row_args(q, z, tma, False), rq_ptr=q_scale,
-                     **column_terms(z_scale, inv_t, 0.0), part_max_ptr=part_max,
+                     **column_terms(z_scale, inv_t, 0.0, temperature=temperature),
+                     part_max_ptr=part_max,
                      part_sum_ptr=part_sum, M=m, N=n, self_offset=max(self_offset, 0),
                      num_splits=splits, SELF_COLUMN=self_offset >= 0, **meta)
     return merge_lse(part_max, part_sum, m, splits)  # -inf: an anchor with no column
@@ -366,10 +372,13 @@ def _base2_split(lse_hi, lse_lo):
     return hi.contiguous(), lo.contiguous()
 
 
-def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset, deterministic):
+def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset, deterministic,
+               temperature=None):
     """(dq, dz) softmax parts w.r.t. unit rows; coef_i = g_i / t. Without `deterministic`, the
     contrast side is added by atomics from the same tiles; with it, a second kernel recomputes
-    the tiles column-wise and no atomics are used."""
+    the tiles column-wise and no atomics are used. `temperature`: as column_terms' (not with
+    `deterministic`, whose column kernel takes 1/t as a number)."""
+    assert temperature is None or not deterministic
     m, n, d = q.shape[0], z.shape[0], q.shape[1]
     dq = torch.zeros(m, d, dtype=torch.float32, device=q.device)
     dz = torch.zeros(n, d, dtype=torch.float32, device=q.device)
@@ -378,17 +387,27 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
                                               lambda sms: column_splits(m, n, sms))
     tma = use_tma(q.device)
     meta = _common(q, tma, m)
-    args = dict(**_row_args(q, z, tma, True), rq_ptr=q_scale, **column_terms(z_scale, inv_t, 0.0),
+    args = dict(**_row_args(q, z, tma, True), rq_ptr=q_scale,
+                **column_terms(z_scale, inv_t, 0.0, temperature=temperature),
                 lse2_hi_ptr=lse2_hi, lse2_lo_ptr=lse2_lo, coef_ptr=coef, M=m, N=n,
-                scale_log2=inv_t * LOG2E, self_offset=max(self_offset, 0),
-                SELF_COLUMN=self_offset >= 0, **meta)
+                scale_log2=0.0 if temperature is not None else inv_t * LOG2E,
+                self_offset=max(self_offset, 0), SELF_COLUMN=self_offset >= 0, **meta)
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
     _grad_plain[grid](**args, dq_ptr=dq, dz_ptr=dz, num_splits=splits,
-                      CONTRAST_SIDE=not deterministic, SYMMETRIC=False)
+                      **_temperature_args(temperature, q_scale), CONTRAST_SIDE=not deterministic,
+                      SYMMETRIC=False)
     if deterministic:
         grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(d, meta["BLOCK_DO"]))  # noqa: E731
         _grad_columns[grid](**args, dz_ptr=dz)
     return dq, dz
+
+
+def _temperature_args(temperature, placeholder):
+    """grad_rows_kernel's temperature arguments: read log2(e)/t from `temperature` ([1]
+    float64) or, None, take scale_log2 (`placeholder` stands in for the pointer)."""
+    return dict(temperature_ptr=placeholder if temperature is None else temperature,
+                log2e_hi=_LOG2E_PAIR[0], log2e_lo=_LOG2E_PAIR[1],
+                TEMPERATURE_IN_MEMORY=temperature is not None)
 
 
 def grad_symmetric(z, scale, coef, inv_t, deterministic):
@@ -407,6 +426,7 @@ def grad_symmetric(z, scale, coef, inv_t, deterministic):
                                          zeroed=dz if splits > 1 else None),
                           lse2_hi_ptr=coef, lse2_lo_ptr=coef, coef_ptr=coef, dq_ptr=dz, dz_ptr=dz,
                           M=n, N=n, scale_log2=inv_t * LOG2E, self_offset=0, num_splits=splits,
-                          SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True,
+                          **_temperature_args(None, scale), SELF_COLUMN=True,
+                          CONTRAST_SIDE=False, SYMMETRIC=True,
                           **_common(z, tma, n))
     return dz

@@ -1,0 +1,151 @@
+"""A temperature the op leaves unread on the host (csrc/core/tile_kernels.h,
+TileKernels::reads_temperature): the path a CUDA graph captures with a temperature tensor on the
+GPU, where a host read would end the capture. SCL_TEMPERATURE_IN_MEMORY=1 takes it on CPU tensors:
+the CUDA C++ backend's dry run and the Triton kernels in their interpreter then read t from memory
+and form 1/t themselves, on the plain schedule (the symmetric one's fixed shift needs t's value on
+the host). Checked against the float64 reference (the loss, the rows' and the temperature's
+gradients), against the host-read path where both take the plain schedule, the deferred check of
+a bad value, and the calls that cannot take t from memory."""
+import os
+
+import pytest
+import torch
+
+import scl_kernels
+from scl_kernels.backends import triton_installed
+from support import needs
+from support.layouts import LAYOUTS, make_layout, op_args
+from support.op_mean import check_op_mean
+from support.reference64 import check_against_reference, check_op_against_reference
+
+from bench.launch_count import cuda_dry_run_built
+from scl_kernels._extension import library_loaded
+
+dry_run = pytest.mark.skipif(
+    not library_loaded() or not cuda_dry_run_built(),
+    reason="the library was built with CUDA (or not at all): it has no dry run of the CUDA host code")
+interpreter = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1" or not triton_installed(),
+    reason="needs triton and TRITON_INTERPRET=1 (set by support/backend_matrix.py without CUDA)")
+IN_MEMORY_ERROR = "cannot take it from memory"
+
+
+@pytest.fixture(autouse=True)
+def temperature_in_memory(monkeypatch):
+    monkeypatch.setenv("SCL_TEMPERATURE_IN_MEMORY", "1")
+    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")  # the device's path, as a GPU takes
+
+
+def dry_run_ops():
+    return torch.ops.scl.supcon_cuda_dry_run, torch.ops.scl.supcon_cuda_dry_run_backward
+
+
+def learnable(t):
+    return torch.tensor(t, dtype=torch.float64, requires_grad=True)
+
+
+@dry_run
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_dry_run_reads_the_temperature_from_memory(layout, dtype, randn, randint, gen):
+    kw = make_layout(layout, randn, randint, dtype=dtype, n=70, d=37, classes=6)
+    check_op_against_reference(*dry_run_ops(), op_args(kw, torch.tensor(0.1, dtype=torch.float64)),
+                               compute_dtype=torch.float32, generator=gen,
+                               weights_dtype=torch.float32)
+
+
+@dry_run
+@pytest.mark.parametrize("layout", ["single_all", "cross_labels"])
+def test_dry_run_mean_reads_the_temperature_from_memory(layout, randn, randint):
+    kw = make_layout(layout, randn, randint, dtype=torch.bfloat16, n=70, d=37, classes=17)
+    check_op_mean(*dry_run_ops(), op_args(kw, torch.tensor(0.07)))
+
+
+@dry_run
+@pytest.mark.parametrize("layout", ["single_all", "multiview_one", "cross_labels"])
+def test_in_memory_equals_the_host_read(layout, randn, randint, monkeypatch):
+    """At t = 0.02 the host-read path takes the plain schedule too: the same kernels, 1/t formed
+    on the host or on the device by the same float64 division."""
+    forward, backward = dry_run_ops()
+    kw = make_layout(layout, randn, randint, n=70, d=37, classes=6)
+    args = op_args(kw, torch.tensor(0.02, dtype=torch.float64))
+    grad = torch.linspace(-1, 1, args[5] if args[2] is None else args[0].shape[0])
+    outputs = []
+    for in_memory in ("1", "0"):
+        monkeypatch.setenv("SCL_TEMPERATURE_IN_MEMORY", in_memory)
+        loss, lse, positives = forward(*args)
+        grads = backward(grad.to(loss.dtype), *args, lse, temperature_grad=True)
+        outputs.append((loss, lse, positives, *grads))
+    for got, host in zip(*outputs):
+        torch.testing.assert_close(got, host, rtol=1e-6, atol=1e-7)
+
+
+@interpreter
+@needs.library
+@pytest.mark.parametrize("layout", ["single_all", "multiview_all", "multiview_one", "cross_labels"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_triton_reads_the_temperature_from_memory(layout, reduction, randn, randint, gen):
+    kw = make_layout(layout, randn, randint, n=40, d=20, classes=5)
+    features = kw.pop("features")
+    check_against_reference("triton", features, temperature=learnable(0.1), reduction=reduction,
+                            generator=gen, compute_dtype=torch.float32, **kw)
+
+
+@interpreter
+@needs.library
+def test_triton_takes_the_plain_schedule(randn, randint, monkeypatch):
+    """A single set of unit rows at t = 0.1 takes the symmetric schedule when t is read on the
+    host, the plain one when it is not."""
+    from scl_kernels.backends.triton import launch
+    calls = []
+    for name in ("lse_symmetric", "lse_plain"):
+        original = getattr(launch, name)
+        monkeypatch.setattr(launch, name,
+                            lambda *a, _name=name, _f=original, **k: calls.append(_name) or _f(*a, **k))
+    x, labels = randn(40, 20), randint(0, 5, (40,))
+    for in_memory in ("0", "1"):
+        monkeypatch.setenv("SCL_TEMPERATURE_IN_MEMORY", in_memory)
+        scl_kernels.supcon_loss(x, labels, torch.tensor(0.1), backend="triton")
+    assert calls == ["lse_symmetric", "lse_plain"]
+
+
+@dry_run
+@pytest.mark.parametrize("value", [0.0, -0.5, float("nan"), float("inf")])
+def test_a_bad_temperature_in_memory_is_reported(value, randn, randint):
+    """Its check joins the deferred value checks (on the CPU their verdict is read at the end
+    of the call), with the host-read path's message."""
+    forward, _ = dry_run_ops()
+    args = (randn(30, 8), randint(0, 3, (30,)), None, None, torch.tensor(value), 30, True)
+    with pytest.raises(ValueError, match="temperature must be positive and finite"):
+        forward(*args)
+
+
+@dry_run
+def test_calls_that_cannot_take_it_from_memory_say_so(randn, randint):
+    forward, _ = dry_run_ops()
+    labels = randint(0, 3, (30,))
+    t = torch.tensor(0.1)
+    with pytest.raises(ValueError, match=IN_MEMORY_ERROR):
+        forward(randn(30, 8, dtype=torch.float64), labels, None, None, t, 30, True)
+    torch.use_deterministic_algorithms(True)
+    try:
+        with pytest.raises(ValueError, match=IN_MEMORY_ERROR):
+            forward(randn(30, 8), labels, None, None, t, 30, True)
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@interpreter
+@needs.library
+def test_triton_focal_loss_cannot_take_it_from_memory(randn, randint):
+    with pytest.raises(ValueError, match=IN_MEMORY_ERROR):
+        scl_kernels.supcon_loss(randn(30, 8), randint(0, 3, (30,)), torch.tensor(0.1),
+                                backend="triton", focal_gamma=2.0)
+
+
+def test_the_cpu_backend_reads_its_temperature_in_place(randn, randint):
+    """The switch concerns the GPU backends' kernels: the CPU backend reads a host temperature in
+    place, as always."""
+    loss = scl_kernels.supcon_loss(randn(30, 8), randint(0, 3, (30,)), torch.tensor(0.1),
+                                   backend="cpu")
+    assert torch.isfinite(loss)
