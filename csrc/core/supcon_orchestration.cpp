@@ -187,14 +187,12 @@ bool host_may_wait(const TileKernels& kernels, const at::Tensor& like) {
 // SupCon loss, reproducible results not asked for; otherwise a clear error.
 bool temperature_stays_unread(const TileKernels& kernels, const SupConArgs& a) {
   if (!kernels.reads_temperature) return false;  // a CPU backend: a host temperature, read in place
-  const char* forced = std::getenv("SCL_TEMPERATURE_IN_MEMORY");
-  const bool unread = forced != nullptr && std::string(forced) == "1"
-                          ? true
-                          : !a.temperature.is_cpu() && !host_may_wait(kernels, a.features);
-  if (!unread) return false;
+  const char* switch_value = std::getenv("SCL_TEMPERATURE_IN_MEMORY");
+  const bool forced = switch_value != nullptr && std::string(switch_value) == "1";
+  if (!forced && (a.temperature.is_cpu() || host_may_wait(kernels, a.features))) return false;
   TORCH_CHECK_VALUE(
-      kernels.prepare_rows && kernels.anchor_weights && a.features.scalar_type() != at::kDouble && a.focal_gamma == 0 &&
-          !at::globalContext().deterministicAlgorithms(),
+      kernels.prepare_rows && kernels.anchor_weights && a.features.scalar_type() != at::kDouble &&
+          a.focal_gamma == 0 && !at::globalContext().deterministicAlgorithms(),
       "a temperature tensor on the GPU cannot be read while a CUDA graph is captured, and this "
       "call cannot take it from memory (that needs the triton or cuda backend, float32, float16 "
       "or bfloat16 rows, focal_gamma 0 and no torch.use_deterministic_algorithms(True)): pass the "

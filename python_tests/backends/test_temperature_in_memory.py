@@ -23,7 +23,7 @@ from scl_kernels._extension import library_loaded
 
 dry_run = pytest.mark.skipif(
     not library_loaded() or not cuda_dry_run_built(),
-    reason="the library was built with CUDA (or not at all): it has no dry run of the CUDA host code")
+    reason="the library was built with CUDA (or not at all): no dry run of the CUDA host code")
 interpreter = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1" or not triton_installed(),
     reason="needs triton and TRITON_INTERPRET=1 (set by support/backend_matrix.py without CUDA)")
@@ -98,10 +98,17 @@ def test_triton_takes_the_plain_schedule(randn, randint, monkeypatch):
     host, the plain one when it is not."""
     from scl_kernels.backends.triton import launch
     calls = []
-    for name in ("lse_symmetric", "lse_plain"):
+
+    def recorded(name):
         original = getattr(launch, name)
-        monkeypatch.setattr(launch, name,
-                            lambda *a, _name=name, _f=original, **k: calls.append(_name) or _f(*a, **k))
+
+        def launcher(*args, **kwargs):
+            calls.append(name)
+            return original(*args, **kwargs)
+        return launcher
+
+    for name in ("lse_symmetric", "lse_plain"):
+        monkeypatch.setattr(launch, name, recorded(name))
     x, labels = randn(40, 20), randint(0, 5, (40,))
     for in_memory in ("0", "1"):
         monkeypatch.setenv("SCL_TEMPERATURE_IN_MEMORY", in_memory)
