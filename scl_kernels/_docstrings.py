@@ -18,10 +18,11 @@ ARGUMENTS = {
     loss is 0, and a UserWarning (once per process) says how to pass views.""",
     "temperature": """temperature: the softmax temperature t, logits being ``z_i . z_j / t``: a positive finite
     float, or a 0-dim floating-point tensor (an ``nn.Parameter`` makes it learnable, with an
-    exact gradient). A tensor's value is checked by the backend that runs the call; a GPU tensor
-    costs the fused GPU backends one host read per eager call (a float costs none), and none
-    inside a CUDA graph capture, where the kernels read it from memory (float32 / 16-bit rows,
-    no focal loss, not in deterministic mode) so that each replay uses its current value.""",
+    exact gradient). A tensor's value is checked by the backend that runs the call. The fused
+    GPU backends never read a GPU tensor on the host for float32 / 16-bit rows (their kernels
+    read it from memory; such a call takes the plain schedule, its check is deferred like the
+    NaN check, and a CUDA graph replays its current value); with float64 rows, the focal loss
+    or deterministic mode they read it once per call, which a CUDA graph capture refuses.""",
     "contrast": """contrast: ``[M, D]`` rows to contrast against (cross-set mode, pytorch-metric-learning's
     ``ref_emb``: the anchors are the feature rows and no column is excluded as "self"). With
     ``labels=None`` and no ``contrast_labels``, anchor i's only positive is contrast row i and

@@ -180,24 +180,28 @@ bool host_may_wait(const TileKernels& kernels, const at::Tensor& like) {
   return !kernels.host_may_wait || kernels.host_may_wait(like);
 }
 
-// Whether the call leaves the temperature unread on the host (SupConProblem::temperature): a
-// tensor on the GPU while the host may not wait (a stream captures a CUDA graph), or any tensor
-// under SCL_TEMPERATURE_IN_MEMORY=1 (so that CPU tests take that path), where the kernels read
-// it from memory. They do so for the fused stages only: float32 compute (no float64 rows), the
-// SupCon loss, reproducible results not asked for; otherwise a clear error.
+// Whether the call leaves the temperature unread on the host (SupConProblem::temperature), the
+// kernels reading it from memory: a tensor on the GPU wherever the fused stages serve (float32
+// compute, no float64 rows; the SupCon loss; reproducible results not asked for), eager calls
+// and captured ones alike, so that a warm-up takes the path a capture will; or any tensor under
+// SCL_TEMPERATURE_IN_MEMORY=1, which lets CPU tests take that path. Elsewhere a GPU temperature
+// is read, which a capture refuses: a clear error there.
 bool temperature_stays_unread(const TileKernels& kernels, const SupConArgs& a) {
   if (!kernels.reads_temperature) return false;  // a CPU backend: a host temperature, read in place
   const char* switch_value = std::getenv("SCL_TEMPERATURE_IN_MEMORY");
   const bool forced = switch_value != nullptr && std::string(switch_value) == "1";
-  if (!forced && (a.temperature.is_cpu() || host_may_wait(kernels, a.features))) return false;
-  TORCH_CHECK_VALUE(
-      kernels.prepare_rows && kernels.anchor_weights && a.features.scalar_type() != at::kDouble &&
-          a.focal_gamma == 0 && !at::globalContext().deterministicAlgorithms(),
-      "a temperature tensor on the GPU cannot be read while a CUDA graph is captured, and this "
-      "call cannot take it from memory (that needs the triton or cuda backend, float32, float16 "
-      "or bfloat16 rows, focal_gamma 0 and no torch.use_deterministic_algorithms(True)): pass the "
-      "temperature as a float, or capture without it");
-  return true;
+  if (!forced && a.temperature.is_cpu()) return false;
+  const bool fused = kernels.prepare_rows && kernels.anchor_weights &&
+                     a.features.scalar_type() != at::kDouble && a.focal_gamma == 0 &&
+                     !at::globalContext().deterministicAlgorithms();
+  if (fused) return true;
+  TORCH_CHECK_VALUE(!forced && host_may_wait(kernels, a.features),
+                    "a temperature tensor on the GPU cannot be read while a CUDA graph is "
+                    "captured, and this call cannot take it from memory (that needs the triton or "
+                    "cuda backend, float32, float16 or bfloat16 rows, focal_gamma 0 and no "
+                    "torch.use_deterministic_algorithms(True)): pass the temperature as a float, "
+                    "or capture without it");
+  return false;
 }
 
 }  // namespace

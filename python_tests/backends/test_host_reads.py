@@ -199,9 +199,9 @@ def test_cuda_graph_replays_forward_and_backward(backend_name, randn, randint, m
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_cuda_graph_replays_a_learnable_temperature(backend_name, dtype, randn, randint,
                                                     monkeypatch):
-    """A temperature on the GPU is not read on the host while a graph is captured: the kernels
-    read it from memory (the plain schedule), so a replay sees its new value, and its gradient
-    comes back like the rows'."""
+    """A temperature on the GPU is not read on the host: the kernels read it from memory (the
+    plain schedule, in the warm-up as in the capture), so a replay sees its new value, and its
+    gradient comes back like the rows'."""
     monkeypatch.setenv("SCL_VALUE_CHECKS", "next_call")
     x = randn(300, 128, dtype=torch.bfloat16).cuda().requires_grad_()
     labels = randint(0, 5, (300,)).cuda()

@@ -1,6 +1,7 @@
 """A temperature the op leaves unread on the host (csrc/core/tile_kernels.h,
-TileKernels::reads_temperature): the path a CUDA graph captures with a temperature tensor on the
-GPU, where a host read would end the capture. SCL_TEMPERATURE_IN_MEMORY=1 takes it on CPU tensors:
+TileKernels::reads_temperature): the GPU backends' path for a temperature tensor on the GPU,
+which a CUDA graph can capture (a host read would end the capture) and which never makes the host
+wait. SCL_TEMPERATURE_IN_MEMORY=1 takes it for host temperatures too:
 the CUDA C++ backend's dry run and the Triton kernels in their interpreter then read t from memory
 and form 1/t themselves, on the plain schedule (the symmetric one's fixed shift needs t's value on
 the host). Checked against the float64 reference (the loss, the rows' and the temperature's
