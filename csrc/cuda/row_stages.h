@@ -356,36 +356,14 @@ SCL_HOST_DEVICE void store(ElementType type, void* data, int64_t i, float value)
   }
 }
 
-// The gradient w.r.t. unit row r at column k, and that unit row's element.
-struct UnitGrad {
-  float unit, grad;
-};
-
-SCL_HOST_DEVICE UnitGrad unit_grad(const BackwardAssemblyTerms& a, int64_t r, int64_t k,
-                                   int64_t anchor, bool is_anchor, float anchor_scale,
-                                   int64_t anchor_class, int64_t row_class) {
-  const float unit = a.rows.at(r, k) * a.inv_norm[r];
-  float d = a.grads[r * a.grads_stride + k];
-  if (is_anchor && a.extra != nullptr) d += a.extra[anchor * a.d + k];
-  if (is_anchor && a.anchor_weight != nullptr) {
-    float target = a.class_sums[anchor_class * a.d + k];
-    if (a.class_shares_weight) target *= 2;
-    // the anchor's own row: out of its class sum, and its own share as a column
-    if (a.self_in_class) target -= 2 * unit;
-    d -= anchor_scale * target;
-  }
-  if (a.row_class != nullptr) {
-    d -= float(inv_t_of(a.inv_t, a.temperature)) * a.weighted_sums[row_class * a.d + k];
-  }
-  return {unit, d};
-}
-
-// Where row r is an anchor, its index among the anchors, its anchor-side scale and class.
+// Where row r is an anchor, its index among the anchors, its anchor-side scale and class; its
+// contrast-side class; 1/t, formed once per row (inv_t_of).
 struct AssemblyRow {
   int64_t anchor;
   bool is_anchor;
   float anchor_scale;
   int64_t anchor_class, row_class;
+  float inv_t;
 };
 
 SCL_HOST_DEVICE AssemblyRow assembly_row(const BackwardAssemblyTerms& a, int64_t r) {
@@ -393,8 +371,33 @@ SCL_HOST_DEVICE AssemblyRow assembly_row(const BackwardAssemblyTerms& a, int64_t
   const bool is_anchor = anchor >= 0 && anchor < a.anchor_count;
   const bool weighted = is_anchor && a.anchor_weight != nullptr;
   const float inv_t = float(inv_t_of(a.inv_t, a.temperature));
-  return {anchor, is_anchor, weighted ? a.anchor_weight[anchor] * inv_t : 0.0f,
-          weighted ? a.anchor_class[anchor] : 0, a.row_class != nullptr ? a.row_class[r] : 0};
+  return {anchor,
+          is_anchor,
+          weighted ? a.anchor_weight[anchor] * inv_t : 0.0f,
+          weighted ? a.anchor_class[anchor] : 0,
+          a.row_class != nullptr ? a.row_class[r] : 0,
+          inv_t};
+}
+
+// The gradient w.r.t. unit row r at column k, and that unit row's element.
+struct UnitGrad {
+  float unit, grad;
+};
+
+SCL_HOST_DEVICE UnitGrad unit_grad(const BackwardAssemblyTerms& a, int64_t r, int64_t k,
+                                   const AssemblyRow& row) {
+  const float unit = a.rows.at(r, k) * a.inv_norm[r];
+  float d = a.grads[r * a.grads_stride + k];
+  if (row.is_anchor && a.extra != nullptr) d += a.extra[row.anchor * a.d + k];
+  if (row.is_anchor && a.anchor_weight != nullptr) {
+    float target = a.class_sums[row.anchor_class * a.d + k];
+    if (a.class_shares_weight) target *= 2;
+    // the anchor's own row: out of its class sum, and its own share as a column
+    if (a.self_in_class) target -= 2 * unit;
+    d -= row.anchor_scale * target;
+  }
+  if (a.row_class != nullptr) d -= row.inv_t * a.weighted_sums[row.row_class * a.d + k];
+  return {unit, d};
 }
 
 // The lane's share of u_r . d_r, which the projection needs.
@@ -402,8 +405,7 @@ SCL_HOST_DEVICE Partial assemble_row_partial(const BackwardAssemblyTerms& a, int
   const AssemblyRow row = assembly_row(a, r);
   Partial p;
   for (int64_t k = lane.index; k < a.d; k += lane.count) {
-    const UnitGrad u = unit_grad(a, r, k, row.anchor, row.is_anchor, row.anchor_scale,
-                                 row.anchor_class, row.row_class);
+    const UnitGrad u = unit_grad(a, r, k, row);
     p.first += u.unit * u.grad;
   }
   return p;
@@ -418,8 +420,7 @@ SCL_HOST_DEVICE void assemble_row_finish(const BackwardAssemblyTerms& a, int64_t
   // Rows shorter than eps are divided by eps, a constant: scaled, not projected.
   const float radial = scale < a.max_inv_norm ? dot : 0.0f;
   for (int64_t k = lane.index; k < a.d; k += lane.count) {
-    const UnitGrad u = unit_grad(a, r, k, row.anchor, row.is_anchor, row.anchor_scale,
-                                 row.anchor_class, row.row_class);
+    const UnitGrad u = unit_grad(a, r, k, row);
     store(a.grad_type, a.grad, r * a.d + k, a.normalize ? (u.grad - u.unit * radial) * scale : u.grad);
   }
 }
