@@ -6,7 +6,8 @@ the CUDA C++ backend's dry run and the Triton kernels in their interpreter then 
 and form 1/t themselves, on the plain schedule (the symmetric one's fixed shift needs t's value on
 the host). Checked against the float64 reference (the loss, the rows' and the temperature's
 gradients), against the host-read path where both take the plain schedule, the deferred check of
-a bad value, and the calls that cannot take t from memory."""
+a bad value, and the calls that cannot take t from memory; sizes around the tiles, no positives
+and one class included."""
 import os
 
 import pytest
@@ -18,6 +19,7 @@ from support import needs
 from support.layouts import LAYOUTS, make_layout, op_args
 from support.op_mean import check_op_mean
 from support.reference64 import check_against_reference, check_op_against_reference
+from support.triton_schedules import schedules_taken
 
 from bench.launch_count import cuda_dry_run_built
 from scl_kernels._extension import library_loaded
@@ -52,6 +54,20 @@ def test_dry_run_reads_the_temperature_from_memory(layout, dtype, randn, randint
     kw = make_layout(layout, randn, randint, dtype=dtype, n=70, d=37, classes=6)
     check_op_against_reference(*dry_run_ops(), op_args(kw, torch.tensor(0.1, dtype=torch.float64)),
                                compute_dtype=torch.float32, generator=gen,
+                               weights_dtype=torch.float32)
+
+
+# Sizes around the kernels' blocks (64, 128) and the terms' padding (256), and label cases
+# without positives and with one class.
+@dry_run
+@pytest.mark.parametrize("n,d", [(1, 5), (2, 8), (129, 128), (257, 130)])
+@pytest.mark.parametrize("labels", ["random", "no-positives", "one-class"])
+def test_dry_run_awkward_sizes_with_the_temperature_in_memory(n, d, labels, randn, randint, gen):
+    y = {"random": randint(0, 4, (n,)), "no-positives": torch.arange(n),
+         "one-class": torch.zeros(n, dtype=torch.int64)}[labels]
+    args = (randn(n, d, dtype=torch.bfloat16), y, None, None,
+            torch.tensor(0.1, dtype=torch.float64), n, True)
+    check_op_against_reference(*dry_run_ops(), args, compute_dtype=torch.float32, generator=gen,
                                weights_dtype=torch.float32)
 
 
@@ -94,22 +110,21 @@ def test_triton_reads_the_temperature_from_memory(layout, reduction, randn, rand
 
 @interpreter
 @needs.library
+@pytest.mark.parametrize("n,d", [(1, 3), (5, 2), (33, 70)])
+@pytest.mark.parametrize("labels", ["random", "no-positives", "one-class"])
+def test_triton_awkward_sizes_with_the_temperature_in_memory(n, d, labels, randn, randint, gen):
+    y = {"random": randint(0, 3, (n,)), "no-positives": torch.arange(n),
+         "one-class": torch.zeros(n, dtype=torch.int64)}[labels]
+    check_against_reference("triton", randn(n, d), y, learnable(0.1), generator=gen,
+                            compute_dtype=torch.float32)
+
+
+@interpreter
+@needs.library
 def test_triton_takes_the_plain_schedule(randn, randint, monkeypatch):
     """A single set of unit rows at t = 0.1 takes the symmetric schedule when t is read on the
     host, the plain one when it is not."""
-    from scl_kernels.backends.triton import launch
-    calls = []
-
-    def recorded(name):
-        original = getattr(launch, name)
-
-        def launcher(*args, **kwargs):
-            calls.append(name)
-            return original(*args, **kwargs)
-        return launcher
-
-    for name in ("lse_symmetric", "lse_plain"):
-        monkeypatch.setattr(launch, name, recorded(name))
+    calls = schedules_taken(monkeypatch)
     x, labels = randn(40, 20), randint(0, 5, (40,))
     for in_memory in ("0", "1"):
         monkeypatch.setenv("SCL_TEMPERATURE_IN_MEMORY", in_memory)

@@ -16,6 +16,7 @@ from scl_kernels.backends import triton_installed
 from support import needs
 from support.layouts import make_layout
 from support.reference64 import check_against_reference
+from support.triton_schedules import schedules_taken
 
 pytestmark = [
     pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -31,24 +32,10 @@ def test_triton_backend_is_under_test():
     assert "triton" in scl_kernels.available_backends("cpu")
 
 
-def _symmetric_used(monkeypatch):
-    """Records which schedule each forward call takes."""
-    from scl_kernels.backends.triton import launch
-    calls = []
-    for name in ("lse_symmetric", "lse_plain"):
-        original = getattr(launch, name)
-
-        def spy(*args, _name=name, _original=original):
-            calls.append(_name)
-            return _original(*args)
-        monkeypatch.setattr(launch, name, spy)
-    return calls
-
-
 @pytest.mark.parametrize("n,d", [(1, 3), (5, 2), (32, 32), (33, 70), (70, 20)])
 @pytest.mark.parametrize("temperature,schedule", [(0.1, "lse_symmetric"), (0.02, "lse_plain")])
 def test_single_set_schedules(n, d, temperature, schedule, randn, randint, gen, monkeypatch):
-    calls = _symmetric_used(monkeypatch)
+    calls = schedules_taken(monkeypatch)
     t = torch.tensor(temperature, dtype=torch.float64, requires_grad=True)
     check_against_reference("triton", randn(n, d), randint(0, 3, (n,)), t, generator=gen)
     assert calls == [schedule]
@@ -56,7 +43,7 @@ def test_single_set_schedules(n, d, temperature, schedule, randn, randint, gen, 
 
 @pytest.mark.parametrize("layout", ["single_all", "multiview_one", "cross_labels", "simcse"])
 def test_deterministic_mode(layout, randn, randint, monkeypatch, reproducible):
-    calls = _symmetric_used(monkeypatch)
+    calls = schedules_taken(monkeypatch)
     kw = make_layout(layout, randn, randint, n=70, d=40)
     # the same upstream gradient both times
     first = check_against_reference("triton", generator=torch.Generator().manual_seed(1), **kw)
