@@ -89,6 +89,18 @@ def test_mean(layout, n, dtype, randn, randint):
                   op_args(kw))
 
 
+# The single set's mean takes the class sums for the weighted ones (class_shares_weight) at
+# sizes around the blocks and with labels that leave anchors without positives (not 2 rows of
+# one class: their loss and gradients are exactly 0, and the paths' float32 noise differs).
+@pytest.mark.parametrize("n", [1, 3, 129])
+@pytest.mark.parametrize("labels", ["no-positives", "one-class", "negative-labels"])
+def test_mean_on_awkward_labels(n, labels, randn):
+    y = {"no-positives": torch.arange(n), "one-class": torch.zeros(n, dtype=torch.int64),
+         "negative-labels": torch.arange(n) % 5 - 2}[labels]
+    check_op_mean(torch.ops.scl.supcon_cuda_dry_run, torch.ops.scl.supcon_cuda_dry_run_backward,
+                  (randn(n, 37, dtype=torch.bfloat16), y, None, None, torch.tensor(0.1), n, True))
+
+
 def test_deterministic_mode_takes_the_core_steps(randn, randint, gen):
     """torch.use_deterministic_algorithms(True): the core's ATen preparation and weights and the
     full-row symmetric backward instead of the atomics; the same values."""
