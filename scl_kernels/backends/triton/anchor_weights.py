@@ -27,9 +27,10 @@ def anchor_weights_kernel(grad_ptr, counted_ptr, lse_ptr, positives_ptr, q_ptr, 
                           BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per BLOCK_M anchors: the scalars in float64 where the core takes them so
     (1/t arrives as a float32 hi + lo pair, since Triton passes a Python float as float32), then,
-    with WEIGHTED_SUMS, one pass over D adding w_a u_a to its class's row by atomics. With MEAN, grad is the mean's
-    and counted the number of anchors with positives (the forward's): each anchor's share is
-    grad / counted, divided in float32 as autograd's division of the mean did."""
+    with WEIGHTED_SUMS, one pass over D adding w_a u_a to its class's row by atomics. With MEAN,
+    grad is the mean's and counted the number of anchors with positives (the forward's): each
+    anchor's share is grad / counted, divided in float32 as autograd's division of the mean
+    did."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     valid = rows < M
     positives = tl.load(positives_ptr + rows, mask=valid, other=0)
