@@ -41,15 +41,17 @@ def measure(n, d, calls, repeats):
     inv_norm = x.norm(dim=1).reciprocal()
     coef = torch.rand(n, generator=g)
     features = x.clone().requires_grad_()
+    host_temperature = x.new_empty(0)  # 1/t comes as the float, as for a float temperature
 
     def step():
         loss = scl_kernels.supcon_loss(features, labels, 0.1, backend="triton")
         torch.autograd.grad(loss, [features])
 
     launchers = {
-        "lse launcher (symmetric)": lambda: tiles.lse_tiles(x, x, inv_norm, inv_norm, 10.0, 0, True),
-        "grad launcher (symmetric)": lambda: tiles.grad_tiles(x, x, inv_norm, inv_norm, 10.0, 0,
-                                                              True, coef, coef, coef),
+        "lse launcher (symmetric)": lambda: tiles.lse_tiles(
+            x, x, inv_norm, inv_norm, 10.0, host_temperature, 0, True),
+        "grad launcher (symmetric)": lambda: tiles.grad_tiles(
+            x, x, inv_norm, inv_norm, 10.0, host_temperature, 0, True, coef, coef, coef),
         "forward + backward of supcon_loss": step,
     }
     original = interpreter.InterpretedFunction.run

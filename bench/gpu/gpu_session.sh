@@ -12,15 +12,20 @@
 #   profile    bench/gpu/profile.py at N = 16,384 and 65,536, D = 128, 100 classes, single set:
 #              wall, host issue time, tile-kernel time apart from the rest, launches, host waits,
 #              the same step replayed from a CUDA graph, the Triton autotuner's choices
+#   kernels    Nsight Compute over each tile kernel of one step per GPU backend at N = 65,536
+#              (SCL_NCU_SIZES), D = 128 (bench/gpu/kernel_profile.py: the warm-up outside the
+#              profiled range): throughput against peak, the pipes' use (tensor, exp), occupancy,
+#              issue stalls, and the stalls per SASS instruction; the report (.ncu-rep) and its
+#              details, raw and source pages as text
 #   size_fit   bench/gpu/size_fit.py: N = 4,096 .. 65,536 fitted as a + b N + c N^2, with the
 #              run-to-run spread of every point
 #   sweep      bench/gpu_sweep.py against dense eager and dense torch.compile (bf16, D = 128,
 #              N = 4,096 .. 65,536)
 #   probe      (not by default) bench/static/l2_reduce_probe.cu: fp32 reduction bandwidth into L2
-# SCL_GPU_PHASES picks phases (default: all but probe, in this order); a failing phase is reported
-# and the next one runs. The phases' limits add up to 25 minutes; the device tool's 10-minute
-# calls take them in two or three calls (SCL_GPU_PHASES="build tests", then the rest after a
-# build). Measured on an H100 on 2026-11-26 (bench/results/gpu_h100_2026-11-26): build 74 s
+# SCL_GPU_PHASES picks phases (default: all but probe, in the order below: what issue 23's targets
+# need first); a failing phase is reported and the next one runs. The phases' limits add up to 25
+# minutes; the device tool's 10-minute calls take them in two or three calls
+# (SCL_GPU_PHASES="build profile kernels sweep" first, then "build tests sanitize"). Measured on an H100 on 2026-11-26 (bench/results/gpu_h100_2026-11-26): build 74 s
 # (sm_90a only, SCL_CUDA_ARCH_LIST=9.0a), the whole test selection 348 s on 16 workers, profile
 # 32 s, a one-size sweep 30 s, a four-size fit 11 s: everything but sanitize fits one 10-minute
 # call with that architecture list. On 2026-11-27 (bench/results/gpu_h100_2026-11-27): build 71 s,
@@ -38,7 +43,7 @@ cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export out="${OUT:-bench/results/local}" python="${PYTHON:-python3}"
-phases="${SCL_GPU_PHASES:-build tests sanitize profile size_fit sweep}"
+phases="${SCL_GPU_PHASES:-build profile kernels sweep tests sanitize size_fit}"
 mkdir -p "$out" build
 failed=()
 
@@ -60,6 +65,7 @@ clocks() { nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.dra
   echo "clocks at start (SM, memory, temperature, power): $(clocks)"
   "$python" -c "import torch, triton; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'triton', triton.__version__)"
   nvcc --version | tail -n 1
+  ncu --version 2>/dev/null | tail -n 1 || echo "no ncu (Nsight Compute): the kernels phase fails"
   date -u
 } 2>&1 | tee "$out/environment.txt"
 
@@ -137,6 +143,26 @@ sanitize() {
 profile() {
   "$python" -m bench.gpu.profile --out "$out" --sizes 16384,65536 --dims 128 --layouts single
 }
+kernels() {
+  # --profile-from-start off: only the step inside kernel_profile's range; --clock-control none:
+  # the clocks a timed run has, not ncu's base-clock lock. The source page needs ncu 2023 or later:
+  # a version without it loses that file, not the phase.
+  local regex report="$out/tile_kernels"
+  regex=$("$python" -m bench.gpu.kernel_profile --print-tile-kernel-regex) || return 1
+  ncu --profile-from-start off --clock-control none --kernel-name-base demangled \
+    --kernel-name "regex:$regex" --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+    --section SchedulerStats --section WarpStateStats --section InstructionStats \
+    --section SourceCounters --export "$report" --force-overwrite \
+    "$python" -m bench.gpu.kernel_profile --sizes "${SCL_NCU_SIZES:-65536}" --dims 128 \
+    > "$report.log" 2>&1 || { tail -n 40 "$report.log"; return 1; }
+  ncu --import "$report.ncu-rep" --page details > "$report.details.txt" || return 1
+  ncu --import "$report.ncu-rep" --page raw --csv > "$report.raw.csv" || return 1
+  ncu --import "$report.ncu-rep" --page source --print-source sass --csv > "$report.sass.csv" \
+    2> "$report.sass.err" || echo "no SASS source page: $(head -n 3 "$report.sass.err")"
+  grep -E "^  [^ ]|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued Instruction" \
+    "$report.details.txt"
+}
 size_fit() {
   "$python" -m bench.gpu.size_fit --out "$out" --sizes 4096,8192,16384,24576,32768,49152,65536 --dims 128
 }
@@ -151,14 +177,15 @@ sweep() {
   "$python" -m bench.gpu_sweep --out "$out" "$@"
 }
 
-export -f build raises_cleanly gpu_tests sanitize profile size_fit sweep probe
-# Limits: 25 minutes in all.
+export -f build raises_cleanly gpu_tests sanitize profile kernels size_fit sweep probe
+# Limits: 25 minutes in all (probe apart).
 wanted build && phase build 240 build
-wanted tests && phase tests 420 gpu_tests
-wanted sanitize && phase sanitize 300 sanitize
-wanted profile && phase profile 150 profile
-wanted size_fit && phase size_fit 150 size_fit
+wanted profile && phase profile 120 profile
+wanted kernels && phase kernels 180 kernels
 wanted sweep && phase sweep 240 sweep "$@"
+wanted tests && phase tests 420 gpu_tests
+wanted sanitize && phase sanitize 210 sanitize
+wanted size_fit && phase size_fit 90 size_fit
 wanted probe && phase probe 120 probe
 echo "clocks at end (SM, memory, temperature, power): $(clocks)" | tee -a "$out/environment.txt"
 # The device tool brings back at most 8 files from $OUT: more are packed into one archive.

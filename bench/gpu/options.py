@@ -11,3 +11,10 @@ def add_step_options(parser):
     parser.add_argument("--backends", default="triton,cuda", type=cli.name_list,
                         help="fused backends, comma-separated (default %(default)s)")
     parser.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
+
+
+def add_layout_option(parser, default):
+    """--layouts: "single" (one set, the symmetric schedule) and / or "cross" (anchors against
+    other rows, the plain schedule)."""
+    parser.add_argument("--layouts", default=default, type=cli.name_list,
+                        help="single and / or cross (default %(default)s)")

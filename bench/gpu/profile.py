@@ -1,7 +1,8 @@
 """Where a forward + backward's time goes, per fused backend, from torch.profiler: wall time, the
-host's time to issue the step, kernel time and how much of the wall the GPU is busy, launches,
-host synchronisations and the largest kernels; on CUDA also the same step replayed from a CUDA
-graph (the kernels with no host in the way) and the Triton autotuner's choices. It answers the
+host's time to issue the step, steps issued back to back (the host hidden where the GPU's work is
+longer), kernel time and how much of the wall the GPU is busy, launches, host synchronisations
+and the largest kernels; on CUDA also the same step replayed from a CUDA graph (the kernels with
+no host in the way), synchronised and back to back, and the Triton autotuner's choices. It answers the
 first GPU session's open question: about 3 ms per call that does not grow with N^2
 (bench/DECISIONS.md, "First GPU session").
 
@@ -21,12 +22,11 @@ from dataclasses import dataclass
 import torch
 
 from bench.gpu import options
+from bench.gpu.step import TEMPERATURE, supcon_step, warm_up
 from bench.harness import cli, report
 from bench.harness.machine import machine_description
 from bench.harness.timing import synchronize
 
-TEMPERATURE = 0.1
-CLASSES = 100  # issue 23's problem (the 2026-11-25/26 baselines used N / 64 classes)
 # The O(N^2) tile kernels of each backend; every other kernel is the call's O(N D) work.
 TILE_KERNELS = ("lse_plain_kernel", "lse_symmetric_kernel", "grad_rows_kernel", "grad_cols_kernel",
                 "walk_kernel")
@@ -92,29 +92,24 @@ def summarise(events, top=8):
     }
 
 
+def back_to_back_ms(run, device, calls, rounds=5):
+    """Median over ``rounds`` of the ms per call of ``calls`` calls issued with no wait between
+    them and one at the end, as a training loop issues its steps: the host's issue time is hidden
+    wherever the GPU's work is longer."""
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            run()
+        synchronize(device)
+        times.append((time.perf_counter() - start) / calls)
+    return 1e3 * statistics.median(times)
+
+
 def profile_backend(backend, layout, n, d, dtype, device, steps):
-    """One row: ``layout`` "single" (one set: the symmetric schedule) or "cross" (n anchors
-    against n other rows, gradients for both: the plain schedule, both backward walks)."""
-    import scl_kernels
-    g = torch.Generator().manual_seed(0)
-
-    def rows():
-        return torch.randn(n, d, generator=g).to(device=device, dtype=dtype).requires_grad_()
-
-    def classes():
-        return torch.randint(0, CLASSES, (n,), generator=g).to(device)
-
-    features, labels = rows(), classes()
-    cross = {"contrast": rows(), "contrast_labels": classes()} if layout == "cross" else {}
-    inputs = [features] + ([cross["contrast"]] if cross else [])
-
-    def step():
-        loss = scl_kernels.supcon_loss(features, labels, TEMPERATURE, backend=backend, **cross)
-        return torch.autograd.grad(loss, inputs)
-
-    for _ in range(3):  # compiles, autotunes, fills the caching allocator
-        step()
-    synchronize(device)
+    """One row of the report (``supcon_step``'s problem)."""
+    step = supcon_step(backend, layout, n, d, dtype, device)
+    warm_up(step, device)
     walls, issues = [], []
     for _ in range(steps):
         start = time.perf_counter()
@@ -123,7 +118,7 @@ def profile_backend(backend, layout, n, d, dtype, device, steps):
         synchronize(device)
         walls.append(time.perf_counter() - start)
         issues.append(issued - start)
-    graph_ms, graph_error = replay_time(step, device, steps) if device.type == "cuda" else (None, None)
+    replay = replay_times(step, device, steps) if device.type == "cuda" else {}
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -133,15 +128,19 @@ def profile_backend(backend, layout, n, d, dtype, device, steps):
     summary = summarise(events_of(prof))
     summary.update(backend=backend, layout=layout, n=n, d=d, wall_ms=1e3 * statistics.median(walls),
                    wall_spread_ms=1e3 * (max(walls) - min(walls)),
-                   issue_ms=1e3 * statistics.median(issues), graph_ms=graph_ms,
-                   graph_error=graph_error)
+                   issue_ms=1e3 * statistics.median(issues),
+                   back_to_back_ms=back_to_back_ms(step, device, steps),
+                   graph_ms=replay.get("graph_ms"),
+                   graph_back_to_back_ms=replay.get("graph_back_to_back_ms"),
+                   graph_error=replay.get("graph_error"))
     return summary
 
 
-def replay_time(step, device, steps):
-    """(median ms of `steps` replays of the step captured in a CUDA graph, None), or (None, why
-    not): the same kernels with no host in the way, the bound that issue 23's "eager within 1.1x
-    of the graph" compares the eager step against."""
+def replay_times(step, device, steps):
+    """The step captured in a CUDA graph and replayed: {"graph_ms": median ms of ``steps``
+    synchronised replays, "graph_back_to_back_ms": ms per replay issued back to back}, or
+    {"graph_error": why it cannot be captured}. The same kernels with no host in the way: the
+    bound that issue 23's "eager within 1.1x of the graph" compares the eager step against."""
     try:
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
@@ -159,9 +158,10 @@ def replay_time(step, device, steps):
             graph.replay()
             synchronize(device)
             times.append(time.perf_counter() - start)
-        return 1e3 * statistics.median(times), None
+        return {"graph_ms": 1e3 * statistics.median(times),
+                "graph_back_to_back_ms": back_to_back_ms(graph.replay, device, steps)}
     except Exception as error:  # noqa: BLE001 - a step that cannot be captured is a finding
-        return None, f"{type(error).__name__}: {str(error)[:200]}"
+        return {"graph_error": f"{type(error).__name__}: {str(error)[:200]}"}
 
 
 def autotuner_choices():
@@ -184,17 +184,27 @@ def write_markdown(path, rows, *, device, dtype, steps, command):
                     "for both)",
          "command": f"`{command}`",
          "timing": f"wall: median of {steps} synchronised steps; host issue: the same steps until "
-                   "the host returns from the backward (all work queued); the rest from one "
-                   "profiled step"})
+                   "the host returns from the backward (all work queued); back to back: ms per "
+                   f"step of {steps} steps issued with one wait at the end (median of 5), as a "
+                   "training loop issues them; graph: the same step replayed from a CUDA graph, "
+                   "synchronised and back to back; the rest from one profiled step"})
     lines += ["", "| backend | layout | N | D | wall ms | wall spread ms | graph replay ms "
-             "| eager / graph | host issue ms | GPU busy ms | kernel ms | tile kernels ms | kernels | copies "
+             "| eager / graph | back to back ms | graph back to back ms | eager / graph back to back "
+             "| host issue ms | GPU busy ms | kernel ms | tile kernels ms | kernels | copies "
              "| host waits | top-level ATen calls |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|" + "---|" * 19]
+
+    def ratio(eager, graph):
+        return "—" if graph is None else f"{eager / graph:.2f}"
+
+    def millis(value):
+        return "—" if value is None else f"{value:.3f}"
     for r in rows:
-        graph = "—" if r["graph_ms"] is None else f"{r['graph_ms']:.3f}"
-        ratio = "—" if r["graph_ms"] is None else f"{r['wall_ms'] / r['graph_ms']:.2f}"
         lines.append(f"| {r['backend']} | {r['layout']} | {r['n']} | {r['d']} | {r['wall_ms']:.3f} | "
-                     f"{r['wall_spread_ms']:.3f} | {graph} | {ratio} | "
+                     f"{r['wall_spread_ms']:.3f} | {millis(r['graph_ms'])} | "
+                     f"{ratio(r['wall_ms'], r['graph_ms'])} | {r['back_to_back_ms']:.3f} | "
+                     f"{millis(r['graph_back_to_back_ms'])} | "
+                     f"{ratio(r['back_to_back_ms'], r['graph_back_to_back_ms'])} | "
                      f"{r['issue_ms']:.3f} | {r['busy_ms']:.3f} | {r['kernel_ms']:.3f} | "
                      f"{r['tile_ms']:.3f} | {r['kernels']} | {r['copies']} | {r['host_waits']} | {r['aten_calls']} |")
     for r in rows:
@@ -223,8 +233,7 @@ def main(argv=None):
                                                                "wall and host issue medians "
                                                                "(default %(default)s)"})
     options.add_step_options(parser)
-    parser.add_argument("--layouts", default="single,cross", type=cli.name_list,
-                        help="single and / or cross (default %(default)s)")
+    options.add_layout_option(parser, "single,cross")
     args = parser.parse_args(argv)
     import scl_kernels
     device = torch.device(args.device)
@@ -244,9 +253,10 @@ def main(argv=None):
             continue
         for layout, d, n in itertools.product(args.layouts, args.dims, args.sizes):
             row = profile_backend(backend, layout, n, d, dtype, device, args.repeats)
-            graph = "—" if row["graph_ms"] is None else f"{row['graph_ms']:.3f} ms"
-            print(f"{backend} {layout} N={n} D={d}: wall {row['wall_ms']:.3f} ms, graph replay "
-                  f"{graph}, host issue "
+            graph = ("—" if row["graph_ms"] is None else
+                     f"{row['graph_ms']:.3f} ms ({row['graph_back_to_back_ms']:.3f} back to back)")
+            print(f"{backend} {layout} N={n} D={d}: wall {row['wall_ms']:.3f} ms "
+                  f"({row['back_to_back_ms']:.3f} back to back), graph replay {graph}, host issue "
                   f"{row['issue_ms']:.3f} ms, GPU busy {row['busy_ms']:.3f} ms, "
                   f"{row['kernels']} kernels, {row['host_waits']} host waits, "
                   f"{row['aten_calls']} ATen calls", flush=True)

@@ -18,29 +18,17 @@ import numpy as np
 import torch
 
 from bench.gpu import options
+from bench.gpu.step import CLASSES, TEMPERATURE, supcon_step, warm_up
 from bench.harness import cli, report
 from bench.harness.machine import machine_description
 from bench.harness.timing import synchronize
 
-TEMPERATURE = 0.1
-CLASSES = 100  # issue 23's problem: 100 classes, single set
 
 
 def step_times(backend, n, d, dtype, device, repeats):
-    """Seconds of `repeats` synchronised forward + backward steps, after three warm-up steps
-    (compilation, autotuning, the caching allocator)."""
-    import scl_kernels
-    g = torch.Generator().manual_seed(n)
-    features = torch.randn(n, d, generator=g).to(device=device, dtype=dtype).requires_grad_()
-    labels = torch.randint(0, CLASSES, (n,), generator=g).to(device)
-
-    def step():
-        loss = scl_kernels.supcon_loss(features, labels, TEMPERATURE, backend=backend)
-        return torch.autograd.grad(loss, [features])
-
-    for _ in range(3):
-        step()
-    synchronize(device)
+    """Seconds of ``repeats`` synchronised forward + backward steps, after the warm-up."""
+    step = supcon_step(backend, "single", n, d, dtype, device)
+    warm_up(step, device)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()

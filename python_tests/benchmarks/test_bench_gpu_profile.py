@@ -44,8 +44,14 @@ def test_cpu_run_writes_its_report(tmp_path):
     assert [(r["backend"], r["layout"], r["n"], r["d"]) for r in rows] == [
         ("cpu", "single", 200, 24), ("cpu", "cross", 200, 24),
         ("reference", "single", 200, 24), ("reference", "cross", 200, 24)]
-    assert all(r["wall_ms"] > 0 and r["aten_calls"] > 0 and r["kernels"] == 0 for r in rows)
+    assert all(r["wall_ms"] > 0 and r["back_to_back_ms"] > 0 and r["aten_calls"] > 0
+               and r["kernels"] == 0 and r["graph_ms"] is None for r in rows)
     [report] = tmp_path.iterdir()
     text = report.read_text()
     assert report.name.startswith("gpu_profile_cpu_")
     assert "| cpu | single | 200 | 24 |" in text and "| cpu | cross | 200 | 24 |" in text
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("| backend |"))
+    assert "| eager / graph back to back |" in header
+    table = [line for line in lines if line.startswith(("|---", "| cpu |", "| reference |"))]
+    assert len(table) == 5 and {line.count("|") for line in table} == {header.count("|")}
