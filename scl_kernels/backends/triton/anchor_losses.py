@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import float32_pair
+from .launch import float32_pair, temperature_source
 
 BLOCK_M = 32
 MAX_BLOCK_D = 64
@@ -83,11 +83,11 @@ def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, i
     if mean and m == 0:  # no program would store the mean
         return out.zero_()
     # Without mean the kernel never touches mean_sums: lse stands in for its pointer.
+    temperature, inv_t, in_memory = temperature_source(temperature, inv_t, lse)
     anchor_losses_kernel[(triton.cdiv(m, BLOCK_M),)](
         q, q_inv_norm.contiguous(), class_sums.contiguous(), anchor_class.contiguous(),
         num_positives.contiguous(), lse, out, mean_sums if mean else lse,
-        temperature if temperature.numel() else lse, m, d, q.stride(0), class_sums.stride(0),
-        *float32_pair(0.0 if temperature.numel() else inv_t), SINGLE_SET=single_set, MEAN=mean,
-        TEMPERATURE_IN_MEMORY=temperature.numel() > 0,
+        temperature, m, d, q.stride(0), class_sums.stride(0), *float32_pair(inv_t),
+        SINGLE_SET=single_set, MEAN=mean, TEMPERATURE_IN_MEMORY=in_memory,
         BLOCK_M=BLOCK_M, BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
     return out

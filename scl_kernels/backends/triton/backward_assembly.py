@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import temperature_source
+
 BLOCK_R = 16
 MAX_BLOCK_D = 64
 
@@ -114,15 +116,15 @@ def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight
     # Empty terms get a placeholder pointer: their constexpr flag keeps the kernel off it.
     extra = extra.float().contiguous() if has_extra else grads
     anchor_count = extra.shape[0] if has_extra else anchor_weight.numel()
+    temperature, inv_t, in_memory = temperature_source(temperature, inv_t, dots)
     assemble_backward_kernel[(triton.cdiv(r, BLOCK_R),)](
         rows, inv_norm.float().contiguous(), grads, extra,
         anchor_weight.float().contiguous() if anchor_part else grads,
         anchor_class.contiguous(), class_sums.float().contiguous(),
         row_class.contiguous() if row_part else anchor_class,
         weighted_sums.float().contiguous() if row_part else grads,
-        out, dots, temperature if temperature.numel() else dots, r, d, anchor_offset,
-        anchor_count, 0.0 if temperature.numel() else float(inv_t), float(max_inv_norm),
-        TEMPERATURE_IN_MEMORY=temperature.numel() > 0,
+        out, dots, temperature, r, d, anchor_offset, anchor_count, inv_t, float(max_inv_norm),
+        TEMPERATURE_IN_MEMORY=in_memory,
         EXTRA=has_extra, ANCHOR_PART=anchor_part, SELF_IN_CLASS=self_in_class,
         ROW_PART=row_part, CLASS_SHARES_WEIGHT=class_shares_weight, NORMALIZE=normalize,
         BLOCK_R=BLOCK_R,

@@ -299,6 +299,15 @@ def float32_pair(x):
     return hi, _fp32(x - hi)
 
 
+def temperature_source(temperature, inv_t, placeholder):
+    """How a row stage gets 1/t: (the tensor its temperature_ptr points at, the inv_t it takes,
+    its TEMPERATURE_IN_MEMORY). A non-empty temperature ([1] float64, left unread by the core)
+    is read on the device and inv_t goes as 0; an empty one sends 1/t as inv_t, and the pointer
+    is a placeholder the kernel never reads."""
+    in_memory = temperature.numel() > 0
+    return (temperature if in_memory else placeholder), 0.0 if in_memory else float(inv_t), in_memory
+
+
 def _common(q, tma, rows):
     return dict(D=q.shape[1], stride=q.stride(0), n_bucket=n_bucket(rows), USE_TMA=tma,
                 PRECISION=_precision(q.dtype), **row_width(q.shape[1], q.element_size()).meta())
