@@ -58,6 +58,9 @@ phase() {  # phase NAME LIMIT_S COMMAND...: runs COMMAND under a time limit, log
 }
 wanted() { [[ " $phases " == *" $1 "* ]]; }
 
+# Nsight Compute: on the PATH, else the newest under /opt/nvidia (where the device image keeps it).
+ncu=$(command -v ncu || ls -d /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -n 1)
+export ncu="${ncu:-ncu}"
 clocks() { nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader; }
 {
   echo "git $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
@@ -65,7 +68,7 @@ clocks() { nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.dra
   echo "clocks at start (SM, memory, temperature, power): $(clocks)"
   "$python" -c "import torch, triton; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'triton', triton.__version__)"
   nvcc --version | tail -n 1
-  ncu --version 2>/dev/null | tail -n 1 || echo "no ncu (Nsight Compute): the kernels phase fails"
+  "$ncu" --version 2>/dev/null | tail -n 1 || echo "no ncu (Nsight Compute): the kernels phase fails"
   date -u
 } 2>&1 | tee "$out/environment.txt"
 
@@ -149,16 +152,16 @@ kernels() {
   # a version without it loses that file, not the phase.
   local regex report="$out/tile_kernels"
   regex=$("$python" -m bench.gpu.kernel_profile --print-tile-kernel-regex) || return 1
-  ncu --profile-from-start off --clock-control none --kernel-name-base demangled \
+  "$ncu" --profile-from-start off --clock-control none --kernel-name-base demangled \
     --kernel-name "regex:$regex" --section SpeedOfLight --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
     --section SchedulerStats --section WarpStateStats --section InstructionStats \
     --section SourceCounters --export "$report" --force-overwrite \
     "$python" -m bench.gpu.kernel_profile --sizes "${SCL_NCU_SIZES:-65536}" --dims 128 \
     > "$report.log" 2>&1 || { tail -n 40 "$report.log"; return 1; }
-  ncu --import "$report.ncu-rep" --page details > "$report.details.txt" || return 1
-  ncu --import "$report.ncu-rep" --page raw --csv > "$report.raw.csv" || return 1
-  ncu --import "$report.ncu-rep" --page source --print-source sass --csv > "$report.sass.csv" \
+  "$ncu" --import "$report.ncu-rep" --page details > "$report.details.txt" || return 1
+  "$ncu" --import "$report.ncu-rep" --page raw --csv > "$report.raw.csv" || return 1
+  "$ncu" --import "$report.ncu-rep" --page source --print-source sass --csv > "$report.sass.csv" \
     2> "$report.sass.err" || echo "no SASS source page: $(head -n 3 "$report.sass.err")"
   grep -E "^  [^ ]|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued Instruction" \
     "$report.details.txt"
