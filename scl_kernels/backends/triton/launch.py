@@ -268,17 +268,16 @@ def column_terms(scale, inv_t, bias, coef=None, zeroed=None, temperature=None):
     give every tile past the end zero terms. One kernel writes them all
     (kernels.column_terms_kernel), and sets `zeroed` (a contiguous fp32 tensor: the tile kernel's
     accumulator) to 0 on the way, which saves that buffer a zero-fill launch of its own.
-    `temperature` ([1] float64, or None): log2(e)/t from it on the device, inv_t unread."""
+    `temperature`: log2(e)/t from it on the device where it holds t (temperature_source)."""
     n = scale.shape[0]
     padded = triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING
     terms = torch.empty(padded, 4, dtype=torch.float32, device=scale.device)
+    temperature, inv_t, in_memory = temperature_source(temperature, inv_t, scale)
     kernels.column_terms_kernel[(padded // TERMS_PADDING,)](
         scale, scale if coef is None else coef, terms, terms if zeroed is None else zeroed,
-        scale if temperature is None else temperature, n,
-        0 if zeroed is None else zeroed.numel(), 0.0 if temperature is not None else
-        _fp32(inv_t * LOG2E), 0.0 if coef is not None else _fp32(bias), *_LOG2E_PAIR,
-        HAS_COEF=coef is not None, ZEROES=zeroed is not None,
-        TEMPERATURE_IN_MEMORY=temperature is not None, BLOCK=TERMS_PADDING,
+        temperature, n, 0 if zeroed is None else zeroed.numel(), _fp32(inv_t * LOG2E),
+        0.0 if coef is not None else _fp32(bias), *_LOG2E_PAIR, HAS_COEF=coef is not None,
+        ZEROES=zeroed is not None, TEMPERATURE_IN_MEMORY=in_memory, BLOCK=TERMS_PADDING,
         ZERO_BLOCK=ZERO_BLOCK)
     return dict(terms_ptr=terms)
 
@@ -300,11 +299,13 @@ def float32_pair(x):
 
 
 def temperature_source(temperature, inv_t, placeholder):
-    """How a row stage gets 1/t: (the tensor its temperature_ptr points at, the inv_t it takes,
+    """How a kernel gets 1/t: (the tensor its temperature_ptr points at, the inv_t it takes,
     its TEMPERATURE_IN_MEMORY). A non-empty temperature ([1] float64, left unread by the core)
-    is read on the device and inv_t goes as 0; an empty one sends 1/t as inv_t, and the pointer
-    is a placeholder the kernel never reads."""
-    in_memory = temperature.numel() > 0
+    is read on the device and inv_t goes as 0; None or an empty one (the ops' schemas have no
+    optional tensors) sends 1/t as inv_t, and the pointer is a placeholder the kernel never
+    reads. The core never leaves t unread for the symmetric schedule, whose fixed shift needs
+    its value on the host."""
+    in_memory = temperature is not None and temperature.numel() > 0
     return (temperature if in_memory else placeholder), 0.0 if in_memory else float(inv_t), in_memory
 
 
@@ -387,7 +388,8 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
     contrast side is added by atomics from the same tiles; with it, a second kernel recomputes
     the tiles column-wise and no atomics are used. `temperature`: as column_terms' (not with
     `deterministic`, whose column kernel takes 1/t as a number)."""
-    assert temperature is None or not deterministic
+    _, scale_inv_t, in_memory = temperature_source(temperature, inv_t, None)
+    assert not (in_memory and deterministic)
     m, n, d = q.shape[0], z.shape[0], q.shape[1]
     dq = torch.zeros(m, d, dtype=torch.float32, device=q.device)
     dz = torch.zeros(n, d, dtype=torch.float32, device=q.device)
@@ -399,7 +401,7 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
     args = dict(**_row_args(q, z, tma, True), rq_ptr=q_scale,
                 **column_terms(z_scale, inv_t, 0.0, temperature=temperature),
                 lse2_hi_ptr=lse2_hi, lse2_lo_ptr=lse2_lo, coef_ptr=coef, M=m, N=n,
-                scale_log2=0.0 if temperature is not None else inv_t * LOG2E,
+                scale_log2=scale_inv_t * LOG2E,
                 self_offset=max(self_offset, 0), SELF_COLUMN=self_offset >= 0, **meta)
     grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
     _grad_plain[grid](**args, dq_ptr=dq, dz_ptr=dz, num_splits=splits,
@@ -412,11 +414,11 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
 
 
 def _temperature_args(temperature, placeholder):
-    """grad_rows_kernel's temperature arguments: read log2(e)/t from `temperature` ([1]
-    float64) or, None, take scale_log2 (`placeholder` stands in for the pointer)."""
-    return dict(temperature_ptr=placeholder if temperature is None else temperature,
-                log2e_hi=_LOG2E_PAIR[0], log2e_lo=_LOG2E_PAIR[1],
-                TEMPERATURE_IN_MEMORY=temperature is not None)
+    """grad_rows_kernel's temperature arguments: read log2(e)/t from `temperature` where it
+    holds t, else take scale_log2 (temperature_source)."""
+    pointer, _, in_memory = temperature_source(temperature, 0.0, placeholder)
+    return dict(temperature_ptr=pointer, log2e_hi=_LOG2E_PAIR[0], log2e_lo=_LOG2E_PAIR[1],
+                TEMPERATURE_IN_MEMORY=in_memory)
 
 
 def grad_symmetric(z, scale, coef, inv_t, deterministic):

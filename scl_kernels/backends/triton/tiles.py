@@ -22,18 +22,11 @@ def _operands(q, z, q_inv_norm, z_inv_norm):
             q_inv_norm.float().contiguous(), z_inv_norm.float().contiguous())
 
 
-def _in_memory(temperature):
-    """The temperature the core left unread on the host ([1] float64), or None: an empty tensor
-    (the schemas have no optional tensors) means 1/t comes as inv_t. The core never gives one
-    to the symmetric schedule, whose fixed shift needs t's value on the host."""
-    return temperature if temperature.numel() > 0 else None
-
-
 def lse_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric):
     q, z, q_scale, z_scale = _operands(q, z, q_inv_norm, z_inv_norm)
     if symmetric:
         return launch.lse_symmetric(z, z_scale, inv_t)
-    return launch.lse_plain(q, z, q_scale, z_scale, inv_t, self_offset, _in_memory(temperature))
+    return launch.lse_plain(q, z, q_scale, z_scale, inv_t, self_offset, temperature)
 
 
 def grad_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric, coef,
@@ -45,4 +38,4 @@ def grad_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, sy
         dz = launch.grad_symmetric(z, z_scale, coef, inv_t, deterministic)
         return dz.new_empty((0,)), dz
     return launch.grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
-                             deterministic, _in_memory(temperature))
+                             deterministic, temperature)
