@@ -25,7 +25,7 @@ from bench.gpu import options
 from bench.gpu.step import TEMPERATURE, supcon_step, warm_up
 from bench.harness import cli, report
 from bench.harness.machine import machine_description
-from bench.harness.timing import synchronize
+from bench.harness.timing import median_seconds, synchronize
 
 # The O(N^2) tile kernels of each backend; every other kernel is the call's O(N D) work.
 TILE_KERNELS = ("lse_plain_kernel", "lse_symmetric_kernel", "grad_rows_kernel", "grad_cols_kernel",
@@ -35,6 +35,7 @@ RUNTIME_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "c
                  "cudaMemcpyAsync", "cudaMemsetAsync", "cudaStreamSynchronize",
                  "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMalloc", "cudaHostAlloc")
 WAITS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize")
+BACK_TO_BACK_SECONDS = 0.05  # calls per back-to-back timing: enough to last this long
 
 
 @dataclass(frozen=True)
@@ -92,18 +93,10 @@ def summarise(events, top=8):
     }
 
 
-def back_to_back_ms(run, device, calls, rounds=5):
-    """Median over ``rounds`` of the ms per call of ``calls`` calls issued with no wait between
-    them and one at the end, as a training loop issues its steps: the host's issue time is hidden
-    wherever the GPU's work is longer."""
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        synchronize(device)
-        times.append((time.perf_counter() - start) / calls)
-    return 1e3 * statistics.median(times)
+def back_to_back_ms(run, device):
+    """ms per call of calls issued with no wait between them and one at the end, as a training
+    loop issues its steps: the host's issue time is hidden wherever the GPU's work is longer."""
+    return 1e3 * median_seconds(run, device, repeats=5, min_seconds=BACK_TO_BACK_SECONDS)
 
 
 def profile_backend(backend, layout, n, d, dtype, device, steps):
@@ -129,7 +122,7 @@ def profile_backend(backend, layout, n, d, dtype, device, steps):
     summary.update(backend=backend, layout=layout, n=n, d=d, wall_ms=1e3 * statistics.median(walls),
                    wall_spread_ms=1e3 * (max(walls) - min(walls)),
                    issue_ms=1e3 * statistics.median(issues),
-                   back_to_back_ms=back_to_back_ms(step, device, steps),
+                   back_to_back_ms=back_to_back_ms(step, device),
                    graph_ms=replay.get("graph_ms"),
                    graph_back_to_back_ms=replay.get("graph_back_to_back_ms"),
                    graph_error=replay.get("graph_error"))
@@ -159,7 +152,7 @@ def replay_times(step, device, steps):
             synchronize(device)
             times.append(time.perf_counter() - start)
         return {"graph_ms": 1e3 * statistics.median(times),
-                "graph_back_to_back_ms": back_to_back_ms(graph.replay, device, steps)}
+                "graph_back_to_back_ms": back_to_back_ms(graph.replay, device)}
     except Exception as error:  # noqa: BLE001 - a step that cannot be captured is a finding
         return {"graph_error": f"{type(error).__name__}: {str(error)[:200]}"}
 
@@ -185,8 +178,9 @@ def write_markdown(path, rows, *, device, dtype, steps, command):
          "command": f"`{command}`",
          "timing": f"wall: median of {steps} synchronised steps; host issue: the same steps until "
                    "the host returns from the backward (all work queued); back to back: ms per "
-                   f"step of {steps} steps issued with one wait at the end (median of 5), as a "
-                   "training loop issues them; graph: the same step replayed from a CUDA graph, "
+                   f"step of at least {BACK_TO_BACK_SECONDS * 1e3:.0f} ms of steps issued with one "
+                   "wait at the end (median of 5), as a training loop issues them; graph: the "
+                   "same step replayed from a CUDA graph, "
                    "synchronised and back to back; the rest from one profiled step"})
     lines += ["", "| backend | layout | N | D | wall ms | wall spread ms | graph replay ms "
              "| eager / graph | back to back ms | graph back to back ms | eager / graph back to back "
