@@ -43,6 +43,13 @@ def dry_run_ops():
     return torch.ops.scl.supcon_cuda_dry_run, torch.ops.scl.supcon_cuda_dry_run_backward
 
 
+def awkward_labels(kind, n, randint, classes):
+    """"random" (of `classes`), "no-positives" (every label once) or "one-class"."""
+    if kind == "random":
+        return randint(0, classes, (n,))
+    return torch.arange(n) if kind == "no-positives" else torch.zeros(n, dtype=torch.int64)
+
+
 def learnable(t):
     return torch.tensor(t, dtype=torch.float64, requires_grad=True)
 
@@ -63,8 +70,7 @@ def test_dry_run_reads_the_temperature_from_memory(layout, dtype, randn, randint
 @pytest.mark.parametrize("n,d", [(1, 5), (2, 8), (129, 128), (257, 130)])
 @pytest.mark.parametrize("labels", ["random", "no-positives", "one-class"])
 def test_dry_run_awkward_sizes_with_the_temperature_in_memory(n, d, labels, randn, randint, gen):
-    y = {"random": randint(0, 4, (n,)), "no-positives": torch.arange(n),
-         "one-class": torch.zeros(n, dtype=torch.int64)}[labels]
+    y = awkward_labels(labels, n, randint, classes=4)
     args = (randn(n, d, dtype=torch.bfloat16), y, None, None,
             torch.tensor(0.1, dtype=torch.float64), n, True)
     check_op_against_reference(*dry_run_ops(), args, compute_dtype=torch.float32, generator=gen,
@@ -113,8 +119,7 @@ def test_triton_reads_the_temperature_from_memory(layout, reduction, randn, rand
 @pytest.mark.parametrize("n,d", [(1, 3), (5, 2), (33, 70)])
 @pytest.mark.parametrize("labels", ["random", "no-positives", "one-class"])
 def test_triton_awkward_sizes_with_the_temperature_in_memory(n, d, labels, randn, randint, gen):
-    y = {"random": randint(0, 3, (n,)), "no-positives": torch.arange(n),
-         "one-class": torch.zeros(n, dtype=torch.int64)}[labels]
+    y = awkward_labels(labels, n, randint, classes=3)
     check_against_reference("triton", randn(n, d), y, learnable(0.1), generator=gen,
                             compute_dtype=torch.float32)
 
