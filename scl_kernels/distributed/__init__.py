@@ -4,7 +4,7 @@ gloo on CPUs): every rank passes its local rows and gets the loss of the global 
 Not imported by ``import scl_kernels``: ``import scl_kernels.distributed``. docs/DISTRIBUTED.md
 explains the two strategies, the gradient convention under DistributedDataParallel and torchrun.
 """
-from .agreement import STRATEGIES
-from .loss import SupConLoss, supcon_loss
+from ..global_batch import STRATEGIES, supcon_loss
+from .supcon_module import SupConLoss
 
 __all__ = ["STRATEGIES", "SupConLoss", "supcon_loss"]

@@ -13,20 +13,19 @@ all of them; rank 0 evaluates, prints and writes the outputs.
 import argparse
 import datetime
 import os
-import platform
 import shlex
 import sys
 import time
 
 # These modules import torch but not transformers: --help stays fast.
 from ..distributed import STRATEGIES
-from ..machine import cpu_model
 from .data import InputError, check_positives, load_train_test, training_rows, training_subset, validation_split
 from ..integrations.embeddings import EMBEDDINGS
 from .objectives import (CONTRASTIVE_OBJECTIVES, MEMORY_OBJECTIVES, OBJECTIVES, ObjectiveOptions,
                          describe, parse_objectives)
 from .report import format_table, summarize, write_metrics, write_text
 from .resume import load_finished_runs, resume_key
+from .run_environment import environment_record, resolve_device
 from .splits import save_splits
 from .training_loop import (DEFAULT_EPOCHS, DEFAULT_MIN_STEPS, HEAD_INITS, SAMPLERS,
                             NonFiniteLoss, TrainingOptions, default_embedding, default_model_path,
@@ -323,39 +322,6 @@ def _check_args(args, objectives):
     if processes > 1 and args.batch_size % processes:
         raise InputError(f"--batch-size ({args.batch_size}) must be a multiple of the number of "
                          f"processes ({processes}): each process takes an equal part of a batch")
-
-
-def resolve_device(name):
-    """``--device``: ``auto`` -> cuda when available, else cpu; other names are checked.
-
-    Raises:
-        InputError: not a torch device, or CUDA asked of a torch without a device.
-    """
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise InputError(f"--device {name!r} is not a torch device") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"--device {name}: this torch has no CUDA device available")
-    return name
-
-
-def environment_record(device, processes):
-    """The machine and versions a run's metrics.json records."""
-    import torch
-    import transformers
-
-    environment = {"python": platform.python_version(), "torch": torch.__version__,
-                   "transformers": transformers.__version__, "device": device,
-                   "processes": processes, "cpu": cpu_model(), "cpu_count": os.cpu_count(),
-                   "torch_threads": torch.get_num_threads()}
-    if device.startswith("cuda"):
-        environment["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return environment
 
 
 def _count(number, noun):

@@ -26,12 +26,12 @@ from torch.utils.data import BatchSampler, RandomSampler
 from ..grad_cache import GradientCache
 from ..integrations.embeddings import sentence_embedding
 from ..integrations.simcse_loss import simcse_loss
-from .cli import resolve_device, environment_record
 from .data import InputError, load_train_test, read_columns, training_subset
 from .pairs import ANCHOR_COLUMN, NEGATIVE_COLUMN, POSITIVE_COLUMN, read_pairs
 from .probes import KNN_NEIGHBOURS, probe_accuracies
 from .progress import progress_bar
 from .report import write_metrics
+from .run_environment import environment_record, resolve_device
 from .training_loop import (RankSlices, from_pretrained_or_explain, import_transformers, default_model_path,
                             load_tokenizer, rank_and_world, start_processes, stop_processes)
 

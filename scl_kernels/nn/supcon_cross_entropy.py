@@ -132,8 +132,8 @@ class SupConCrossEntropyLoss(nn.Module):
         if not isinstance(distributed, bool):
             raise TypeError(f"distributed must be a bool, got {type(distributed).__name__}")
         if distributed:
-            # Imported here: torch-only, but `import scl_kernels` leaves it out.
-            from ..distributed import STRATEGIES
+            # Imported here: `import scl_kernels` leaves torch.distributed out.
+            from ..global_batch import STRATEGIES
             if strategy not in STRATEGIES:
                 raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
         elif strategy != "gather" or group is not None:
@@ -186,7 +186,7 @@ class SupConCrossEntropyLoss(nn.Module):
             raise ValueError(f"embeddings must have shape [N, D], got {tuple(embeddings.shape)}")
         memory = self.memory if self.training else None
         if self.distributed:
-            from ..distributed import supcon_loss as global_supcon_loss
+            from ..global_batch import supcon_loss as global_supcon_loss
             # gradients_averaged: DDP averages the parameters' gradients over the ranks, so this
             # rank's share of SCL's gradient is scaled by the world size, while CE's per-rank
             # mean is left as is (its average over equal batches is the global mean's gradient).

@@ -1,11 +1,10 @@
-"""supcon_loss and SupConLoss over a batch spread across the ranks of a torch.distributed group."""
+"""supcon_loss over a batch spread across the ranks of a torch.distributed group."""
 import torch
 import torch.distributed as dist
 
 from .._validation import check_focal_gamma, check_inputs, check_options, temperature_tensor
 from ..functional import build_layout
 from ..nn.memory import check_memory
-from ..nn.supcon import SupConLoss as SingleProcessSupConLoss
 from ..backends import resolve_backend
 from .agreement import STRATEGIES, agree_on_call
 from .gather import gathered_supcon
@@ -18,7 +17,7 @@ NOT_INITIALISED = ("scl_kernels.distributed needs an initialised process group: 
                    "it reads), or use scl_kernels.supcon_loss in a single process")
 
 
-def _check_distributed_options(strategy, gradients_averaged):
+def check_distributed_options(strategy, gradients_averaged):
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if not isinstance(gradients_averaged, bool):
@@ -131,7 +130,7 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
         check_inputs(features, labels)
         check_options(temperature, contrast_mode, normalize, reduction, backend,
                       check_tensor_value=False)
-        _check_distributed_options(strategy, gradients_averaged)
+        check_distributed_options(strategy, gradients_averaged)
         focal_gamma = check_focal_gamma(focal_gamma)
         if strategy == "ring" and focal_gamma != 0:
             raise ValueError(f"focal_gamma={focal_gamma} needs strategy='gather': the ring strategy "
@@ -167,45 +166,3 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     per_anchor, num_positives = _STRATEGY_FUNCTIONS[strategy](
         layout, temperature, normalize, chosen, plan, group, graph_anchor, **focal)
     return _global_reduction(per_anchor, num_positives, reduction, plan, group, gradients_averaged)
-
-
-class SupConLoss(SingleProcessSupConLoss):
-    """:func:`supcon_loss` as a module, its options fixed at construction::
-
-        criterion = scl_kernels.distributed.SupConLoss(temperature=0.1, gradients_averaged=True)
-        loss = criterion(model(x), y)   # every rank, its own x and y; then loss.backward()
-
-    A learnable temperature passed as an ``nn.Parameter`` becomes a parameter of the module.
-    """
-
-    def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, focal_gamma=0.0,
-                 reduction="mean", backend="auto", strategy="gather", gradients_averaged=False,
-                 group=None, memory=None):
-        """Checks and stores the options (see :func:`supcon_loss`); a ``memory`` is used in
-        training mode only."""
-        super().__init__(temperature, contrast_mode=contrast_mode, normalize=normalize,
-                         focal_gamma=focal_gamma, reduction=reduction, backend=backend,
-                         memory=memory)
-        if memory is not None and strategy != "gather":
-            raise ValueError(f"memory needs strategy='gather', got {strategy!r}: the memory "
-                             "enqueues the gathered global batch, which the ring never holds")
-        _check_distributed_options(strategy, gradients_averaged)
-        if strategy == "ring" and self.focal_gamma != 0:
-            raise ValueError(f"focal_gamma={self.focal_gamma} needs strategy='gather': the ring "
-                             "strategy computes SupCon's positive terms only (focal_gamma=0)")
-        self.strategy = strategy
-        self.gradients_averaged = gradients_averaged
-        self.group = group
-
-    def forward(self, features, labels=None, contrast=None, contrast_labels=None):
-        """The global loss of this step; every rank calls it with its local batch."""
-        return supcon_loss(features, labels, self.temperature, contrast=contrast,
-                           contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
-                           normalize=self.normalize, focal_gamma=self.focal_gamma,
-                           reduction=self.reduction, backend=self.backend, strategy=self.strategy,
-                           gradients_averaged=self.gradients_averaged, group=self.group,
-                           memory=self.memory if self.training else None)
-
-    def extra_repr(self):
-        return (f"{super().extra_repr()}, strategy={self.strategy!r}, "
-                f"gradients_averaged={self.gradients_averaged}")

@@ -1,0 +1,45 @@
+"""SupConLoss: the global batch's supcon_loss as an nn.Module with its options fixed."""
+from ..global_batch.loss import check_distributed_options, supcon_loss
+from ..nn.supcon import SupConLoss as SingleProcessSupConLoss
+
+
+class SupConLoss(SingleProcessSupConLoss):
+    """:func:`supcon_loss` as a module, its options fixed at construction::
+
+        criterion = scl_kernels.distributed.SupConLoss(temperature=0.1, gradients_averaged=True)
+        loss = criterion(model(x), y)   # every rank, its own x and y; then loss.backward()
+
+    A learnable temperature passed as an ``nn.Parameter`` becomes a parameter of the module.
+    """
+
+    def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, focal_gamma=0.0,
+                 reduction="mean", backend="auto", strategy="gather", gradients_averaged=False,
+                 group=None, memory=None):
+        """Checks and stores the options (see :func:`supcon_loss`); a ``memory`` is used in
+        training mode only."""
+        super().__init__(temperature, contrast_mode=contrast_mode, normalize=normalize,
+                         focal_gamma=focal_gamma, reduction=reduction, backend=backend,
+                         memory=memory)
+        if memory is not None and strategy != "gather":
+            raise ValueError(f"memory needs strategy='gather', got {strategy!r}: the memory "
+                             "enqueues the gathered global batch, which the ring never holds")
+        check_distributed_options(strategy, gradients_averaged)
+        if strategy == "ring" and self.focal_gamma != 0:
+            raise ValueError(f"focal_gamma={self.focal_gamma} needs strategy='gather': the ring "
+                             "strategy computes SupCon's positive terms only (focal_gamma=0)")
+        self.strategy = strategy
+        self.gradients_averaged = gradients_averaged
+        self.group = group
+
+    def forward(self, features, labels=None, contrast=None, contrast_labels=None):
+        """The global loss of this step; every rank calls it with its local batch."""
+        return supcon_loss(features, labels, self.temperature, contrast=contrast,
+                           contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
+                           normalize=self.normalize, focal_gamma=self.focal_gamma,
+                           reduction=self.reduction, backend=self.backend, strategy=self.strategy,
+                           gradients_averaged=self.gradients_averaged, group=self.group,
+                           memory=self.memory if self.training else None)
+
+    def extra_repr(self):
+        return (f"{super().extra_repr()}, strategy={self.strategy!r}, "
+                f"gradients_averaged={self.gradients_averaged}")
