@@ -1,4 +1,4 @@
-"""The few-shot comparison of issue 22: our fine-tuning objectives (through the scl-finetune
+"""The few-shot comparison: our fine-tuning objectives (through the scl-finetune
 command line's own code) against SetFit, on identical training rows, test rows and seeds, at
 several examples per class. Accuracy, macro-F1, ECE, wall time and examples through the encoder
 per run; a markdown table, JSON and a plot of accuracy against examples per class.
@@ -131,7 +131,7 @@ def _check_ours_args(args):
 
 
 def _cli_has_option(flag):
-    # --resume arrives in scl-finetune with issue 22; before it, each call rewrites the folder's
+    # An scl-finetune without --resume (older checkouts) rewrites, at each call, the folder's
     # metrics.json (results.json keeps every run either way).
     return any(flag in action.option_strings for action in cli.build_parser()._actions)
 

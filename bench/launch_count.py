@@ -55,7 +55,7 @@ VALUE_CHECK_WAIT = "scl::host_wait_for_value_checks"
 HOST_ONLY_SCOPES = frozenset({"scl::host_temperature_grad"})
 KERNEL_SCOPE = "triton_kernel::"
 CUDA_KERNEL_SCOPE = "cuda_kernel::"  # csrc/cuda_dry_run's launch events
-HEADLINE_N, HEADLINE_D = 65536, 128  # issue 23's targets are stated at this size
+HEADLINE_N, HEADLINE_D = 65536, 128  # the GPU targets are stated at this size
 
 
 def launches_work(event, children):

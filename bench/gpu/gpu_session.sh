@@ -22,7 +22,7 @@
 #   sweep      bench/gpu_sweep.py against dense eager and dense torch.compile (bf16, D = 128,
 #              N = 4,096 .. 65,536)
 #   probe      (not by default) bench/static/l2_reduce_probe.cu: fp32 reduction bandwidth into L2
-# SCL_GPU_PHASES picks phases (default: all but probe, in the order below: what issue 23's targets
+# SCL_GPU_PHASES picks phases (default: all but probe, in the order below: what the GPU targets
 # need first); a failing phase is reported and the next one runs. The phases' limits add up to 25
 # minutes; the device tool's 10-minute calls take them in two or three calls
 # (SCL_GPU_PHASES="build profile kernels sweep" first, then "build tests sanitize"). Measured on an H100 on 2026-11-26 (bench/results/gpu_h100_2026-11-26): build 74 s

@@ -133,7 +133,7 @@ def replay_times(step, device, steps):
     """The step captured in a CUDA graph and replayed: {"graph_ms": median ms of ``steps``
     synchronised replays, "graph_back_to_back_ms": ms per replay issued back to back}, or
     {"graph_error": why it cannot be captured}. The same kernels with no host in the way: the
-    bound that issue 23's "eager within 1.1x of the graph" compares the eager step against."""
+    bound that the target "eager within 1.1x of the graph" compares the eager step against."""
     try:
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))

@@ -1,7 +1,7 @@
 """What the static machine-code tools need beyond the library, and the versions CI pins.
 
 They read the machine code one compiler makes, and another version compiles (and spills)
-differently: with triton 3.9.0 some tiles spilled where 3.6.0 does not (issue 24, 2026-11), so
+differently: with triton 3.9.0 some tiles spilled where 3.6.0 does not (2026-11), so
 the Triton launcher leaves out, per release, the tiles that release spills, and CI checks the
 oldest and the newest release the supported torch versions bring. The instruction counts and the
 predicted times still differ between releases: the pins are part of a result."""
