@@ -4,7 +4,7 @@ longer), kernel time and how much of the wall the GPU is busy, launches, host sy
 and the largest kernels; on CUDA also the same step replayed from a CUDA graph (the kernels with
 no host in the way), synchronised and back to back, and the Triton autotuner's choices. It answers the
 first GPU session's open question: about 3 ms per call that does not grow with N^2
-(bench/DECISIONS.md, "First GPU session").
+(bench/decisions/2026-11-23-first-gpu-session.md).
 
     python -m bench.gpu.profile                 # CUDA: triton and cuda, single and cross set,
                                                 # N = 16,384 / 65,536, D = 128

@@ -11,8 +11,8 @@ Every number it gives is a prediction. It models no latency (a loop that waits o
 dependency chain is slower than its issue count), no occupancy or wave quantisation, no memory
 bandwidth, no launch overhead and no contention between warps for the same unit; it assumes the
 tensor, exp and issue work of a tile overlap perfectly, which Triton's software pipelining
-only approaches. bench/DECISIONS.md ("Triton kernels from their machine code: what the check
-does, and the model's limits") says how to read it.
+only approaches. bench/decisions/2026-11-22-triton-machine-code.md ("What the check does,
+and the model's limits") says how to read it.
 """
 from dataclasses import dataclass
 
