@@ -2,7 +2,8 @@
 without a GPU.
 
 Triton: the step runs in Triton's interpreter on CPU tensors, with the shared core on the device's
-path (SCL_DEVICE_PREPARATION=1: no host reads, flags deferred as on a GPU). Counted: each Triton
+path (the test hook device_preparation: no host reads, flags deferred as on a GPU; the library
+must be a test build, SCL_BUILD_TESTS=1, as the dry run below needs too). Counted: each Triton
 kernel launch, and each top-level ATen call that would launch work on a GPU (views, reshapes
 and allocations are free; a call counts once, although some are several GPU kernels: a CUDA sort
 is about sixteen; the copy of the finiteness flag to pinned memory, a GPU-only call, is not seen
@@ -32,9 +33,7 @@ The last line: ``fwd+bwd launches: triton T, cuda C; host waits: triton Ht, cuda
 """
 import argparse
 import collections
-import os
 import sys
-from unittest import mock
 
 from bench.harness.interpreter import in_interpreter_child, rerun_in_interpreter
 
@@ -108,18 +107,12 @@ def profiled_ledger(step):
     return ledger_of(prof.events())
 
 
-def cuda_dry_run_built():
-    """Whether this library holds the dry run of the CUDA host code (it is built without CUDA)."""
-    import torch
-    import scl_kernels  # noqa: F401  (loads the library)
-    return torch._C._dispatch_has_kernel_for_dispatch_key("scl::supcon_cuda_dry_run", "CPU")
-
-
 def count_triton_step(n, d, classes=100):
     """The ledger of one forward + backward on the Triton backend (in the interpreter)."""
     import torch
     from triton.runtime import interpreter
     import scl_kernels
+    from scl_kernels._testing import test_hooks
 
     original = interpreter.InterpretedFunction.run
 
@@ -137,7 +130,8 @@ def count_triton_step(n, d, classes=100):
 
     interpreter.InterpretedFunction.run = run
     try:
-        return profiled_ledger(step)
+        with test_hooks(device_preparation=True):
+            return profiled_ledger(step)
     finally:
         interpreter.InterpretedFunction.run = original
 
@@ -146,6 +140,7 @@ def count_cuda_dry_run_step(n, d, classes=100):
     """The ledger of one forward + backward of the CUDA C++ backend's host code, in its dry run
     (None when this library was built with CUDA and so has no dry run)."""
     import torch
+    from scl_kernels._testing import cuda_dry_run_built, test_hooks
 
     if not cuda_dry_run_built():
         return None
@@ -161,7 +156,7 @@ def count_cuda_dry_run_step(n, d, classes=100):
 
     # The tiles are not computed (at this size on the CPU they would take hours): the count is
     # the same either way.
-    with mock.patch.dict(os.environ, {"SCL_CUDA_DRY_RUN_TILES": "skip"}):
+    with test_hooks(device_preparation=True, dry_run_skips_tiles=True):
         return profiled_ledger(step)
 
 

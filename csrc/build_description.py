@@ -17,6 +17,9 @@ Knobs (environment variables; CMake also takes them as -D options of the same na
   SCL_CPU_ARCH_FLAGS  extra ISA flags for every C++ file, default none: the build runs on any CPU of
                       its architecture, and the CPU kernels pick their instruction set at run time.
                       "-march=native" gives a build for the build machine's CPU only
+  SCL_BUILD_TESTS     0 (default: the product's ops only), 1: also the ops the test suite needs
+                      (csrc/testing: setting the test hooks; without CUDA, the CUDA backend's dry
+                      run). The README's test command and CI set it; a wheel never has them
   MAX_JOBS            parallel compile jobs (ninja's -j; default: the number of cores + 2)
 
 The C++ standard is the one the installed torch asks for: no -std is given here (setup.py: torch's
@@ -34,9 +37,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CXX_SOURCE_PATTERNS = ("csrc/*.cpp", "csrc/core/*.cpp", "csrc/cpu/*.cpp", "csrc/triton/*.cpp")
 CUDA_SOURCE_PATTERNS = ("csrc/cuda/*.cu", "csrc/cuda/*.cpp")
-# Without CUDA, the CUDA backend's host code is built as a dry run (csrc/cuda_dry_run): its ATen
-# glue and launch choices on CPU tensors, each kernel launch recorded instead of made, so that
-# bench.launch_count counts the CUDA call without a GPU. A library has one of the two.
+# SCL_BUILD_TESTS=1 only: the ops that exist for the tests, never in an installed library.
+TEST_SOURCE_PATTERNS = ("csrc/testing/*.cpp",)
+# With the tests and without CUDA, the CUDA backend's host code is built as a dry run
+# (csrc/cuda_dry_run): its ATen glue and launch choices on CPU tensors, each kernel launch
+# recorded instead of made, so that bench.launch_count counts the CUDA call without a GPU and the
+# tests check the glue. A library has one of the two. Its define is given to every CPU-only
+# build, so that turning the tests on or off compiles only their own files.
 CUDA_DRY_RUN_SOURCE_PATTERNS = ("csrc/cuda/supcon_cuda.cpp", "csrc/cuda/launch.cpp",
                                 "csrc/cuda_dry_run/*.cpp")
 CUDA_DRY_RUN_DEFINES = ("SCL_CUDA_DRY_RUN",)
@@ -51,7 +58,8 @@ NVCC_FLAGS = ("-O3", "--use_fast_math", "-DNDEBUG", "-Xptxas=-v")
 CUDA_DEFINES = ("SCL_WITH_CUDA",)
 DEFAULT_CUDA_ARCH_LIST = "8.0;9.0a"
 CUTLASS_PIN = "nvidia-cutlass==4.2.0.0"
-KNOBS = ("SCL_BUILD_CUDA", "SCL_CUDA_ARCH_LIST", "SCL_CUTLASS_INCLUDE", "SCL_CPU_ARCH_FLAGS")
+KNOBS = ("SCL_BUILD_CUDA", "SCL_CUDA_ARCH_LIST", "SCL_CUTLASS_INCLUDE", "SCL_CPU_ARCH_FLAGS",
+         "SCL_BUILD_TESTS")
 
 
 @dataclass
@@ -177,10 +185,21 @@ def cuda_wanted(knobs, cuda_sources, log):
     return True
 
 
+def tests_wanted(knobs, log):
+    choice = (knobs.get("SCL_BUILD_TESTS") or "0").strip().lower()
+    if choice in ("0", "false", "no", "off"):
+        return False
+    if choice not in ("1", "true", "yes", "on"):
+        raise RuntimeError(f"SCL_BUILD_TESTS={choice!r}: expected 0 or 1")
+    log.append("SCL_BUILD_TESTS=1: with the test suite's ops (csrc/testing)")
+    return True
+
+
 def describe(knobs=None):
     """The build for these knob values (default: the environment's)."""
     knobs = {name: os.environ.get(name) for name in KNOBS} if knobs is None else knobs
     log = []
+    tests = tests_wanted(knobs, log)
     cpu_arch_flags = shlex.split(knobs.get("SCL_CPU_ARCH_FLAGS") or "")
     log.append(f"CPU ISA flags: {' '.join(cpu_arch_flags) or 'none (portable; SCL_CPU_ARCH_FLAGS adds some)'}")
     cuda_sources = sources(CUDA_SOURCE_PATTERNS)
@@ -198,9 +217,12 @@ def describe(knobs=None):
         build.cuda_include_dirs = [cutlass_include(knobs)[0]]
         log.append(f"CUDA architectures: {build.cuda_arch_list}; CuTe headers: {build.cuda_include_dirs[0]}")
     else:
-        build.cxx_sources += sources(CUDA_DRY_RUN_SOURCE_PATTERNS)
         build.defines = list(CUDA_DRY_RUN_DEFINES)
-        log.append("the CUDA backend's host code as a dry run (launches recorded, not made)")
+        if tests:
+            build.cxx_sources += sources(CUDA_DRY_RUN_SOURCE_PATTERNS)
+            log.append("the CUDA backend's host code as a dry run (launches recorded, not made)")
+    if tests:
+        build.cxx_sources += sources(TEST_SOURCE_PATTERNS)
     return build
 
 
@@ -236,7 +258,8 @@ def cmake_script(build):
         # Directories whose contents (files added or removed) make CMake run this file again.
         "SCL_SOURCE_DIRS": sorted({os.path.dirname(p) for p in
                                    absolute(CXX_SOURCE_PATTERNS + CUDA_SOURCE_PATTERNS
-                                            + CUDA_DRY_RUN_SOURCE_PATTERNS)}),
+                                            + CUDA_DRY_RUN_SOURCE_PATTERNS
+                                            + TEST_SOURCE_PATTERNS)}),
     }
     lines = [f"message(STATUS {cmake_string('scl_kernels: ' + line)})" for line in build.log]
     lines += [f"set({name} {cmake_list(values)})" for name, values in variables.items()]
@@ -245,9 +268,13 @@ def cmake_script(build):
 
 def main(argv):
     """`cmake [NAME=VALUE ...]`: prints the build as a CMake script; NAME=VALUE pairs (knobs given
-    to CMake with -D) override the environment's knobs."""
+    to CMake with -D) override the environment's knobs. `knobs`: their names, as a CMake list."""
+    if argv == ["knobs"]:
+        sys.stdout.write(";".join(KNOBS))
+        return
     if not argv or argv[0] != "cmake":
-        sys.exit(f"usage: {os.path.basename(__file__)} cmake [KNOB=VALUE ...]; knobs: {', '.join(KNOBS)}")
+        sys.exit(f"usage: {os.path.basename(__file__)} cmake [KNOB=VALUE ...] | knobs; "
+                 f"knobs: {', '.join(KNOBS)}")
     knobs = {name: os.environ.get(name) for name in KNOBS}
     for pair in argv[1:]:
         name, _, value = pair.partition("=")

@@ -1,12 +1,12 @@
-// The scl operator library: schemas only. Backends register their kernels with
-// TORCH_LIBRARY_IMPL beside their sources, autograd is csrc/autograd.cpp, and the fake kernels
-// (shapes for meta tensors and torch.compile) are registered from Python
-// (scl_kernels/backends/fused_ops.py).
+// The scl operator library: schemas only, the product's ops (the test builds' ops are
+// csrc/testing). Backends register their kernels with TORCH_LIBRARY_IMPL beside their sources,
+// autograd is csrc/autograd.cpp, and the fake kernels (shapes for meta tensors and
+// torch.compile) are registered from Python (scl_kernels/backends/fused_ops.py).
 #include <Python.h>
 #include <torch/library.h>
 #include <torch/version.h>
 
-#include <string>
+#include "op_schemas.h"
 
 // The torch this library was compiled against, as a string in the file itself: scl_kernels/
 // _extension.py reads it without loading the library, so that a library built for another torch
@@ -26,52 +26,18 @@ extern "C" PyObject* PyInit__C(void) {
   return PyModule_Create(&module_def);
 }
 
-namespace {
-
-// Per-anchor SupCon loss. Single set (contrast None): the anchors are rows
-// [anchor_offset, anchor_offset + num_anchors) of features, the contrast set is every row, and
-// anchor i never sees its own row. Cross set: the anchors are all feature rows, the contrast set
-// is `contrast`, no self column (anchor_offset 0). Returns the loss per anchor (0 for anchors
-// without positives), the float64 log-sum-exp per anchor that backward needs, and |P(i)|.
-// focal_gamma > 0: the focal contrastive loss, (1/|P(i)|) sum_p (1 - pi_ip)^gamma (-log pi_ip)
-// (docs/MATH.md, "Focal contrastive loss"); 0 is SupCon.
-const std::string kForward =
-    "(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
-    "Tensor temperature, int num_anchors, bool normalize, int anchor_offset=0, "
-    "float focal_gamma=0.0, bool mean=False) -> "
-    "(Tensor loss, Tensor lse, Tensor num_positives)";
-// Gradients w.r.t. features, contrast ([0, D] without a contrast set) and temperature (zeros
-// when temperature_grad is false: autograd asks only when the temperature requires grad).
-const std::string kBackward =
-    "(Tensor grad_loss, Tensor features, Tensor labels, Tensor? contrast, "
-    "Tensor? contrast_labels, Tensor temperature, int num_anchors, bool normalize, Tensor lse, "
-    "int anchor_offset=0, bool temperature_grad=True, float focal_gamma=0.0, bool mean=False) -> "
-    "(Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)";
-// Per anchor (every feature row), its hardest positive (least similar row of its label) and
-// hardest negative (most similar row of another label): index (-1 for none) and cosine
-// similarity (dot product without normalize; NaN for none), ties to the lowest index. Single set:
-// the candidates are the other feature rows; cross set: the contrast rows. No gradient; values
-// are not checked here (scl_kernels.hard_pairs does). docs/MATH.md, "Hard pairs".
-const std::string kHardPairs =
-    "(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
-    "bool normalize) -> (Tensor positive_index, Tensor positive_similarity, "
-    "Tensor negative_index, Tensor negative_similarity)";
-
-}  // namespace
-
 TORCH_LIBRARY(scl, m) {
   // The op: its CPU kernel is csrc/cpu, its CUDA key is left to a native CUDA kernel.
-  m.def(("supcon" + kForward).c_str());
-  m.def(("supcon_backward" + kBackward).c_str());
+  m.def(("supcon" + scl::kForward).c_str());
+  m.def(("supcon_backward" + scl::kBackward).c_str());
   // The same op with the Triton tile kernels (csrc/triton): its own name, so that it never
   // competes with scl::supcon for a dispatch key, and so that CPU tensors can run it in
   // Triton's interpreter.
-  m.def(("supcon_triton" + kForward).c_str());
-  m.def(("supcon_triton_backward" + kBackward).c_str());
-  // The CUDA C++ backend's glue on CPU tensors with its launches recorded, not made: a dry run
-  // for counting them without a GPU (csrc/cuda_dry_run; built where the CUDA backend is not).
-  m.def(("supcon_cuda_dry_run" + kForward).c_str());
-  m.def(("supcon_cuda_dry_run_backward" + kBackward).c_str());
+  m.def(("supcon_triton" + scl::kForward).c_str());
+  m.def(("supcon_triton_backward" + scl::kBackward).c_str());
+  // What a call with these arguments would do (csrc/core/call_plan.h), for scl_kernels.explain.
+  m.def(("supcon_plan" + scl::kPlan).c_str());
+  m.def(("supcon_triton_plan" + scl::kPlan).c_str());
   // The Triton tile kernels (scl_kernels/backends/triton registers them from Python); the
   // arguments are those of scl::TileInputs and scl::GradCoefficients (csrc/core/tile_kernels.h).
   // In these ops a `temperature` ([1] float64) gives t in memory, inv_t then unread; empty: none.
@@ -125,6 +91,6 @@ TORCH_LIBRARY(scl, m) {
   m.def("raise_deferred_value_errors() -> ()");
   // Hard-pair mining: the C++ CPU kernel (csrc/cpu/hard_pairs.cpp) and, under its own name,
   // the Triton kernel (scl_kernels/backends/triton/hard_pairs.py).
-  m.def(("hard_pairs" + kHardPairs).c_str());
-  m.def(("hard_pairs_triton" + kHardPairs).c_str());
+  m.def(("hard_pairs" + scl::kHardPairs).c_str());
+  m.def(("hard_pairs_triton" + scl::kHardPairs).c_str());
 }

@@ -7,7 +7,7 @@ import torch
 from ._docstrings import fill_arguments
 from ._validation import (check_focal_gamma, check_inputs, check_options, check_same_device,
                           check_tensor, temperature_tensor)
-from .backends import CallShape, mean_over_anchors_with_positives, resolve_backend
+from .backends import Backend, CallShape, mean_over_anchors_with_positives, resolve_backend
 
 
 def _flatten_views(features, labels):
@@ -158,17 +158,37 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
         TypeError / ValueError naming the argument, for bad shapes, dtypes, devices, values or
         options.
     """
+    call = checked_call(features, labels, temperature, contrast, contrast_labels, contrast_mode,
+                        normalize, focal_gamma, reduction, backend)
+    layout = call.layout
+    loss, num_positives = call.backend.run(
+        layout.rows, layout.labels, layout.contrast, layout.contrast_labels, call.temperature,
+        layout.num_anchors, normalize, focal_gamma=call.focal_gamma, mean=call.mean)
+    return loss if call.mean else reduce_per_anchor(loss, num_positives, reduction)
+
+
+class CheckedCall(NamedTuple):
+    """A supcon_loss call checked and laid out, with the backend that runs it."""
+    layout: Layout
+    shape: CallShape
+    backend: Backend
+    temperature: torch.Tensor
+    focal_gamma: float
+    # The mean inside the op: on a GPU its four reduction launches and its gradient's division
+    # become part of the fused finish (docs/MATH.md, "The mean").
+    mean: bool
+
+
+def checked_call(features, labels, temperature, contrast, contrast_labels, contrast_mode,
+                 normalize, focal_gamma, reduction, backend) -> CheckedCall:
+    """supcon_loss's arguments checked (errors naming the argument), laid out, and its backend
+    resolved: what supcon_loss runs and scl_kernels.explain describes."""
     check_inputs(features, labels)
     check_options(temperature, contrast_mode, normalize, reduction, backend,
                   check_tensor_value=False)
     focal_gamma = check_focal_gamma(focal_gamma)
     layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode)
-    run = resolve_backend(backend, features.device, focal_gamma, call_shape(layout, normalize)).run
-    temperature = temperature_tensor(temperature, features.device)
-    # The mean inside the op: on a GPU its four reduction launches and its gradient's division
-    # become part of the fused finish (docs/MATH.md, "The mean").
-    mean = reduction == "mean"
-    loss, num_positives = run(layout.rows, layout.labels, layout.contrast, layout.contrast_labels,
-                              temperature, layout.num_anchors, normalize,
-                              focal_gamma=focal_gamma, mean=mean)
-    return loss if mean else reduce_per_anchor(loss, num_positives, reduction)
+    shape = call_shape(layout, normalize)
+    return CheckedCall(layout, shape, resolve_backend(backend, features.device, focal_gamma, shape),
+                       temperature_tensor(temperature, features.device), focal_gamma,
+                       reduction == "mean")

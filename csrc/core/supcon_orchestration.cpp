@@ -4,33 +4,16 @@
 #include "prepared_handoff.h"
 #include "tile_math.h"
 
-#include <ATen/Context.h>
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <c10/util/ParallelGuard.h>
 
-#include <cmath>
-#include <cstdlib>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace scl {
 namespace {
-
-// Single set with every row an anchor is symmetric (S = S^T); its fixed shift is exact only for
-// unit rows and a temperature inside the exp range of the kernels' precision. The forward visits
-// the triangle only where that is reproducible or reproducibility is not asked for.
-Schedule choose_schedule(const SupConProblem& p, const TileKernels& kernels, bool forward) {
-  // A temperature left unread has no known range: the plain schedule serves any.
-  const bool symmetric =
-      p.single_set && p.m == p.n && p.normalize && !p.temperature.defined() &&
-      fixed_shift_is_safe(p.inv_t, kernels.compute_type(p.z.scalar_type())) &&
-      (!forward || kernels.symmetric_forward_is_deterministic ||
-       !at::globalContext().deterministicAlgorithms());
-  return symmetric ? Schedule::kSymmetric : Schedule::kPlain;
-}
 
 TileInputs tile_inputs(const SupConProblem& p, Schedule schedule) {
   return {p.q,      p.z,      p.q_inv_norm, p.z_inv_norm,    p.q_unit,
@@ -65,19 +48,6 @@ GradCoefficients grad_coefficients(const SupConProblem& p, Schedule schedule,
   }
   auto [hi, lo] = split_lse(lse, kernel_type);
   return {(g64 * p.inv_t).to(kernel_type), hi, lo};
-}
-
-// Whether the call is the focal loss (focal_gamma > 0), after checking focal_gamma and that the
-// backend can walk the positive pairs.
-bool is_focal(const TileKernels& kernels, const SupConArgs& args) {
-  const double gamma = args.focal_gamma;
-  TORCH_CHECK_VALUE(std::isfinite(gamma) && gamma >= 0,
-                    "focal_gamma must be finite and >= 0, got ", gamma);
-  TORCH_CHECK_NOT_IMPLEMENTED(
-      gamma == 0 || kernels.positive_walk,
-      "focal_gamma=", gamma, " (the focal contrastive loss) is not implemented by this backend's "
-      "kernels; the backends that have it are cpu, triton and reference");
-  return gamma > 0;
 }
 
 // The walk's inputs: anchors without positives are left out (class -1); an undefined
@@ -164,77 +134,46 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
           p.single_set ? at::empty({0, p.d}, args.features.options()) : contrast.grad, grad_t};
 }
 
-// Below this many multiply-adds in the tiles, a call is a few dozen small ATen steps whose cost
-// is dispatch and thread wake-ups, not arithmetic: it runs on the calling thread alone.
-constexpr int64_t kSerialWork = int64_t{1} << 22;
+// A profiler range named after the call's plan, formed only while a profiler listens.
+class PlanRange {
+ public:
+  PlanRange(const char* op, const CallPlan& plan) {
+    if (range_.isActive()) {
+      name_ = std::string(op) + " [" + plan.summary() + "]";
+      range_.before(name_);
+    }
+  }
 
-// True to keep ATen's parallel_for out of this call (a guard that stays set inside a caller's
-// own parallel region).
-bool run_serially(const SupConArgs& a) {
-  const at::Tensor& columns = a.contrast.has_value() ? *a.contrast : a.features;
-  const int64_t work = a.features.numel() * (columns.dim() >= 1 ? columns.size(0) : 1);
-  return work < kSerialWork || c10::ParallelGuard::is_enabled();
-}
-
-bool host_may_wait(const TileKernels& kernels, const at::Tensor& like) {
-  return !kernels.host_may_wait || kernels.host_may_wait(like);
-}
-
-// Whether the call leaves the temperature unread on the host (SupConProblem::temperature), the
-// kernels reading it from memory: a tensor on the GPU wherever the fused stages serve (float32
-// compute, no float64 rows; the SupCon loss; reproducible results not asked for), eager calls
-// and captured ones alike, so that a warm-up takes the path a capture will; or any tensor under
-// SCL_TEMPERATURE_IN_MEMORY=1, which lets CPU tests take that path. Elsewhere a GPU temperature
-// is read, which a capture refuses: a clear error there.
-bool temperature_stays_unread(const TileKernels& kernels, const SupConArgs& a) {
-  if (!kernels.reads_temperature) return false;  // a CPU backend: a host temperature, read in place
-  const char* switch_value = std::getenv("SCL_TEMPERATURE_IN_MEMORY");
-  const bool forced = switch_value != nullptr && std::string(switch_value) == "1";
-  if (!forced && a.temperature.is_cpu()) return false;
-  const bool fused = kernels.prepare_rows && kernels.anchor_weights &&
-                     a.features.scalar_type() != at::kDouble && a.focal_gamma == 0 &&
-                     !at::globalContext().deterministicAlgorithms();
-  if (fused) return true;
-  TORCH_CHECK_VALUE(!forced && host_may_wait(kernels, a.features),
-                    "a temperature tensor on the GPU cannot be read while a CUDA graph is "
-                    "captured, and this call cannot take it from memory (that needs the triton or "
-                    "cuda backend, float32, float16 or bfloat16 rows, focal_gamma 0 and no "
-                    "torch.use_deterministic_algorithms(True)): pass the temperature as a float, "
-                    "or capture without it");
-  return false;
-}
+ private:
+  at::RecordFunction range_{at::RecordScope::USER_SCOPE};
+  std::string name_;
+};
 
 }  // namespace
 
-bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
-  // exp(s - 1/t) >= exp(-2/t) must stay a normal number of the compute type (tile_math.h).
-  const double min_normal_log = compute_type == at::kDouble
-                                    ? std::log(std::numeric_limits<double>::min())
-                                    : std::log(static_cast<double>(std::numeric_limits<float>::min()));
-  return tile_math::fixed_shift_is_safe(inv_t, min_normal_log);
+std::string supcon_plan(const TileKernels& kernels, const SupConArgs& args) {
+  return plan_call(kernels, args).describe();
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels& kernels,
                                                               const SupConArgs& args) {
-  const c10::ParallelGuard serial(run_serially(args));
-  // While a CUDA graph is captured even asking whether an earlier call's verdict has landed (an
-  // event query) is refused and ends the capture: the verdicts wait for the next eager call.
-  const bool check_values = host_may_wait(kernels, args.features);
+  const CallPlan plan = plan_call(kernels, args);
+  require_runnable(plan);
+  const PlanRange range("scl::supcon_forward", plan);
+  const c10::ParallelGuard serial(plan.serial);
+  const bool check_values = plan.value_checks != ValueChecks::kSkipped;
   if (check_values) raise_earlier_failures(/*wait=*/false);
   DeferredValueChecks value_checks;
-  SupConProblem p = prepare_problem(args, check_values ? &value_checks : nullptr,
-                                    kernels.prepare_rows, !temperature_stays_unread(kernels, args));
-  const bool focal = is_focal(kernels, args);
-  const TileInputs in = tile_inputs(p, choose_schedule(p, kernels, true));
+  SupConProblem p =
+      prepare_problem(args, plan, check_values ? &value_checks : nullptr, kernels.prepare_rows);
+  const TileInputs in = tile_inputs(p, plan.forward_schedule);
   const at::Tensor lse = kernels.lse(in);
   TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
   at::Tensor losses;
-  if (focal) {
+  if (plan.forward_finish == ForwardFinish::kFocalWalk) {
     losses = focal_anchor_losses(kernels, p, in, lse, args.focal_gamma);
-  } else if (kernels.anchor_losses && p.compute_type == at::kFloat) {
-    // The mean by the fused step adds by atomics: reproducible results take the ATen sum.
-    const bool fused_mean =
-        args.mean && p.m > 0 && !at::globalContext().deterministicAlgorithms();
+  } else if (plan.forward_finish != ForwardFinish::kAtenLosses) {
+    const bool fused_mean = plan.forward_finish == ForwardFinish::kFusedLossesAndMean;
     // The fused preparation zeroed the accumulators with its class sums; the ATen one did not.
     const at::Tensor mean_sums = !fused_mean              ? at::Tensor()
                                  : p.mean_sums.defined() ? p.mean_sums
@@ -258,24 +197,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
                                                                const SupConArgs& args,
                                                                const at::Tensor& lse,
                                                                bool temperature_grad) {
-  const c10::ParallelGuard serial(run_serially(args));
-  if (host_may_wait(kernels, args.features)) raise_earlier_failures(/*wait=*/false);
-  const bool focal = is_focal(kernels, args);
   // The forward's own problem when its autograd node kept it (prepared_handoff.h): the same
   // inputs, so the same terms.
   const SupConProblem* kept = prepared_for_backward();
-  const SupConProblem p =
-      kept != nullptr ? *kept
-                      : prepare_problem(args, /*value_checks=*/nullptr, kernels.prepare_rows,
-                                        !temperature_stays_unread(kernels, args));
+  const CallPlan plan = plan_call(kernels, args, kept);
+  require_runnable(plan);
+  const PlanRange range("scl::supcon_backward", plan);
+  const c10::ParallelGuard serial(plan.serial);
+  if (plan.value_checks != ValueChecks::kSkipped) raise_earlier_failures(/*wait=*/false);
+  const SupConProblem p = kept != nullptr ? *kept
+                                          : prepare_problem(args, plan, /*value_checks=*/nullptr,
+                                                            kernels.prepare_rows);
   check_lse(p, lse);
   check_grad_loss(p, grad_loss, args.mean);
-  const Schedule schedule = choose_schedule(p, kernels, false);
+  const Schedule schedule = plan.backward_schedule;
   const at::ScalarType kernel_type = kernels.compute_type(p.z.scalar_type());
   const TileInputs in = tile_inputs(p, schedule);
   const at::Tensor lse64 = lse.to(at::kDouble);
-  const bool fused_assembly = !focal && kernels.assemble_backward && p.compute_type == at::kFloat;
-  if (fused_assembly && kernels.anchor_weights && !at::globalContext().deterministicAlgorithms()) {
+  const bool focal = plan.backward_assembly == AssemblyPath::kFocalWalk;
+  if (plan.backward_assembly == AssemblyPath::kFusedWeightsAndAssembly) {
     // The mean's gradient: divided on the device by the forward's count where it kept one.
     const bool counted = args.mean && p.anchors_with_positives.defined();
     const bool shared = class_shares_weight(p, args, grad_loss);
@@ -303,7 +243,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   }
   const TileGrads tiles =
       kernels.grad(in, grad_coefficients(p, schedule, softmax_g, lse64, kernel_type));
-  if (fused_assembly) {
+  if (plan.backward_assembly == AssemblyPath::kFusedAssembly) {
     const at::Tensor w = positive_weights(p, g);
     return assemble_backward(kernels, p, args, w, weighted_class_sums(p, w), tiles, schedule,
                              temperature_grad);

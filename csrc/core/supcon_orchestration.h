@@ -5,12 +5,16 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
 #include <tuple>
 
 #include "supcon_problem.h"
 #include "tile_kernels.h"
 
 namespace scl {
+
+// The plan of a call with these arguments (call_plan.h), described: scl_kernels.explain.
+std::string supcon_plan(const TileKernels& kernels, const SupConArgs& args);
 
 // (per-anchor loss in the loss dtype, float64 log-sum-exp per anchor, |P(i)| as int64)
 std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels& kernels,
@@ -36,6 +40,15 @@ struct FusedOpKernels {
                                        num_anchors, normalize, anchor_offset, focal_gamma, mean});
   }
 
+  static std::string plan(const at::Tensor& features, const at::Tensor& labels,
+                          const std::optional<at::Tensor>& contrast,
+                          const std::optional<at::Tensor>& contrast_labels,
+                          const at::Tensor& temperature, int64_t num_anchors, bool normalize,
+                          int64_t anchor_offset, double focal_gamma, bool mean) {
+    return supcon_plan(kKernels(), {features, labels, contrast, contrast_labels, temperature,
+                                    num_anchors, normalize, anchor_offset, focal_gamma, mean});
+  }
+
   static std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(
       const at::Tensor& grad_loss, const at::Tensor& features, const at::Tensor& labels,
       const std::optional<at::Tensor>& contrast, const std::optional<at::Tensor>& contrast_labels,
@@ -47,9 +60,5 @@ struct FusedOpKernels {
                            lse, temperature_grad);
   }
 };
-
-// True when exp(s - 1/t) cannot underflow for unit rows (|s| <= 1/t) in `compute_type`: the
-// condition of the fixed shift that the symmetric schedule relies on.
-bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type);
 
 }  // namespace scl

@@ -1,24 +1,24 @@
 #include "supcon_problem.h"
 
 #include "deferred_value_check.h"
+#include "test_hooks.h"
 
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <string>
 
 namespace scl {
 namespace {
 
-// Elements per chunk of the row-wise temporaries (64 MiB of float32). SCL_CHUNK_ELEMENTS
-// overrides it, so that tests can run the chunked paths on small inputs.
+// Elements per chunk of the row-wise temporaries (64 MiB of float32); tests set smaller chunks
+// (TestHooks::chunk_elements) to run the chunked paths on small inputs.
 int64_t chunk_elements() {
-  const char* text = std::getenv("SCL_CHUNK_ELEMENTS");
-  return text != nullptr ? std::max<int64_t>(1, std::atoll(text)) : int64_t{1} << 24;
+  const int64_t hooked = test_hooks().chunk_elements;
+  return hooked > 0 ? hooked : int64_t{1} << 24;
 }
 
 // Calls fn(start, length) for consecutive chunks of `rows` rows of width d.
@@ -73,8 +73,9 @@ void check_finite(const at::Tensor& x, const char* name) {
   TORCH_CHECK_VALUE(at::isfinite(x).all().item<bool>(), name, kNotFinite);
 }
 
-// Checks everything but values; returns the temperature, or NaN without read_temperature.
-double check_args(const SupConArgs& a, bool read_temperature) {
+}  // namespace
+
+double check_arguments(const SupConArgs& a, bool read_temperature) {
   check_features(a.features, "features");
   check_labels(a.labels, "labels", a.features, "features");
   TORCH_CHECK_VALUE(a.contrast.has_value() == a.contrast_labels.has_value(),
@@ -116,6 +117,8 @@ double check_args(const SupConArgs& a, bool read_temperature) {
                     "temperature must be positive and finite, got ", value);
   return value;
 }
+
+namespace {
 
 // The caller's rows made contiguous, and 1 / max(||x||, eps) per row in the compute dtype.
 // With value_checks, NaN / inf in x is an error naming it: raised here, or queued in
@@ -162,9 +165,7 @@ at::Tensor class_ids_by_sorting(const at::Tensor& labels) {
 }  // namespace
 
 bool prepare_without_host_reads(const at::Tensor& x) {
-  if (!x.is_cpu()) return true;
-  const char* text = std::getenv("SCL_DEVICE_PREPARATION");
-  return text != nullptr && std::string(text) == "1";
+  return !x.is_cpu() || test_hooks().device_preparation;
 }
 
 at::Tensor SupConProblem::unit(Rows which, int64_t start, int64_t length) const {
@@ -221,18 +222,15 @@ void prepare_fused(SupConProblem& p, const SupConArgs& a, DeferredValueChecks* v
 }  // namespace
 
 SupConProblem prepare_problem(
-    const SupConArgs& a, DeferredValueChecks* value_checks,
-    const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows,
-    bool read_temperature) {
-  const double temperature = check_args(a, read_temperature);
-  // Every tensor is on the features' device (check_args): one choice for the whole call.
-  const bool without_host_reads = prepare_without_host_reads(a.features);
+    const SupConArgs& a, const CallPlan& plan, DeferredValueChecks* value_checks,
+    const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows) {
+  const bool without_host_reads = !plan.host_reads;
 
   SupConProblem p;
   p.single_set = !a.contrast.has_value();
   p.normalize = a.normalize;
-  p.inv_t = 1.0 / temperature;
-  if (!read_temperature) {
+  p.inv_t = plan.inv_t;
+  if (plan.temperature == TemperatureSource::kDeviceMemory) {
     p.temperature = a.temperature.to(a.features.device(), at::kDouble).reshape({1}).contiguous();
     if (value_checks != nullptr) {
       const at::Tensor ok = at::isfinite(p.temperature) & (p.temperature > 0);
@@ -242,8 +240,7 @@ SupConProblem prepare_problem(
   p.d = a.features.size(1);
   p.anchor_offset = a.anchor_offset;
   p.compute_type = a.features.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  if (prepare_rows && p.compute_type == at::kFloat &&
-      !at::globalContext().deterministicAlgorithms()) {
+  if (plan.fused_preparation) {
     prepare_fused(p, a, value_checks, prepare_rows);
     return p;
   }

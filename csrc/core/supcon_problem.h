@@ -9,28 +9,14 @@
 #include <functional>
 #include <optional>
 
+#include "call_plan.h"
+#include "supcon_args.h"
 #include "tile_kernels.h"
 #include "tile_math.h"
 
 namespace scl {
 
 class DeferredValueChecks;
-
-// The op's arguments, as the schema in scl_ops.cpp names them.
-struct SupConArgs {
-  const at::Tensor& features;
-  const at::Tensor& labels;
-  const std::optional<at::Tensor>& contrast;
-  const std::optional<at::Tensor>& contrast_labels;
-  const at::Tensor& temperature;
-  int64_t num_anchors;
-  bool normalize;
-  int64_t anchor_offset;
-  double focal_gamma;  // 0: SupCon; > 0: the focal contrastive loss
-  // The loss is the mean of l_i over the anchors with positives (0-dim), the caller's "mean"
-  // reduction inside the op; backward then takes its 0-dim gradient.
-  bool mean;
-};
 
 using tile_math::kNormEps;
 
@@ -42,8 +28,8 @@ struct SupConProblem {
   bool single_set;     // contrast is the features themselves; anchor i is row anchor_offset + i
   bool normalize;
   double inv_t;        // 1 / t; NaN where `temperature` is defined
-  // The temperature left unread on the host ([1] float64 on the rows' device; prepare_problem's
-  // read_temperature false): the kernels read t from it. Undefined where inv_t holds 1 / t.
+  // The temperature left unread on the host ([1] float64 on the rows' device; the plan's
+  // TemperatureSource::kDeviceMemory): the kernels read t from it. Undefined where inv_t holds 1 / t.
   at::Tensor temperature;
   int64_t m, n, d;
   int64_t anchor_offset;
@@ -72,21 +58,23 @@ struct SupConProblem {
 
 // True to prepare without reading any value on the host (no unique, no bincount, value checks
 // deferred): always off the CPU, where each read would stall the device's queue. On the CPU the
-// direct ops are cheaper; SCL_DEVICE_PREPARATION=1 takes the device's path there too, so that
-// CPU tests (and the CUDA backend's dry run) cover it.
+// direct ops are cheaper; TestHooks::device_preparation takes the device's path there too, so
+// that CPU tests (and the CUDA backend's dry run) cover it.
 bool prepare_without_host_reads(const at::Tensor& x);
 
-// Validates the op's arguments (TypeError / ValueError naming the argument) and prepares them.
-// With value_checks, NaN / inf in the rows is an error too: raised at once on the CPU, queued in
-// value_checks off it (deferred_value_check.h). Forward checks values; backward (same inputs)
-// passes nullptr. Off the CPU nothing is read on the host but a device temperature, and that
-// only with read_temperature (else the problem keeps it as a tensor, SupConProblem::temperature,
-// and its check joins value_checks). A backend's fused preparation (TileKernels::prepare_rows)
-// serves where it applies: float32 compute, and reproducible results not asked for.
+// Checks the op's arguments but the rows' values (TypeError / ValueError naming the argument);
+// returns the temperature, read with read_temperature (else NaN).
+double check_arguments(const SupConArgs& args, bool read_temperature);
+
+// Prepares the arguments that plan_call checked, as the plan says (its temperature, host reads
+// and fused preparation: TileKernels::prepare_rows). With value_checks, NaN / inf in the rows is
+// an error too: raised at once on the CPU, queued in value_checks off it
+// (deferred_value_check.h). Forward checks values; backward (same inputs) passes nullptr. A
+// temperature the plan leaves in memory is kept as a tensor (SupConProblem::temperature), its
+// check joining value_checks.
 SupConProblem prepare_problem(
-    const SupConArgs& args, DeferredValueChecks* value_checks,
-    const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows,
-    bool read_temperature = true);
+    const SupConArgs& args, const CallPlan& plan, DeferredValueChecks* value_checks,
+    const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows);
 
 // Per-anchor loss l_i from the float64 log-sum-exp: in the loss dtype, 0 without positives.
 at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse);

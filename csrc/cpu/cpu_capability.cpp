@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "../core/test_hooks.h"
 #include "isa_target.h"
 
 namespace scl::cpu {
@@ -55,20 +56,35 @@ const char* capability_name(CpuCapability capability) {
   return "default";
 }
 
-CpuCapability cpu_capability() {
-  static const CpuCapability hardware = hardware_capability();
-  static const CpuCapability automatic = std::min(hardware, aten_capability());
-  // Read on every call, so a test can switch paths within one process.
-  const char* requested = std::getenv("SCL_CPU_CAPABILITY");
-  if (requested == nullptr || *requested == '\0') return automatic;
+namespace {
+
+// The instruction set `requested` names (`source` says who asked, for the errors).
+CpuCapability requested_capability(const std::string& requested, CpuCapability hardware,
+                                   const char* source) {
   for (const CpuCapability capability : kCapabilities) {
-    if (std::string(requested) != capability_name(capability)) continue;
-    TORCH_CHECK(capability <= hardware, "scl: SCL_CPU_CAPABILITY=", requested,
+    if (requested != capability_name(capability)) continue;
+    TORCH_CHECK(capability <= hardware, "scl: ", source, "=", requested,
                 ", but this CPU runs at most ", capability_name(hardware));
     return capability;
   }
-  TORCH_CHECK(false, "scl: SCL_CPU_CAPABILITY=", requested,
+  TORCH_CHECK(false, "scl: ", source, "=", requested,
               " is not an instruction set of the CPU kernels: default, avx2 or avx512");
+}
+
+// SCL_CPU_CAPABILITY, read once: the process's choice.
+CpuCapability process_capability(CpuCapability hardware) {
+  const char* requested = std::getenv("SCL_CPU_CAPABILITY");
+  if (requested == nullptr || *requested == '\0') return std::min(hardware, aten_capability());
+  return requested_capability(requested, hardware, "SCL_CPU_CAPABILITY");
+}
+
+}  // namespace
+
+CpuCapability cpu_capability() {
+  static const CpuCapability hardware = hardware_capability();
+  static const CpuCapability chosen = process_capability(hardware);
+  const std::string& hooked = test_hooks().cpu_capability;
+  return hooked.empty() ? chosen : requested_capability(hooked, hardware, "the test hook cpu_capability");
 }
 
 // The ISA the CPU kernels would use for a call made now: for tests and bug reports.

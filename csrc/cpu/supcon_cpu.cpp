@@ -94,6 +94,7 @@ const TileKernels& cpu_kernels() {
 TORCH_LIBRARY_IMPL(scl, CPU, m) {
   m.impl("supcon", &FusedOpKernels<cpu_kernels>::forward);
   m.impl("supcon_backward", &FusedOpKernels<cpu_kernels>::backward);
+  m.impl("supcon_plan", &FusedOpKernels<cpu_kernels>::plan);
 }
 
 }  // namespace scl::cpu

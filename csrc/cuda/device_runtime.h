@@ -10,8 +10,7 @@
 
 #ifdef SCL_CUDA_DRY_RUN
 
-#include <cstdlib>
-#include <cstring>
+#include "../core/test_hooks.h"
 
 namespace scl::cuda {
 
@@ -20,12 +19,9 @@ struct DeviceGuard {
 };
 inline Device current_device(const at::Tensor&) { return {90, 132, nullptr}; }
 inline void check_launch() {}
-// SCL_CUDA_DRY_RUN_CAPTURING=1 answers as a stream that captures a CUDA graph, so that a CPU test
-// sees what a call leaves out then (python_tests/backends/test_cuda_dry_run.py).
-inline bool stream_is_capturing(const at::Tensor&) {
-  const char* capturing = std::getenv("SCL_CUDA_DRY_RUN_CAPTURING");
-  return capturing != nullptr && std::strcmp(capturing, "1") == 0;
-}
+// The tests may have it answer as a stream that captures a CUDA graph (TestHooks), so that a CPU
+// test sees what a call leaves out then.
+inline bool stream_is_capturing(const at::Tensor&) { return test_hooks().dry_run_capturing; }
 
 }  // namespace scl::cuda
 

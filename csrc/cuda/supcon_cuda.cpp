@@ -393,11 +393,13 @@ const TileKernels& cuda_kernels() {
 TORCH_LIBRARY_IMPL(scl, CPU, m) {
   m.impl("supcon_cuda_dry_run", &FusedOpKernels<cuda_kernels>::forward);
   m.impl("supcon_cuda_dry_run_backward", &FusedOpKernels<cuda_kernels>::backward);
+  m.impl("supcon_cuda_dry_run_plan", &FusedOpKernels<cuda_kernels>::plan);
 }
 #else
 TORCH_LIBRARY_IMPL(scl, CUDA, m) {
   m.impl("supcon", &FusedOpKernels<cuda_kernels>::forward);
   m.impl("supcon_backward", &FusedOpKernels<cuda_kernels>::backward);
+  m.impl("supcon_plan", &FusedOpKernels<cuda_kernels>::plan);
 }
 #endif
 

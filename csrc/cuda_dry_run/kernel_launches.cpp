@@ -1,21 +1,20 @@
 // The dry run's kernel families (csrc/cuda/families.h). Each launch is a profiler event named
-// "cuda_kernel::<family>.<walk>"; then, unless SCL_CUDA_DRY_RUN_TILES=skip, the walk's result is
+// "cuda_kernel::<family>.<walk>"; then, unless the tests skip it (TestHooks), the walk's result is
 // computed on the CPU from the same operands: every own row against every streamed row, through
 // the per-row terms' views and the per-element arithmetic the kernels use (walk_terms.h), with
 // float64 dot products and sums. That is the walk's definition, not the kernels' order of
 // operations (nor their 16-bit rounding of the backward's weights): it checks that the glue
 // (csrc/cuda/supcon_cuda.cpp: the row terms, the merges, the fused stages) hands the kernels
-// what they expect, on any machine. `skip` leaves the outputs as allocated, for counting launches
+// what they expect, on any machine. Skipping leaves the outputs as allocated, for counting launches
 // at sizes where O(N^2 D) on the CPU would take too long (bench.launch_count).
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <limits>
-#include <string>
 #include <vector>
 
+#include "core/test_hooks.h"
 #include "cuda/families.h"
 #include "cuda/row_stages.h"
 #include "cuda/walk_terms.h"
@@ -23,17 +22,9 @@
 namespace scl::cuda {
 namespace {
 
-bool emulate_tiles() {
-  const char* text = std::getenv("SCL_CUDA_DRY_RUN_TILES");
-  const std::string chosen = text == nullptr ? "emulate" : text;
-  TORCH_CHECK_VALUE(chosen == "emulate" || chosen == "skip",
-                    "SCL_CUDA_DRY_RUN_TILES must be \"emulate\" or \"skip\", got \"", chosen, "\"");
-  return chosen == "emulate";
-}
-
 bool record_launch(const char* name) {
   RECORD_FUNCTION(name, std::vector<c10::IValue>());
-  return emulate_tiles();
+  return !test_hooks().dry_run_skips_tiles;
 }
 
 double element(const TileProblem& p, const RowMatrix& rows, int64_t row, int64_t column) {

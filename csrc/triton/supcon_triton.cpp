@@ -178,11 +178,13 @@ const TileKernels& triton_kernels() {
 TORCH_LIBRARY_IMPL(scl, CPU, m) {
   m.impl("supcon_triton", &FusedOpKernels<triton_kernels>::forward);
   m.impl("supcon_triton_backward", &FusedOpKernels<triton_kernels>::backward);
+  m.impl("supcon_triton_plan", &FusedOpKernels<triton_kernels>::plan);
 }
 
 TORCH_LIBRARY_IMPL(scl, CUDA, m) {
   m.impl("supcon_triton", &FusedOpKernels<triton_kernels>::forward);
   m.impl("supcon_triton_backward", &FusedOpKernels<triton_kernels>::backward);
+  m.impl("supcon_triton_plan", &FusedOpKernels<triton_kernels>::plan);
 }
 
 }  // namespace scl::triton

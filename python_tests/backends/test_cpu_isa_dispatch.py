@@ -1,15 +1,21 @@
 """The cpu backend's tile kernels are compiled once per instruction set and pick one at run time
 (csrc/cpu/cpu_capability.h): every path this CPU can run agrees with the float64 reference,
-SCL_CPU_CAPABILITY forces a path and torch.ops.scl.cpu_capability() names the one that runs, and a
-value that names no path, or a path this CPU cannot run, raises instead of crashing.
+SCL_CPU_CAPABILITY (read once per process) or the test hook forces a path and
+torch.ops.scl.cpu_capability() names the one that runs, and a value that names no path, or a path
+this CPU cannot run, raises instead of crashing.
 """
 
+import contextlib
+import os
 import platform
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import scl_kernels
+from scl_kernels._testing import NOT_A_TEST_BUILD, test_build, test_hooks
 from support.reference64 import check_against_reference
 
 pytestmark = pytest.mark.usefixtures("cpu_library")
@@ -44,25 +50,52 @@ def _runnable_isas():
     return runnable
 
 
+needs_test_build = pytest.mark.skipif(not test_build(), reason=NOT_A_TEST_BUILD)
+
+
 @pytest.fixture
-def force_isa(monkeypatch):
-    """Sets SCL_CPU_CAPABILITY for this test (the library reads it on every call)."""
-    def force(isa):
-        if isa not in _runnable_isas():
-            pytest.skip(f"this CPU cannot run the {isa} path")
-        monkeypatch.setenv("SCL_CPU_CAPABILITY", isa)
-        assert torch.ops.scl.cpu_capability() == isa
-    return force
+def force_isa():
+    """Forces a path for this test by the test hook cpu_capability."""
+    if not test_build():
+        pytest.skip(NOT_A_TEST_BUILD)
+    with contextlib.ExitStack() as stack:
+        def force(isa):
+            if isa not in _runnable_isas():
+                pytest.skip(f"this CPU cannot run the {isa} path")
+            stack.enter_context(test_hooks(cpu_capability=isa))
+            assert torch.ops.scl.cpu_capability() == isa
+        yield force
 
 
-def test_automatic_choice_is_the_best_path_that_aten_allows(monkeypatch):
+def _in_a_process(environment, code):
+    """(exit code, output) of `python -c code` with SCL_CPU_CAPABILITY set as given, the variable
+    being read once per process."""
+    env = {k: v for k, v in os.environ.items() if k != "SCL_CPU_CAPABILITY"}
+    env.update(environment)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_automatic_choice_is_the_best_path_that_aten_allows():
     """Without SCL_CPU_CAPABILITY: the best path this CPU runs, lowered to ATen's own choice
     (ATEN_CPU_CAPABILITY), so a portable build still runs the vector code of a modern CPU."""
-    monkeypatch.delenv("SCL_CPU_CAPABILITY", raising=False)
     best = _runnable_isas()[-1]
     aten = torch.backends.cpu.get_cpu_capability().lower()
     expected = min(best, aten, key=ISAS.index) if aten in ISAS else best
-    assert torch.ops.scl.cpu_capability() == expected
+    status, output = _in_a_process({}, "import scl_kernels, torch; "
+                                       "print(torch.ops.scl.cpu_capability())")
+    assert status == 0, output
+    assert output.split()[-1] == expected
+
+
+def test_environment_variable_forces_a_path_and_is_checked():
+    """SCL_CPU_CAPABILITY chooses the process's path; a value that names none raises, naming it."""
+    code = "import scl_kernels, torch; print(torch.ops.scl.cpu_capability())"
+    status, output = _in_a_process({"SCL_CPU_CAPABILITY": "default"}, code)
+    assert status == 0 and output.split()[-1] == "default", output
+    status, output = _in_a_process({"SCL_CPU_CAPABILITY": "avx3"}, code)
+    assert status != 0 and "SCL_CPU_CAPABILITY=avx3 is not an instruction set" in output, output
 
 
 CASES = {
@@ -89,18 +122,20 @@ def test_every_path_matches_the_float64_reference(isa, case, dtype, force_isa, r
                             reduction="none", generator=gen)
 
 
-def test_unknown_value_raises(monkeypatch, randn, randint):
-    monkeypatch.setenv("SCL_CPU_CAPABILITY", "avx3")
-    with pytest.raises(RuntimeError, match=r"SCL_CPU_CAPABILITY=avx3 is not an instruction set"):
-        torch.ops.scl.cpu_capability()
-    with pytest.raises(RuntimeError, match=r"SCL_CPU_CAPABILITY=avx3"):
-        scl_kernels.supcon_loss(randn(20, 5), randint(0, 3, (20,)), 0.1, backend="cpu")
+@needs_test_build
+def test_unknown_value_raises(randn, randint):
+    with test_hooks(cpu_capability="avx3"):
+        with pytest.raises(RuntimeError, match=r"cpu_capability=avx3 is not an instruction set"):
+            torch.ops.scl.cpu_capability()
+        with pytest.raises(RuntimeError, match=r"cpu_capability=avx3"):
+            scl_kernels.supcon_loss(randn(20, 5), randint(0, 3, (20,)), 0.1, backend="cpu")
 
 
-def test_path_beyond_this_cpu_raises(monkeypatch, randn, randint):
+@needs_test_build
+def test_path_beyond_this_cpu_raises(randn, randint):
     beyond = [isa for isa in ISAS if isa not in _runnable_isas()]
     if not beyond:
         pytest.skip("this CPU runs every path")
-    monkeypatch.setenv("SCL_CPU_CAPABILITY", beyond[0])
-    with pytest.raises(RuntimeError, match=rf"SCL_CPU_CAPABILITY={beyond[0]}, but this CPU runs at most"):
-        scl_kernels.supcon_loss(randn(20, 5), randint(0, 3, (20,)), 0.1, backend="cpu")
+    with test_hooks(cpu_capability=beyond[0]):
+        with pytest.raises(RuntimeError, match=rf"cpu_capability={beyond[0]}, but this CPU runs at most"):
+            scl_kernels.supcon_loss(randn(20, 5), randint(0, 3, (20,)), 0.1, backend="cpu")

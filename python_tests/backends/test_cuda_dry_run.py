@@ -3,7 +3,7 @@ scl::supcon_cuda_dry_run{,_backward} of a library built without CUDA) runs the b
 and launch choices (for an H100) on CPU tensors, its fused O(N*D) stages' row code on the CPU
 (csrc/cuda/row_stages.h: the code the CUDA kernels run per thread) and the tile walks by their
 definition (walk_terms.h). Checked here against the float64 reference, on the device's path
-(SCL_DEVICE_PREPARATION=1, as a GPU always takes): the row terms, the log-sum-exp merges, the
+(the test hook device_preparation, as a GPU always takes): the row terms, the log-sum-exp merges, the
 preparation, the per-anchor losses, the backward's weights and assembly, in every layout, both
 schedules (the triangle backward for 16-bit rows at D <= 128), anchor offsets, no positives, one
 class, negative labels, and the NaN / inf error."""
@@ -14,21 +14,20 @@ import scl_kernels
 from support.layouts import LAYOUTS, make_layout, num_anchor_rows, op_args
 from support.op_mean import check_op_mean
 from support.reference64 import check_op_against_reference
-
-from bench.launch_count import cuda_dry_run_built
-from scl_kernels._extension import library_loaded
+from scl_kernels._testing import cuda_dry_run_built, test_hooks
 
 pytestmark = pytest.mark.skipif(
-    not library_loaded() or not cuda_dry_run_built(),
-    reason="the library was built with CUDA (or not at all): it has no dry run of the CUDA host code")
+    not cuda_dry_run_built(),
+    reason="the library has no dry run of the CUDA host code: it was built with CUDA, without the "
+           "tests' ops (SCL_BUILD_TESTS=1), or not at all")
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 @pytest.fixture(autouse=True)
-def device_path(monkeypatch):
-    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
-    monkeypatch.delenv("SCL_CUDA_DRY_RUN_TILES", raising=False)
+def device_path():
+    with test_hooks(device_preparation=True, dry_run_skips_tiles=False):
+        yield
 
 
 def check(args, gen, **kw):
@@ -137,20 +136,22 @@ def test_a_captured_call_leaves_the_value_checks_alone(monkeypatch, randn, randi
     bad = randn(20, 8)
     bad[3, 1] = float("nan")
     torch.ops.scl.supcon_cuda_dry_run(*args(bad))
-    monkeypatch.setenv("SCL_CUDA_DRY_RUN_CAPTURING", "1")
     clean = args(randn(20, 8))
-    _, lse, _ = torch.ops.scl.supcon_cuda_dry_run(*clean)
-    torch.ops.scl.supcon_cuda_dry_run_backward(torch.ones(20), *clean, lse)
-    loss, _, _ = torch.ops.scl.supcon_cuda_dry_run(*args(bad))  # its own NaN: not checked
+    with test_hooks(dry_run_capturing=True):
+        _, lse, _ = torch.ops.scl.supcon_cuda_dry_run(*clean)
+        torch.ops.scl.supcon_cuda_dry_run_backward(torch.ones(20), *clean, lse)
+        loss, _, _ = torch.ops.scl.supcon_cuda_dry_run(*args(bad))  # its own NaN: not checked
     assert torch.isnan(loss).any()
-    monkeypatch.delenv("SCL_CUDA_DRY_RUN_CAPTURING")
     with pytest.raises(ValueError, match="features.*earlier call"):
         torch.ops.scl.supcon_cuda_dry_run(*clean)
     assert scl_kernels.raise_deferred_value_errors() is None  # the captured call queued none
 
 
-def test_tiles_setting_is_checked(monkeypatch, randn, randint):
-    monkeypatch.setenv("SCL_CUDA_DRY_RUN_TILES", "sometimes")
-    with pytest.raises(ValueError, match='SCL_CUDA_DRY_RUN_TILES must be "emulate" or "skip"'):
-        torch.ops.scl.supcon_cuda_dry_run(randn(10, 4), randint(0, 2, (10,)), None, None,
-                                          torch.tensor(0.1), 10, True)
+def test_skipped_tiles_are_recorded_and_left_unwritten(randn, randint):
+    """With the tiles skipped the launches are the same and the tiles' outputs stay as allocated:
+    the loss differs from the emulated one (the switch takes effect)."""
+    args = (randn(30, 8), randint(0, 3, (30,)), None, None, torch.tensor(0.1), 30, True)
+    emulated, _, _ = torch.ops.scl.supcon_cuda_dry_run(*args)
+    with test_hooks(dry_run_skips_tiles=True):
+        skipped, _, _ = torch.ops.scl.supcon_cuda_dry_run(*args)
+    assert not torch.equal(emulated, skipped)

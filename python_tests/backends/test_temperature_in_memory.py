@@ -1,7 +1,7 @@
 """A temperature the op leaves unread on the host (csrc/core/tile_kernels.h,
 TileKernels::reads_temperature): the GPU backends' path for a temperature tensor on the GPU,
 which a CUDA graph can capture (a host read would end the capture) and which never makes the host
-wait. SCL_TEMPERATURE_IN_MEMORY=1 takes it for host temperatures too:
+wait. The test hook temperature_in_memory takes it for host temperatures too:
 the CUDA C++ backend's dry run and the Triton kernels in their interpreter then read t from memory
 and form 1/t themselves, on the plain schedule (the symmetric one's fixed shift needs t's value on
 the host). Checked against the float64 reference (the loss, the rows' and the temperature's
@@ -20,13 +20,12 @@ from support.layouts import LAYOUTS, make_layout, op_args
 from support.op_mean import check_op_mean
 from support.reference64 import check_against_reference, check_op_against_reference
 from support.triton_schedules import schedules_taken
+from scl_kernels._testing import NOT_A_TEST_BUILD, cuda_dry_run_built, test_build, test_hooks
 
-from bench.launch_count import cuda_dry_run_built
-from scl_kernels._extension import library_loaded
-
+pytestmark = pytest.mark.skipif(not test_build(), reason=NOT_A_TEST_BUILD)
 dry_run = pytest.mark.skipif(
-    not library_loaded() or not cuda_dry_run_built(),
-    reason="the library was built with CUDA (or not at all): no dry run of the CUDA host code")
+    not cuda_dry_run_built(),
+    reason="the library was built with CUDA: no dry run of the CUDA host code")
 interpreter = pytest.mark.skipif(
     os.environ.get("TRITON_INTERPRET") != "1" or not triton_installed(),
     reason="needs triton and TRITON_INTERPRET=1 (set by support/backend_matrix.py without CUDA)")
@@ -34,9 +33,10 @@ IN_MEMORY_ERROR = "cannot take it from memory"
 
 
 @pytest.fixture(autouse=True)
-def temperature_in_memory(monkeypatch):
-    monkeypatch.setenv("SCL_TEMPERATURE_IN_MEMORY", "1")
-    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")  # the device's path, as a GPU takes
+def temperature_in_memory():
+    # the device's preparation too, as a GPU takes
+    with test_hooks(temperature_in_memory=True, device_preparation=True):
+        yield
 
 
 def dry_run_ops():
@@ -86,7 +86,7 @@ def test_dry_run_mean_reads_the_temperature_from_memory(layout, randn, randint):
 
 @dry_run
 @pytest.mark.parametrize("layout", ["single_all", "multiview_one", "cross_labels"])
-def test_in_memory_equals_the_host_read(layout, randn, randint, monkeypatch):
+def test_in_memory_equals_the_host_read(layout, randn, randint):
     """At t = 0.02 the host-read path takes the plain schedule too: the same kernels, 1/t formed
     on the host or on the device by the same float64 division."""
     forward, backward = dry_run_ops()
@@ -94,10 +94,10 @@ def test_in_memory_equals_the_host_read(layout, randn, randint, monkeypatch):
     args = op_args(kw, torch.tensor(0.02, dtype=torch.float64))
     grad = torch.linspace(-1, 1, args[5] if args[2] is None else args[0].shape[0])
     outputs = []
-    for in_memory in ("1", "0"):
-        monkeypatch.setenv("SCL_TEMPERATURE_IN_MEMORY", in_memory)
-        loss, lse, positives = forward(*args)
-        grads = backward(grad.to(loss.dtype), *args, lse, temperature_grad=True)
+    for in_memory in (True, False):
+        with test_hooks(temperature_in_memory=in_memory):
+            loss, lse, positives = forward(*args)
+            grads = backward(grad.to(loss.dtype), *args, lse, temperature_grad=True)
         outputs.append((loss, lse, positives, *grads))
     for got, host in zip(*outputs):
         torch.testing.assert_close(got, host, rtol=1e-6, atol=1e-7)
@@ -131,9 +131,9 @@ def test_triton_takes_the_plain_schedule(randn, randint, monkeypatch):
     host, the plain one when it is not."""
     calls = schedules_taken(monkeypatch)
     x, labels = randn(40, 20), randint(0, 5, (40,))
-    for in_memory in ("0", "1"):
-        monkeypatch.setenv("SCL_TEMPERATURE_IN_MEMORY", in_memory)
-        scl_kernels.supcon_loss(x, labels, torch.tensor(0.1), backend="triton")
+    for in_memory in (False, True):
+        with test_hooks(temperature_in_memory=in_memory):
+            scl_kernels.supcon_loss(x, labels, torch.tensor(0.1), backend="triton")
     assert calls == ["lse_symmetric", "lse_plain"]
 
 

@@ -73,6 +73,11 @@ class Backend:
     def backward_op(self):
         return self._op("_backward")
 
+    @property
+    def plan_op(self):
+        """The op that describes what a call of the fused op would do (csrc/core/call_plan.h)."""
+        return self._op("_plan")
+
     def _op(self, suffix):
         if self.op_name is None:
             return None
@@ -183,8 +188,8 @@ def _fused(backend: Backend) -> bool:
 _warned_dense_devices = set()
 
 
-def auto_backend(device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> str:
-    """The name of the backend that ``backend="auto"`` runs on ``device`` in this installation:
+def auto_choice(device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> Tuple[str, str]:
+    """(the backend ``backend="auto"`` runs on ``device`` in this installation, why). The rule:
     "cuda" where the call's ``shape`` is one that the CUDA C++ kernels were measured to run
     faster (auto_rule.py), else the first fused backend that may be chosen automatically, can
     run there and computes ``focal_gamma``, else "reference". Without a shape (what a device
@@ -192,16 +197,33 @@ def auto_backend(device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> 
     device = torch.device(device)
     if device.type == "meta":
         # Shapes only: every fused op's fake kernel serves meta tensors, no kernel runs.
-        return "cpu" if library_loaded() else "reference"
+        if library_loaded():
+            return "cpu", "meta tensors: the fused op's fake kernel gives the shapes"
+        return "reference", "meta tensors, and the library is not loaded"
     cuda = REGISTRY["cuda"]
     if (shape is not None and cuda.runs(focal_gamma) and cuda.available(device)
             and cuda_is_faster(device, shape)):
-        return cuda.name
+        return cuda.name, ("the size rule (scl_kernels/backends/auto_rule.py): the CUDA C++ "
+                           "kernels measured faster for this shape on sm_90")
+    passed_over = []
     for backend in REGISTRY.values():
-        if (_fused(backend) and backend.auto_eligible and backend.runs(focal_gamma)
-                and backend.available(device)):
-            return backend.name
-    return "reference"
+        if not (_fused(backend) and backend.auto_eligible):
+            continue
+        if backend.runs(focal_gamma) and backend.available(device):
+            why = f"the first fused backend that runs {device.type} tensors here"
+            if passed_over:
+                why += f" (not {', '.join(passed_over)})"
+            return backend.name, why
+        if device.type in backend.device_types:
+            passed_over.append(f"{backend.name}: " + ("no focal loss" if not backend.runs(focal_gamma)
+                                                      else "not available in this installation"))
+    return "reference", (f"no fused backend can run this call on {device.type}"
+                         + (f" ({'; '.join(passed_over)})" if passed_over else ""))
+
+
+def auto_backend(device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> str:
+    """The name of the backend that ``backend="auto"`` runs (auto_choice says why)."""
+    return auto_choice(device, focal_gamma, shape)[0]
 
 
 def focal_backends():

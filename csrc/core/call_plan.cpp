@@ -1,0 +1,217 @@
+#include "call_plan.h"
+
+#include <ATen/Context.h>
+#include <c10/util/Exception.h>
+#include <c10/util/ParallelGuard.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "supcon_problem.h"
+#include "test_hooks.h"
+#include "tile_math.h"
+
+namespace scl {
+namespace {
+
+// Below this many multiply-adds in the tiles, a call is a few dozen small ATen steps whose cost
+// is dispatch and thread wake-ups, not arithmetic: it runs on the calling thread alone.
+constexpr int64_t kSerialWork = int64_t{1} << 22;
+
+// True to keep ATen's parallel_for out of this call (a guard that stays set inside a caller's
+// own parallel region).
+bool runs_serially(const SupConArgs& a) {
+  const at::Tensor& columns = a.contrast.has_value() ? *a.contrast : a.features;
+  const int64_t work = a.features.numel() * (columns.dim() >= 1 ? columns.size(0) : 1);
+  return work < kSerialWork || c10::ParallelGuard::is_enabled();
+}
+
+bool host_may_wait(const TileKernels& kernels, const at::Tensor& like) {
+  return !kernels.host_may_wait || kernels.host_may_wait(like);
+}
+
+// Where the temperature comes from. A tensor on the GPU stays unread wherever the fused stages
+// serve (float32 compute, no float64 rows; the SupCon loss; reproducible results not asked for),
+// eager calls and captured ones alike, so that a warm-up takes the path a capture will; so does
+// any tensor under TestHooks::temperature_in_memory, which lets CPU tests take that path.
+// Elsewhere a GPU temperature is read, which a capture cannot do: `unreadable` then.
+TemperatureSource temperature_source(const TileKernels& kernels, const SupConArgs& a,
+                                     bool deterministic, bool& unreadable) {
+  unreadable = false;
+  if (!kernels.reads_temperature) return TemperatureSource::kHostValue;  // read in place
+  const bool forced = test_hooks().temperature_in_memory;
+  if (!forced && a.temperature.is_cpu()) return TemperatureSource::kHostValue;
+  const bool fused = kernels.prepare_rows && kernels.anchor_weights &&
+                     a.features.scalar_type() != at::kDouble && a.focal_gamma == 0 &&
+                     !deterministic;
+  if (fused) return TemperatureSource::kDeviceMemory;
+  unreadable = forced || !host_may_wait(kernels, a.features);
+  return TemperatureSource::kHostValue;
+}
+
+// Single set with every row an anchor is symmetric (S = S^T); its fixed shift is exact only for
+// unit rows and a temperature inside the exp range of the kernels' precision. The forward visits
+// the triangle only where that is reproducible or reproducibility is not asked for.
+Schedule schedule_for(const CallPlan& plan, const TileKernels& kernels, const SupConArgs& a,
+                      bool forward) {
+  const bool all_rows_anchors =
+      !a.contrast.has_value() && a.num_anchors == a.features.size(0);
+  // A temperature left unread has no known range: the plain schedule serves any.
+  const bool symmetric =
+      all_rows_anchors && a.normalize && plan.temperature == TemperatureSource::kHostValue &&
+      fixed_shift_is_safe(plan.inv_t, kernels.compute_type(a.features.scalar_type())) &&
+      (!forward || kernels.symmetric_forward_is_deterministic || !plan.deterministic);
+  return symmetric ? Schedule::kSymmetric : Schedule::kPlain;
+}
+
+const char* name(Schedule s) { return s == Schedule::kSymmetric ? "symmetric" : "plain"; }
+
+const char* name(ForwardFinish f) {
+  switch (f) {
+    case ForwardFinish::kFocalWalk: return "focal walk";
+    case ForwardFinish::kFusedLosses: return "fused losses";
+    case ForwardFinish::kFusedLossesAndMean: return "fused losses and mean";
+    case ForwardFinish::kAtenLosses: return "aten losses";
+  }
+  return "";
+}
+
+const char* name(AssemblyPath b) {
+  switch (b) {
+    case AssemblyPath::kFocalWalk: return "focal walk, aten assembly";
+    case AssemblyPath::kFusedWeightsAndAssembly: return "fused weights and assembly";
+    case AssemblyPath::kFusedAssembly: return "aten weights, fused assembly";
+    case AssemblyPath::kAten: return "aten";
+  }
+  return "";
+}
+
+const char* name(ValueChecks v) {
+  switch (v) {
+    case ValueChecks::kOnHost: return "on the host";
+    case ValueChecks::kDeferred: return "deferred";
+    case ValueChecks::kSkipped: return "skipped (graph capture)";
+  }
+  return "";
+}
+
+const char* name(Refusal r) {
+  switch (r) {
+    case Refusal::kNone: return "none";
+    case Refusal::kNoFocalWalk: return "no focal walk";
+    case Refusal::kTemperatureUnreadable: return "temperature unreadable";
+  }
+  return "";
+}
+
+}  // namespace
+
+bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
+  // exp(s - 1/t) >= exp(-2/t) must stay a normal number of the compute type (tile_math.h).
+  const double min_normal_log = compute_type == at::kDouble
+                                    ? std::log(std::numeric_limits<double>::min())
+                                    : std::log(static_cast<double>(std::numeric_limits<float>::min()));
+  return tile_math::fixed_shift_is_safe(inv_t, min_normal_log);
+}
+
+CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const SupConProblem* kept) {
+  CallPlan plan{};
+  plan.deterministic = at::globalContext().deterministicAlgorithms();
+  plan.focal_gamma = args.focal_gamma;
+  TORCH_CHECK_VALUE(std::isfinite(args.focal_gamma) && args.focal_gamma >= 0,
+                    "focal_gamma must be finite and >= 0, got ", args.focal_gamma);
+  plan.focal = args.focal_gamma > 0;
+  plan.refusal = plan.focal && !kernels.positive_walk ? Refusal::kNoFocalWalk : Refusal::kNone;
+  bool unreadable = false;
+  if (kept != nullptr) {  // what the forward decided and read
+    plan.temperature = kept->temperature.defined() ? TemperatureSource::kDeviceMemory
+                                                   : TemperatureSource::kHostValue;
+    plan.inv_t = kept->inv_t;
+  } else {
+    plan.temperature = temperature_source(kernels, args, plan.deterministic, unreadable);
+    if (unreadable && plan.refusal == Refusal::kNone) plan.refusal = Refusal::kTemperatureUnreadable;
+    const bool read = plan.temperature == TemperatureSource::kHostValue && !unreadable;
+    plan.inv_t = 1.0 / check_arguments(args, read);
+  }
+  const bool float_compute = args.features.scalar_type() != at::kDouble;
+  plan.host_reads = !prepare_without_host_reads(args.features);
+  plan.fused_preparation = kernels.prepare_rows && float_compute && !plan.deterministic;
+  plan.forward_schedule = schedule_for(plan, kernels, args, /*forward=*/true);
+  plan.backward_schedule = schedule_for(plan, kernels, args, /*forward=*/false);
+  plan.mean = args.mean;
+  if (plan.focal) {
+    plan.forward_finish = ForwardFinish::kFocalWalk;
+  } else if (kernels.anchor_losses && float_compute) {
+    // The mean by the fused step adds by atomics: reproducible results take the ATen sum.
+    plan.forward_finish = args.mean && !plan.deterministic ? ForwardFinish::kFusedLossesAndMean
+                                                           : ForwardFinish::kFusedLosses;
+  } else {
+    plan.forward_finish = ForwardFinish::kAtenLosses;
+  }
+  const bool fused_assembly = !plan.focal && kernels.assemble_backward && float_compute;
+  if (plan.focal) {
+    plan.backward_assembly = AssemblyPath::kFocalWalk;
+  } else if (fused_assembly && kernels.anchor_weights && !plan.deterministic) {
+    plan.backward_assembly = AssemblyPath::kFusedWeightsAndAssembly;
+  } else if (fused_assembly) {
+    plan.backward_assembly = AssemblyPath::kFusedAssembly;
+  } else {
+    plan.backward_assembly = AssemblyPath::kAten;
+  }
+  // While a CUDA graph is captured even asking whether an earlier call's verdict has landed (an
+  // event query) is refused and ends the capture: the verdicts wait for the next eager call.
+  plan.value_checks = !host_may_wait(kernels, args.features) ? ValueChecks::kSkipped
+                      : plan.host_reads                     ? ValueChecks::kOnHost
+                                                            : ValueChecks::kDeferred;
+  plan.serial = runs_serially(args);
+  return plan;
+}
+
+std::string CallPlan::describe() const {
+  std::ostringstream out;
+  out << "temperature: "
+      << (temperature == TemperatureSource::kDeviceMemory ? "device memory" : "host value") << "\n"
+      << "forward_schedule: " << name(forward_schedule) << "\n"
+      << "backward_schedule: " << name(backward_schedule) << "\n"
+      << "preparation: " << (fused_preparation ? "fused" : "aten") << "\n"
+      << "host_reads: " << (host_reads ? "yes" : "no") << "\n"
+      << "forward_finish: " << name(forward_finish) << "\n"
+      << "mean: " << (mean ? "inside the op" : "none") << "\n"
+      << "backward_assembly: " << name(backward_assembly) << "\n"
+      << "value_checks: " << name(value_checks) << "\n"
+      << "threads: " << (serial ? "calling thread" : "parallel") << "\n"
+      << "deterministic: " << (deterministic ? "yes" : "no") << "\n"
+      << "cannot_run: " << name(refusal);
+  return out.str();
+}
+
+std::string CallPlan::summary() const {
+  std::string line = describe();
+  for (size_t at = line.find('\n'); at != std::string::npos; at = line.find('\n', at)) {
+    line.replace(at, 1, "; ");
+  }
+  return line;
+}
+
+void require_runnable(const CallPlan& plan) {
+  switch (plan.refusal) {
+    case Refusal::kNone:
+      return;
+    case Refusal::kNoFocalWalk:
+      TORCH_CHECK_NOT_IMPLEMENTED(
+          false, "focal_gamma=", plan.focal_gamma, " (the focal contrastive loss) is not "
+          "implemented by this backend's kernels (they have no positive walk); "
+          "scl_kernels.backends.focal_backends() lists the backends that have it. Plan: ",
+          plan.summary());
+    case Refusal::kTemperatureUnreadable:
+      TORCH_CHECK_VALUE(
+          false, "a temperature tensor on the GPU cannot be read while a CUDA graph is captured, "
+          "and this call cannot take it from memory (that needs the triton or cuda backend, "
+          "float32, float16 or bfloat16 rows, focal_gamma 0 and no "
+          "torch.use_deterministic_algorithms(True)): pass the temperature as a float, or "
+          "capture without it. Plan: ", plan.summary());
+  }
+}
+
+}  // namespace scl

@@ -1,0 +1,95 @@
+// What one call of the op will do, decided once from its arguments and the backend's kernels:
+// the schedule of each direction, where the temperature comes from, which fused stages run and
+// which ATen steps stand in for them, the value checks, the threads. Forward and backward follow
+// it instead of deriving conditions again; scl::supcon_plan (scl_kernels.explain) returns its
+// description, profiles show it as a range, and every "cannot run" error quotes it.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "supcon_args.h"
+#include "tile_kernels.h"
+
+namespace scl {
+
+struct SupConProblem;
+
+enum class TemperatureSource {
+  kHostValue,     // read once on the host (a CPU tensor in place): 1/t is a number of the call
+  kDeviceMemory,  // left unread: the kernels read t from its tensor (TileKernels::reads_temperature)
+};
+
+// How the forward checks the rows for NaN / inf.
+enum class ValueChecks {
+  kOnHost,    // at once, raising from the call (CPU)
+  kDeferred,  // on the device, the verdict read without a wait (deferred_value_check.h)
+  kSkipped,   // none: a CUDA graph is being captured, and a replay would not repeat them
+};
+
+// How the forward turns the log-sum-exp into the loss.
+enum class ForwardFinish {
+  kFocalWalk,           // the focal loss: the backend's walk over the positive pairs
+  kFusedLosses,         // TileKernels::anchor_losses, per anchor
+  kFusedLossesAndMean,  // TileKernels::anchor_losses with the mean's accumulators (atomics)
+  kAtenLosses,          // the core's ATen steps (anchor_losses in supcon_problem.h)
+};
+
+// How the backward assembles the row gradients around the backend's tile gradients.
+enum class AssemblyPath {
+  kFocalWalk,               // the walk's positive part, then the core's ATen assembly
+  kFusedWeightsAndAssembly, // TileKernels::anchor_weights and ::assemble_backward
+  kFusedAssembly,           // ATen weights (reproducible sums), TileKernels::assemble_backward
+  kAten,                    // the core's ATen steps
+};
+
+// Why a backend cannot compute a call (plan_call's caller raises it with the plan).
+enum class Refusal {
+  kNone,
+  kNoFocalWalk,            // focal_gamma > 0 without TileKernels::positive_walk
+  kTemperatureUnreadable,  // a GPU temperature that must be read while a CUDA graph is captured
+};
+
+struct CallPlan {
+  TemperatureSource temperature;
+  double inv_t;  // 1 / t with kHostValue; NaN with kDeviceMemory
+  bool focal;
+  Refusal refusal;  // kNone where the backend can compute the call
+  // Preparation: by host reads (unique, bincount; the CPU) or without any (sort-based class
+  // ids, deferred checks: off the CPU, or TestHooks::device_preparation), and by the backend's
+  // fused step (TileKernels::prepare_rows) or by ATen steps.
+  bool host_reads;
+  bool fused_preparation;
+  Schedule forward_schedule;
+  Schedule backward_schedule;
+  ForwardFinish forward_finish;
+  bool mean;  // the loss is the mean over the anchors with positives, taken inside the op
+  AssemblyPath backward_assembly;
+  ValueChecks value_checks;
+  bool serial;         // the call stays on the calling thread (no parallel_for)
+  bool deterministic;  // torch.use_deterministic_algorithms(True): no atomics anywhere
+  double focal_gamma;  // for the refusal's message
+
+  // "name: value" lines, the same names scl_kernels.explain parses.
+  std::string describe() const;
+  // One line, for profiler ranges and errors.
+  std::string summary() const;
+};
+
+// Checks the arguments (TypeError / ValueError naming the argument) and plans the call. The
+// temperature is read here where it is read at all. A backward that reuses its forward's
+// problem (`kept`) reads nothing: the problem holds what the forward read. A call the backend
+// cannot compute is planned too (CallPlan::refusal), for scl_kernels.explain to show.
+CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args,
+                   const SupConProblem* kept = nullptr);
+
+// Raises the plan's refusal, quoting the plan: NotImplementedError for a feature the backend
+// lacks, ValueError for a temperature it cannot read now.
+void require_runnable(const CallPlan& plan);
+
+// True when exp(s - 1/t) cannot underflow for unit rows (|s| <= 1/t) in `compute_type`: the
+// condition of the fixed shift that the symmetric schedule relies on.
+bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type);
+
+}  // namespace scl

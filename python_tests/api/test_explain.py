@@ -1,0 +1,154 @@
+"""The call plan (csrc/core/call_plan.h) as a table, arguments -> plan, covering each of its
+branches, and scl_kernels.explain, the profiler range and the errors that show it. The fused
+stages' branches are reached through the CUDA C++ backend's dry run (a test build without CUDA)
+and the device's paths through the test hooks; the plan is computed, nothing is run."""
+import pytest
+import torch
+
+import scl_kernels
+from scl_kernels._testing import NOT_A_TEST_BUILD, cuda_dry_run_built, test_build, test_hooks
+from support import needs
+
+pytestmark = needs.library
+dry_run = pytest.mark.skipif(not cuda_dry_run_built(),
+                             reason="needs the CUDA host code's dry run (a test build without CUDA)")
+hooks = pytest.mark.skipif(not test_build(), reason=NOT_A_TEST_BUILD)
+
+ROWS, DIM, CLASSES = 40, 8, 5
+
+
+def plan_of(op, *, rows=ROWS, dim=DIM, dtype=torch.float32, t=0.1, layout="single", mean=True,
+            normalize=True, focal_gamma=0.0, anchors=None):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, dim, generator=g).to(dtype)
+    y = torch.randint(0, CLASSES, (rows,), generator=g)
+    contrast = contrast_labels = None
+    if layout == "cross":
+        contrast, contrast_labels = torch.randn(rows + 3, dim, generator=g).to(dtype), \
+            torch.randint(0, CLASSES, (rows + 3,), generator=g)
+    text = op(x, y, contrast, contrast_labels, torch.tensor(t, dtype=torch.float64),
+              anchors or rows, normalize, 0, focal_gamma, mean)
+    return dict(line.split(": ", 1) for line in text.splitlines())
+
+
+CPU_PLANS = [
+    # (id, arguments, hooks, the plan's entries)
+    ("single set", {}, {},
+     dict(temperature="host value", forward_schedule="symmetric", backward_schedule="symmetric",
+          preparation="aten", host_reads="yes", forward_finish="aten losses",
+          mean="inside the op", backward_assembly="aten", value_checks="on the host",
+          threads="calling thread", deterministic="no", cannot_run="none")),
+    ("small t", dict(t=0.001), {}, dict(forward_schedule="plain", backward_schedule="plain")),
+    ("cross set", dict(layout="cross"), {}, dict(forward_schedule="plain")),
+    ("some anchors", dict(anchors=ROWS // 2), {}, dict(forward_schedule="plain")),
+    ("not normalised", dict(normalize=False), {}, dict(forward_schedule="plain")),
+    ("float64", dict(dtype=torch.float64), {}, dict(forward_schedule="symmetric")),
+    ("per anchor", dict(mean=False), {}, dict(mean="none")),
+    ("focal", dict(focal_gamma=2.0), {},
+     dict(forward_finish="focal walk", backward_assembly="focal walk, aten assembly")),
+    ("large", dict(rows=2048, dim=64), {}, dict(threads="parallel")),
+    ("device preparation", {}, dict(device_preparation=True),
+     dict(host_reads="no", value_checks="deferred")),
+]
+
+
+@pytest.mark.parametrize("arguments,hooked,expected", [c[1:] for c in CPU_PLANS],
+                         ids=[c[0] for c in CPU_PLANS])
+def test_cpu_plan(arguments, hooked, expected):
+    if hooked and not test_build():
+        pytest.skip(NOT_A_TEST_BUILD)
+    with test_hooks(**hooked) if hooked else _nothing():
+        plan = plan_of(torch.ops.scl.supcon_plan, **arguments)
+    assert {k: plan[k] for k in expected} == expected
+
+
+DRY_RUN_PLANS = [
+    ("fused stages", {}, {}, False,
+     dict(preparation="fused", forward_finish="fused losses and mean",
+          backward_assembly="fused weights and assembly", forward_schedule="symmetric")),
+    ("fused per anchor", dict(mean=False), {}, False, dict(forward_finish="fused losses")),
+    ("deterministic", {}, {}, True,
+     dict(preparation="aten", forward_finish="fused losses",
+          backward_assembly="aten weights, fused assembly", deterministic="yes")),
+    ("float64 rows", dict(dtype=torch.float64), {}, False,
+     dict(preparation="aten", forward_finish="aten losses", backward_assembly="aten")),
+    ("focal", dict(focal_gamma=1.0), {}, False, dict(cannot_run="no focal walk")),
+    ("temperature in memory", {}, dict(temperature_in_memory=True), False,
+     dict(temperature="device memory", forward_schedule="plain", backward_schedule="plain")),
+    ("temperature unreadable", dict(dtype=torch.float64), dict(temperature_in_memory=True), False,
+     dict(temperature="host value", cannot_run="temperature unreadable")),
+    ("graph capture", {}, dict(dry_run_capturing=True), False,
+     dict(value_checks="skipped (graph capture)")),
+]
+
+
+@dry_run
+@pytest.mark.parametrize("arguments,hooked,deterministic,expected", [c[1:] for c in DRY_RUN_PLANS],
+                         ids=[c[0] for c in DRY_RUN_PLANS])
+def test_fused_stage_plan(arguments, hooked, deterministic, expected, reproducible_if):
+    reproducible_if(deterministic)
+    with test_hooks(**hooked):
+        plan = plan_of(torch.ops.scl.supcon_cuda_dry_run_plan, **arguments)
+    assert {k: plan[k] for k in expected} == expected
+
+
+@pytest.fixture
+def reproducible_if():
+    previous = torch.are_deterministic_algorithms_enabled()
+
+    def turn(on):
+        torch.use_deterministic_algorithms(on)
+    yield turn
+    torch.use_deterministic_algorithms(previous)
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_explain_names_the_backend_the_reason_and_the_plan():
+    x, y = torch.randn(30, 6), torch.randint(0, 3, (30,))
+    explanation = scl_kernels.explain(x, y, 0.2)
+    assert explanation.backend == "cpu"
+    assert "first fused backend" in explanation.reason
+    assert explanation.plan == plan_of(torch.ops.scl.supcon_plan, rows=30, dim=6, t=0.2) | {}
+    assert explanation.plan["forward_schedule"] == "symmetric"
+    assert "backend: cpu" in str(explanation)
+    assert scl_kernels.explain(x, y, backend="reference") == ("reference",
+                                                              "backend='reference' was asked for", {})
+
+
+def test_explain_follows_the_layout_supcon_loss_builds():
+    """[B, V, D] with contrast_mode="one" plans only the view-0 anchors (the plain schedule);
+    reduction="sum" plans the per-anchor losses."""
+    views = torch.randn(10, 2, 6)
+    plan = scl_kernels.explain(views, torch.randint(0, 3, (10,)), contrast_mode="one",
+                               reduction="sum").plan
+    assert plan["forward_schedule"] == "plain" and plan["mean"] == "none"
+
+
+def test_explain_raises_what_supcon_loss_raises():
+    with pytest.raises(ValueError, match="temperature"):
+        scl_kernels.explain(torch.randn(4, 3), torch.zeros(4, dtype=torch.long), -1.0)
+
+
+@dry_run
+def test_a_refused_call_quotes_its_plan():
+    args = (torch.randn(20, 4), torch.randint(0, 2, (20,)), None, None, torch.tensor(0.1), 20, True)
+    with pytest.raises(NotImplementedError, match="focal.*Plan: temperature: host value;.*"
+                                                  "cannot_run: no focal walk"):
+        torch.ops.scl.supcon_cuda_dry_run(*args, 0, 1.0, False)
+
+
+def test_profiles_show_the_plan():
+    x = torch.randn(30, 6, requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        scl_kernels.supcon_loss(x, torch.randint(0, 3, (30,))).backward()
+    names = {e.name for e in prof.events()}
+    assert any(n.startswith("scl::supcon_forward [temperature: host value; forward_schedule: "
+                            "symmetric;") for n in names), sorted(names)[:20]
+    assert any(n.startswith("scl::supcon_backward [") for n in names)
