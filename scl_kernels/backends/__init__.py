@@ -1,6 +1,7 @@
-"""The backend registry: every backend's name, its op, the devices it serves and whether it can run
-here. ``available_backends``, ``backend="auto"`` and the error messages all read the table below;
-adding a backend is one entry in it.
+"""The backend registry: every backend's name, its op, the devices it serves, what it can compute
+and whether it can run here. ``available_backends``, ``backend="auto"``, the error messages, the
+test matrix and the capability table of docs/BACKENDS.md (:func:`capability_table`, which a test
+holds the document to) all read the table below. What adding a backend takes: docs/BACKENDS.md.
 """
 import warnings
 from dataclasses import dataclass
@@ -229,6 +230,24 @@ def auto_backend(device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> 
 def focal_backends():
     """The names of the backends that compute focal_gamma > 0."""
     return [name for name, backend in REGISTRY.items() if backend.focal]
+
+
+def capability_table() -> str:
+    """The registry's capabilities as the Markdown table of docs/BACKENDS.md."""
+    def yes(flag):
+        return "yes" if flag else "no"
+    rows = ["| backend | devices | fused op | focal loss | hard pairs | float64 computed in | "
+            "16-bit gradient weights | chosen by `auto` |",
+            "|---|---|---|---|---|---|---|---|"]
+    for backend in REGISTRY.values():
+        op = f"`scl::{backend.op_name}`" if backend.op_name else "none (dense PyTorch)"
+        auto = ("yes" if backend.auto_eligible else "by the size rule only") if backend.op_name \
+            else "when no fused backend can run"
+        rows.append(f"| `{backend.name}` | {', '.join(backend.device_types)} | {op} | "
+                    f"{yes(backend.focal)} | {yes(backend.hard_pairs_op_name or not backend.op_name)} | "
+                    f"{'float64' if backend.float64_kernels else 'float32'} | "
+                    f"{yes(backend.low_precision_gradient_weights)} | {auto} |")
+    return "\n".join(rows)
 
 
 def why_not_fused(name, device) -> Optional[str]:
