@@ -54,7 +54,8 @@ def test_deterministic_mode(layout, randn, randint, monkeypatch, reproducible):
 
 
 def test_triton_op_without_interpreter_is_a_clear_error(randn, randint, monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    import scl_kernels.backends.triton as triton_backend
+    monkeypatch.setattr(triton_backend, "INTERPRET", False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
         scl_kernels.supcon_loss(randn(8, 4), randint(0, 2, (8,)), backend="triton")
 
@@ -153,3 +154,56 @@ def test_float32_rounding_of_the_scale_matches_torch():
     from scl_kernels.backends.triton import launch
     for x in (0.1 * launch.LOG2E, 1 / 0.07 * launch.LOG2E, 1 / 3, 1e39, -1e39, 1e-46):
         assert launch._fp32(x) == float(torch.tensor(x, dtype=torch.float32))
+
+
+def test_compiled_kernels_reuse_a_binary_only_for_the_same_specialisation(monkeypatch):
+    """The GPU's launch through cached handles (handles.py), which the interpreter never takes:
+    here with Triton's own binder for sm_90, a stand-in for the device and for the JIT's launch.
+    A call reuses the kernel the JIT compiled only where the JIT would have chosen it too (an
+    integer's divisibility by 16 or value 1, a pointer's alignment, a dtype, a constexpr each
+    pick another), and starts it as the JIT does."""
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import CompiledKernel
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+    from scl_kernels.backends.triton import handles, kernels
+
+    jit = JITFunction(kernels.lse_merge_kernel.fn)
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    jit.device_caches[0] = ({}, {}, None, backend,
+                            create_function_from_signature(jit.signature, jit.params, backend))
+    active = type("Active", (), {"get_current_device": lambda self: 0,
+                                 "get_current_stream": lambda self, device: 1234})()
+    monkeypatch.setattr(handles, "driver", type("Driver", (), {"active": active})())
+    compiled, launched = [], []
+
+    def jit_run(*args, grid, warmup, **kwargs):
+        kernel = object.__new__(CompiledKernel)
+        kernel._run = lambda *launch: launched.append((len(compiled) - 1, launch))
+        kernel.function, kernel.packed_metadata = "function", "metadata"
+        compiled.append(kernel)
+        return kernel
+    monkeypatch.setattr(jit, "run", jit_run)
+    kernel = handles.CompiledKernels(jit)
+    kernel.usable = True  # under the interpreter it never is
+    parts, lse = torch.zeros(2, 64), torch.zeros(64, dtype=torch.float64)
+
+    def call(part_max, m, fixed_shift=False):
+        kernel.launch((3, 2), (part_max, parts, lse, m, 2, 0.5),
+                      dict(log2e_hi=1.0, log2e_lo=0.0, FIXED_SHIFT=fixed_shift, BLOCK=256))
+        return len(compiled) - 1, len(launched)
+
+    assert call(parts, 64) == (0, 0)  # compiled and started by the JIT
+    assert call(parts, 64) == (0, 1)
+    assert launched[-1] == (0, (3, 2, 1, 1234, "function", "metadata", None, None, None, parts,
+                                parts, lse, 64, 2, 0.5, 1.0, 0.0, False, 256))
+    assert call(parts, 48) == (0, 2)  # 48 and 64: both i32 divisible by 16
+    assert call(parts, 17) == (1, 2)
+    assert call(parts, 1) == (2, 2)
+    assert call(torch.zeros(129)[1:].view(2, 64), 64) == (3, 2)  # 4 bytes past an aligned base
+    assert call(parts.double(), 64) == (4, 2)
+    assert call(parts, 64, fixed_shift=True) == (5, 2)
+    assert call(parts, 17) == (5, 3)
+    monkeypatch.setattr(knobs.runtime.launch_enter_hook, "calls", [lambda metadata: None])
+    assert call(parts, 64) == (6, 3)  # a profiler's hook: the JIT's path

@@ -1,8 +1,8 @@
 """The Triton positive walk of the focal loss (scl_kernels/backends/triton/positive_walk.py)
-against a dense float64 brute force written from the walk's definition (/work/notes/focal-spec.md):
-every pair built explicitly, at sizes around the interpreter's 16-wide tiles. Runs in Triton's
-interpreter on CPU tensors (TRITON_INTERPRET=1, set by support/backend_matrix.py without CUDA),
-or on a GPU."""
+against a dense float64 brute force written from the walk's definition (docs/MATH.md, "The
+positive walk"): every pair built explicitly, at sizes around the interpreter's 16-wide tiles.
+Runs in Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, set by support/backend_matrix.py
+without CUDA), or on a GPU."""
 import math
 import os
 

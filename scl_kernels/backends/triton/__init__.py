@@ -1,6 +1,10 @@
-"""The Triton backend: kernels.py (jit kernels) -> launch.py (tiles, grids) -> tiles.py (the two
-tiled steps of the shared core) -> registration.py (their registration as the kernels of the ops
-that csrc/triton/supcon_triton.cpp calls).
+"""The Triton backend: the kernels of the stage ops that csrc/triton/supcon_triton.cpp calls for
+the shared core (csrc/core/tile_kernels.h). kernels.py holds the tile kernels, launch.py starts them
+(tiles, grids, the temperature's two forms, the autotuner's choices and compiled kernels kept per
+key), tiles.py serves the two tiled steps (the log-sum-exp and the softmax part of the gradient)
+from it; row_preparation.py, anchor_losses.py, anchor_weights.py, backward_assembly.py and
+positive_walk.py are the O(N D) stages and the focal loss's positive walk, one kernel each;
+hard_pairs.py is scl::hard_pairs_triton; registration.py registers them all as the ops' kernels.
 
 This module only answers whether the backend can run here and loads it on first use: importing it
 never imports triton, so the registry can ask it on every call.
@@ -25,8 +29,13 @@ TRITON_CPU_NEEDS_INTERPRETER = ("backend='triton' runs CPU tensors only in Trito
                                 "tensors")
 
 
+# Triton chooses its interpreter or its compiler from this variable when it decorates the kernels,
+# which happens once: read once, here, so that every check and launcher agrees with that choice.
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def triton_interpreter_enabled() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
+    return INTERPRET
 
 
 _triton_loaded = False

@@ -11,7 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import float32_pair, temperature_source
+from .handles import CompiledKernels
+from .launch import cdiv, float32_pair, next_power_of_2, temperature_of
 
 BLOCK_M = 32
 MAX_BLOCK_D = 64
@@ -69,6 +70,9 @@ def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr
         tl.store(out_ptr + rows, loss.to(out_ptr.dtype.element_ty), mask=valid)
 
 
+ANCHOR_LOSSES = CompiledKernels(anchor_losses_kernel)
+
+
 def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, inv_t,
                   temperature, single_set, mean_sums):
     """[m] per-anchor losses in class_sums' dtype, or, given mean_sums (the zeroed float64
@@ -83,11 +87,12 @@ def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, i
     if mean and m == 0:  # no program would store the mean
         return out.zero_()
     # Without mean the kernel never touches mean_sums: lse stands in for its pointer.
-    temperature, inv_t, in_memory = temperature_source(temperature, inv_t, lse)
-    anchor_losses_kernel[(triton.cdiv(m, BLOCK_M),)](
+    temperature = temperature_of(temperature, inv_t, lse)
+    ANCHOR_LOSSES[(cdiv(m, BLOCK_M),)](
         q, q_inv_norm.contiguous(), class_sums.contiguous(), anchor_class.contiguous(),
         num_positives.contiguous(), lse, out, mean_sums if mean else lse,
-        temperature, m, d, q.stride(0), class_sums.stride(0), *float32_pair(inv_t),
-        SINGLE_SET=single_set, MEAN=mean, TEMPERATURE_IN_MEMORY=in_memory,
-        BLOCK_M=BLOCK_M, BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
+        temperature.pointer, m, d, q.stride(0), class_sums.stride(0),
+        *float32_pair(temperature.inv_t), SINGLE_SET=single_set, MEAN=mean,
+        TEMPERATURE_IN_MEMORY=temperature.in_memory, BLOCK_M=BLOCK_M,
+        BLOCK_D=min(MAX_BLOCK_D, next_power_of_2(d)))
     return out

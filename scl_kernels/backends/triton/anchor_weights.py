@@ -11,7 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import float32_pair, temperature_source
+from .handles import CompiledKernels
+from .launch import cdiv, float32_pair, next_power_of_2, temperature_of
 from .row_preparation import add_rows_to_classes
 
 BLOCK_M = 32
@@ -68,6 +69,9 @@ def anchor_weights_kernel(grad_ptr, counted_ptr, lse_ptr, positives_ptr, q_ptr, 
                             BLOCK_D)
 
 
+ANCHOR_WEIGHTS = CompiledKernels(anchor_weights_kernel)
+
+
 def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_inv_norm,
                    anchor_class, classes, inv_t, temperature, symmetric):
     """(weight [m], weighted_sums [classes, d], coef [m], lse_hi, lse_lo), all float32 (the lse
@@ -87,13 +91,13 @@ def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_i
     # Placeholder pointers where a constexpr keeps the kernel off them: the symmetric
     # schedule's lse parts, the count without MEAN, the temperature when 1/t comes as inv_t.
     lse = lse.double().contiguous()
-    temperature, inv_t, in_memory = temperature_source(temperature, inv_t, lse)
-    anchor_weights_kernel[(triton.cdiv(m, BLOCK_M),)](
+    temperature = temperature_of(temperature, inv_t, lse)
+    ANCHOR_WEIGHTS[(cdiv(m, BLOCK_M),)](
         grad_loss, anchors_with_positives if mean else lse, lse, num_positives.contiguous(), q,
         q_inv_norm.contiguous(), anchor_class.contiguous(), weighted_sums, weight, coef,
         coef if symmetric else lse_hi, coef if symmetric else lse_lo,
-        temperature, m, d, grad_loss.stride(0) if grad_loss.dim() else 0, *float32_pair(inv_t),
-        SYMMETRIC=symmetric, MEAN=mean, WEIGHTED_SUMS=classes > 0,
-        TEMPERATURE_IN_MEMORY=in_memory, BLOCK_M=BLOCK_M,
-        BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
+        temperature.pointer, m, d, grad_loss.stride(0) if grad_loss.dim() else 0,
+        *float32_pair(temperature.inv_t), SYMMETRIC=symmetric, MEAN=mean,
+        WEIGHTED_SUMS=classes > 0, TEMPERATURE_IN_MEMORY=temperature.in_memory, BLOCK_M=BLOCK_M,
+        BLOCK_D=min(MAX_BLOCK_D, next_power_of_2(d)))
     return weight, weighted_sums, coef, lse_hi, lse_lo

@@ -10,7 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import temperature_source
+from .handles import CompiledKernels
+from .launch import cdiv, next_power_of_2, temperature_of
 
 BLOCK_R = 16
 MAX_BLOCK_D = 64
@@ -99,6 +100,9 @@ def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_w
                  d.to(out_ptr.dtype.element_ty), mask=valid[:, None] & (ks < D)[None, :])
 
 
+ASSEMBLE_BACKWARD = CompiledKernels(assemble_backward_kernel)
+
+
 def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight, anchor_class,
                       class_sums, self_in_class, row_class, weighted_sums, class_shares_weight,
                       inv_t, temperature, normalize, max_inv_norm, out_dtype):
@@ -116,17 +120,16 @@ def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight
     # Empty terms get a placeholder pointer: their constexpr flag keeps the kernel off it.
     extra = extra.float().contiguous() if has_extra else grads
     anchor_count = extra.shape[0] if has_extra else anchor_weight.numel()
-    temperature, inv_t, in_memory = temperature_source(temperature, inv_t, dots)
-    assemble_backward_kernel[(triton.cdiv(r, BLOCK_R),)](
+    temperature = temperature_of(temperature, inv_t, dots)
+    ASSEMBLE_BACKWARD[(cdiv(r, BLOCK_R),)](
         rows, inv_norm.float().contiguous(), grads, extra,
         anchor_weight.float().contiguous() if anchor_part else grads,
         anchor_class.contiguous(), class_sums.float().contiguous(),
         row_class.contiguous() if row_part else anchor_class,
         weighted_sums.float().contiguous() if row_part else grads,
-        out, dots, temperature, r, d, anchor_offset, anchor_count, inv_t, float(max_inv_norm),
-        TEMPERATURE_IN_MEMORY=in_memory,
+        out, dots, temperature.pointer, r, d, anchor_offset, anchor_count, temperature.inv_t,
+        float(max_inv_norm), TEMPERATURE_IN_MEMORY=temperature.in_memory,
         EXTRA=has_extra, ANCHOR_PART=anchor_part, SELF_IN_CLASS=self_in_class,
         ROW_PART=row_part, CLASS_SHARES_WEIGHT=class_shares_weight, NORMALIZE=normalize,
-        BLOCK_R=BLOCK_R,
-        BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
+        BLOCK_R=BLOCK_R, BLOCK_D=min(MAX_BLOCK_D, next_power_of_2(d)))
     return out, dots

@@ -13,7 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import INTERPRET, _precision
+from . import INTERPRET
+from .handles import CompiledKernels
+from .launch import _precision, cdiv
 from .tiles import KERNEL_DTYPES
 
 NORM_EPS = 1e-12  # as torch.nn.functional.normalize
@@ -113,6 +115,7 @@ class HardPairsTile:
         return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k}
 
 
+HARD_PAIRS = CompiledKernels(hard_pairs_kernel)
 # By input element size; bench.static.gpu_static compiles each for Hopper and checks that it
 # does not spill. fp32 takes the narrower K step: tf32x3 splits each operand in registers.
 TILES = {2: HardPairsTile(128, 64, 32, 8, 2), 4: HardPairsTile(64, 64, 32, 4, 2)}
@@ -171,7 +174,7 @@ def hard_pairs(features, labels, contrast, contrast_labels, normalize):
     out = [torch.empty(m, dtype=dtype, device=q.device)
            for dtype in (torch.int64, torch.float32, torch.int64, torch.float32)]
     tile = tile_for(q.element_size())
-    hard_pairs_kernel[(triton.cdiv(m, tile.block_m),)](
+    HARD_PAIRS[(cdiv(m, tile.block_m),)](
         q, z, q_scale, z_scale, q_labels, z_labels, *out, m, n, d, q.stride(0), z.stride(0),
         SINGLE_SET=contrast is None, NORMALIZE=normalize, PRECISION=_precision(q.dtype),
         num_warps=tile.warps, num_stages=tile.stages, **tile.meta())

@@ -7,7 +7,7 @@ column factor r_j log2(e) / t is one vector per tile, so a logit costs one FMUL 
 (which also adds the shift or the column's -inf bound). Products accumulate in fp32 whatever the
 input dtype. Nothing of size N x N is ever written.
 
-How the tiles are fed (bench/DECISIONS.md, "Triton kernels from their machine code"):
+How the tiles are fed (bench/decisions/2026-11-22-triton-machine-code.md):
 - USE_TMA: row blocks come through tensor descriptors (TMA bulk copies on Hopper), whose
   out-of-range rows and columns read as zeros (rows without a 16-byte aligned stride are first
   copied into padded rows, launch.tma_rows); before Hopper, through masked pointer loads.

@@ -1,33 +1,47 @@
 """Launchers: tile configurations (autotuned per D and dtype on a GPU, one small fixed tile under
-TRITON_INTERPRET=1), grids, and the column split that keeps a GPU busy when rows are few."""
+TRITON_INTERPRET=1), grids, the column split that keeps a GPU busy when rows are few, and the
+temperature's two forms. A training step runs them on every call, so they keep their host work
+small: what depends only on D, the dtype or the device is computed once (functools.cache), the
+autotuner's choice is kept per key (TileKernel) and, on a GPU, compiled kernels are launched
+through their cached handles (handles.py)."""
+import functools
 import math
-import os
 import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from . import kernels
+from . import INTERPRET, kernels
+from .handles import TRITON_RELEASE, CompiledKernels
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.0 / math.log(2.0)
+
+
+def cdiv(a, b):
+    """triton.cdiv on the host: Triton's is a constexpr function, about 3 us a call there."""
+    return -(-a // b)
+
+
+def next_power_of_2(n):
+    """The least power of two >= n (1 for n <= 1), as plain integer arithmetic."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 # By input element size: a padded row up to RESIDENT_WIDTH elements stays on chip for a
 # program's life, wider rows stream in STREAM_K steps, and the backward writes its output in
 # chunks of up to MAX_DO columns (one chunk: the column tile serves both of a tile's products).
 # fp32 inputs take narrower ones: tf32x3 splits each operand into two in registers
-# (bench/DECISIONS.md, "Triton kernels from their machine code").
+# (bench/decisions/2026-11-22-triton-machine-code.md).
 RESIDENT_WIDTH = {2: 256, 4: 64}
 STREAM_K = {2: 64, 4: 32}
 MAX_DO = {2: 128, 4: 64}
 SHARED_MEMORY_BYTES = 227 * 1024  # per block on H100 / H200
 
-# The triton release running, and the newest whose machine code bench.static.gpu_static has
-# checked: a newer release is taken to allocate registers as that one does.
-TRITON_RELEASE = tuple(int(part) for part in triton.__version__.split(".")[:2])
+# The newest triton release whose machine code bench.static.gpu_static has checked: a newer
+# release is taken to allocate registers as that one does.
 NEWEST_CHECKED_RELEASE = (3, 9)
 
 
@@ -58,8 +72,9 @@ class RowWidth:
         return {"BLOCK_K": self.block_k, "RESIDENT": self.resident, "BLOCK_DO": self.block_do}
 
 
+@functools.cache
 def row_width(d, element_size):
-    padded = max(16, triton.next_power_of_2(d))
+    padded = max(16, next_power_of_2(d))
     if INTERPRET:  # numpy executes whole tiles: small ones still cover every path
         return RowWidth(padded, True, min(padded, 32)) if padded <= 64 else RowWidth(32, False, 32)
     resident = padded <= RESIDENT_WIDTH[element_size]
@@ -181,12 +196,45 @@ def n_bucket(rows):
     return max(1024, 1 << max(0, rows - 1).bit_length())
 
 
+class TileKernel:
+    """An autotuned tile kernel as the launchers start it. The autotuner tunes a key's first call;
+    its choice is then kept here, so that later calls find their configuration by one lookup
+    instead of the autotuner's per-call Python (its key rebuilt from every argument, its hooks,
+    three merges of the arguments), and start the kernel through CompiledKernels. The key is the
+    autotuner's own (`keys`) and the rows' dtypes (the other tensors are the launchers' own, of
+    fixed dtypes); it only picks the tile: the binary that runs is chosen by the whole
+    specialisation (CompiledKernels)."""
+
+    def __init__(self, autotuner):
+        self.autotuner = autotuner
+        self.kernel = CompiledKernels(autotuner.fn)
+        self.chosen = {}
+
+    def __call__(self, grid, args):
+        """Launches over grid(meta) with the keyword arguments `args`, all but the tile's."""
+        key = (*(args[name] for name in self.autotuner.keys), args["z_ptr"].dtype,
+               args["q_ptr"].dtype if "q_ptr" in args else None)
+        chosen = self.chosen.get(key)
+        if chosen is None:
+            self.autotuner[grid](**args)
+            self.chosen[key] = self.autotuner.best_config.all_kwargs()
+            return
+        args.update(chosen)
+        _set_descriptor_blocks(args)
+        self.kernel.launch(grid(args), (), args)
+
+
 _KEY = ["D", "n_bucket", "SELF_COLUMN", "USE_TMA"]
 _lse_plain = _autotuned("lse_plain", _KEY)
 _lse_symmetric = _autotuned("lse_symmetric", ["D", "n_bucket", "USE_TMA"], ["row_sum_ptr"])
 _grad_plain = _autotuned("grad_plain", _KEY + ["CONTRAST_SIDE"], ["dq_ptr", "dz_ptr"])
 _grad_symmetric = _autotuned("grad_symmetric", _KEY, ["dq_ptr"])
 _grad_columns = _autotuned("grad_columns", _KEY)
+LSE_PLAIN, LSE_SYMMETRIC, GRAD_PLAIN, GRAD_SYMMETRIC, GRAD_COLUMNS = (
+    TileKernel(tuner) for tuner in (_lse_plain, _lse_symmetric, _grad_plain, _grad_symmetric,
+                                    _grad_columns))
+COLUMN_TERMS = CompiledKernels(kernels.column_terms_kernel)
+LSE_MERGE = CompiledKernels(kernels.lse_merge_kernel)
 
 
 def uninitialized(shape, device):
@@ -203,16 +251,21 @@ def _precision(dtype):
 
 def column_splits(rows, cols, sms, min_rows_block=64, min_cols_block=128):
     """How many ways to split the column loop so that about two programs run per SM."""
-    row_blocks = triton.cdiv(rows, min_rows_block)
-    return max(1, min(triton.cdiv(cols, min_cols_block), triton.cdiv(2 * sms, row_blocks)))
+    row_blocks = cdiv(rows, min_rows_block)
+    return max(1, min(cdiv(cols, min_cols_block), cdiv(2 * sms, row_blocks)))
 
 
 def symmetric_splits(n, sms):
     """Column splits of the symmetric forward, for about two programs per SM (a pair of row
     blocks holds nb + 1 tiles, so a split of it still spans many); blocks counted at the
     largest tile, since autotuning picks the tile after this is decided."""
-    nb = triton.cdiv(n, 128)
-    return max(1, min(nb, triton.cdiv(2 * sms, triton.cdiv(nb, 2))))
+    nb = cdiv(n, 128)
+    return max(1, min(nb, cdiv(2 * sms, cdiv(nb, 2))))
+
+
+@functools.cache
+def _multiprocessors(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _splits(device, small, split):
@@ -220,9 +273,10 @@ def _splits(device, small, split):
     exercises the split-and-merge path."""
     if INTERPRET or device.type != "cuda":
         return 1 if small else 2
-    return split(torch.cuda.get_device_properties(device).multi_processor_count)
+    return split(_multiprocessors(device))
 
 
+@functools.cache
 def use_tma(device):
     """Whether the kernels read rows through tensor descriptors: on Hopper or later, and in the
     interpreter (which runs them as plain loads); masked pointer loads elsewhere."""
@@ -238,48 +292,25 @@ def tma_rows(x):
     if x.data_ptr() % 16 == 0 and (x.stride(0) * x.element_size()) % 16 == 0:
         return x
     per_row = 16 // x.element_size()
-    padded = torch.empty(x.shape[0], triton.cdiv(x.shape[1], per_row) * per_row, dtype=x.dtype,
+    padded = torch.empty(x.shape[0], cdiv(x.shape[1], per_row) * per_row, dtype=x.dtype,
                          device=x.device)[:, :x.shape[1]]
     return padded.copy_(x)
 
 
+def _descriptor(x, tma):
+    """x's tensor descriptor (None without tma), its block shape set per configuration
+    (_set_descriptor_blocks)."""
+    return TensorDescriptor(x, list(x.shape), [x.stride(0), 1], [16, 16]) if tma else None
+
+
 def _row_args(q, z, tma, grad):
-    """Descriptor and pointer arguments of the row matrices; the descriptors' block shapes are
-    set per configuration (_set_descriptor_blocks)."""
-    def desc(x):
-        return TensorDescriptor(x, list(x.shape), [x.stride(0), 1], [16, 16]) if tma else None
+    """Descriptor and pointer arguments of the row matrices."""
     if tma:
         q, z = (tma_rows(q), tma_rows(z)) if q is not z else (tma_rows(q),) * 2
+    args = dict(q_desc=_descriptor(q, tma), z_desc=_descriptor(z, tma), q_ptr=q, z_ptr=z)
     if grad:
-        return dict(q_desc=desc(q), z_desc=desc(z), qo_desc=desc(q), zo_desc=desc(z), q_ptr=q,
-                    z_ptr=z)
-    return dict(q_desc=desc(q), z_desc=desc(z), q_ptr=q, z_ptr=z)
-
-
-# Every tile's column block divides this, so the column terms padded to it load without masks.
-TERMS_PADDING = 128
-ZERO_BLOCK = 1024  # fp32 a column-terms program zeroes per step (8 per thread at 4 warps)
-
-
-def column_terms(scale, inv_t, bias, coef=None, zeroed=None, temperature=None):
-    """[N padded, 4] fp32 per-column terms of the tiles (kernels._column_terms): r log2(e)/t;
-    `bias`, which the FFMA finishing a logit adds (-inf past the last column), or with `coef`,
-    coef r instead (0 past it); r; and a zero that makes each column 16 bytes. Padding columns
-    give every tile past the end zero terms. One kernel writes them all
-    (kernels.column_terms_kernel), and sets `zeroed` (a contiguous fp32 tensor: the tile kernel's
-    accumulator) to 0 on the way, which saves that buffer a zero-fill launch of its own.
-    `temperature`: log2(e)/t from it on the device where it holds t (temperature_source)."""
-    n = scale.shape[0]
-    padded = triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING
-    terms = torch.empty(padded, 4, dtype=torch.float32, device=scale.device)
-    temperature, inv_t, in_memory = temperature_source(temperature, inv_t, scale)
-    kernels.column_terms_kernel[(padded // TERMS_PADDING,)](
-        scale, scale if coef is None else coef, terms, terms if zeroed is None else zeroed,
-        temperature, n, 0 if zeroed is None else zeroed.numel(), _fp32(inv_t * LOG2E),
-        0.0 if coef is not None else _fp32(bias), *_LOG2E_PAIR, HAS_COEF=coef is not None,
-        ZEROES=zeroed is not None, TEMPERATURE_IN_MEMORY=in_memory, BLOCK=TERMS_PADDING,
-        ZERO_BLOCK=ZERO_BLOCK)
-    return dict(terms_ptr=terms)
+        args.update(qo_desc=_descriptor(q, tma), zo_desc=_descriptor(z, tma))
+    return args
 
 
 def _fp32(x):
@@ -298,60 +329,95 @@ def float32_pair(x):
     return hi, _fp32(x - hi)
 
 
-def temperature_source(temperature, inv_t, placeholder):
-    """How a kernel gets 1/t: (the tensor its temperature_ptr points at, the inv_t it takes,
-    its TEMPERATURE_IN_MEMORY). A non-empty temperature ([1] float64, left unread by the core)
-    is read on the device and inv_t goes as 0; None or an empty one (the ops' schemas have no
-    optional tensors) sends 1/t as inv_t, and the pointer is a placeholder the kernel never
-    reads. The core never leaves t unread for the symmetric schedule, whose fixed shift needs
-    its value on the host."""
-    in_memory = temperature is not None and temperature.numel() > 0
-    return (temperature if in_memory else placeholder), 0.0 if in_memory else float(inv_t), in_memory
+_LOG2E_PAIR = float32_pair(LOG2E)
+
+
+class Temperature(NamedTuple):
+    """1/t as the kernels take it, resolved once per op call (temperature_of): `pointer`, the
+    tensor a kernel's temperature_ptr points at; `inv_t`, the number it takes (0 when t is in
+    memory); `in_memory`, its TEMPERATURE_IN_MEMORY."""
+    pointer: torch.Tensor
+    inv_t: float
+    in_memory: bool
+
+
+def temperature_of(temperature, inv_t, placeholder):
+    """The op's two forms of the temperature as one Temperature. A non-empty temperature ([1]
+    float64, left unread by the core) is read on the device and inv_t goes as 0; an empty one
+    (the ops' schemas have no optional tensors) sends 1/t as inv_t, and the pointer is
+    `placeholder`, which the kernel never reads. The core never leaves t unread for the
+    symmetric schedule, whose fixed shift needs its value on the host."""
+    if temperature.numel() > 0:
+        return Temperature(temperature, 0.0, True)
+    return Temperature(placeholder, float(inv_t), False)
+
+
+# Every tile's column block divides this, so the column terms padded to it load without masks.
+TERMS_PADDING = 128
+ZERO_BLOCK = 1024  # fp32 a column-terms program zeroes per step (8 per thread at 4 warps)
+
+
+def column_terms(scale, temperature, bias, coef=None, zeroed=None):
+    """[N padded, 4] fp32 per-column terms of the tiles (kernels._column_terms): r log2(e)/t;
+    `bias`, which the FFMA finishing a logit adds (-inf past the last column), or with `coef`,
+    coef r instead (0 past it); r; and a zero that makes each column 16 bytes. Padding columns
+    give every tile past the end zero terms. One kernel writes them all
+    (kernels.column_terms_kernel), and sets `zeroed` (a contiguous fp32 tensor: the tile kernel's
+    accumulator) to 0 on the way, which saves that buffer a zero-fill launch of its own.
+    `temperature`: a Temperature (log2(e)/t read on the device where it holds t in memory)."""
+    n = scale.shape[0]
+    padded = cdiv(n, TERMS_PADDING) * TERMS_PADDING
+    terms = torch.empty(padded, 4, dtype=torch.float32, device=scale.device)
+    COLUMN_TERMS[(padded // TERMS_PADDING,)](
+        scale, scale if coef is None else coef, terms, terms if zeroed is None else zeroed,
+        temperature.pointer, n, 0 if zeroed is None else zeroed.numel(),
+        _fp32(temperature.inv_t * LOG2E), 0.0 if coef is not None else _fp32(bias), *_LOG2E_PAIR,
+        HAS_COEF=coef is not None, ZEROES=zeroed is not None,
+        TEMPERATURE_IN_MEMORY=temperature.in_memory, BLOCK=TERMS_PADDING, ZERO_BLOCK=ZERO_BLOCK)
+    return terms
 
 
 def _common(q, tma, rows):
+    """The arguments every tile kernel takes about its rows."""
     return dict(D=q.shape[1], stride=q.stride(0), n_bucket=n_bucket(rows), USE_TMA=tma,
                 PRECISION=_precision(q.dtype), **row_width(q.shape[1], q.element_size()).meta())
 
 
-def lse_plain(q, z, q_scale, z_scale, inv_t, self_offset, temperature=None):
+def lse_plain(q, z, q_scale, z_scale, temperature, self_offset):
     """float64 log-sum-exp per anchor with an online maximum (any layout, any scale);
-    self_offset >= 0: anchor i never sees row self_offset + i of z; `temperature`: as
-    column_terms'."""
+    self_offset >= 0: anchor i never sees row self_offset + i of z; `temperature`: a
+    Temperature."""
     m, n = q.shape[0], z.shape[0]
     splits = _splits(q.device, n <= 64, lambda sms: column_splits(m, n, sms))
     part_max = uninitialized((splits, m), q.device)
     part_sum = uninitialized((splits, m), q.device)
     tma = use_tma(q.device)
-    meta = _common(q, tma, m)
-    meta.pop("BLOCK_DO")
-    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), splits)  # noqa: E731
-    _lse_plain[grid](**_row_args(q, z, tma, False), rq_ptr=q_scale,
-                     **column_terms(z_scale, inv_t, 0.0, temperature=temperature),
-                     part_max_ptr=part_max,
-                     part_sum_ptr=part_sum, M=m, N=n, self_offset=max(self_offset, 0),
-                     num_splits=splits, SELF_COLUMN=self_offset >= 0, **meta)
+    args = _row_args(q, z, tma, False)
+    args.update(_common(q, tma, m), rq_ptr=q_scale,
+                terms_ptr=column_terms(z_scale, temperature, 0.0), part_max_ptr=part_max,
+                part_sum_ptr=part_sum, M=m, N=n, self_offset=max(self_offset, 0),
+                num_splits=splits, SELF_COLUMN=self_offset >= 0)
+    del args["BLOCK_DO"]
+    LSE_PLAIN(lambda meta: (cdiv(m, meta["BLOCK_M"]), splits), args)
     return merge_lse(part_max, part_sum, m, splits)  # -inf: an anchor with no column
 
 
 MERGE_BLOCK = 256
-_LOG2E_PAIR = float32_pair(LOG2E)
 
 
 def merge_lse(part_max, part_sum, m, splits, fixed_shift=None):
     """float64 [m] log-sum-exp from the splits' partial maxima and sums (kernels.lse_merge_kernel);
     with fixed_shift, the sums alone (part_max unread)."""
     lse = torch.empty(m, dtype=torch.float64, device=part_sum.device)
-    kernels.lse_merge_kernel[(triton.cdiv(m, MERGE_BLOCK),)](
+    LSE_MERGE[(cdiv(m, MERGE_BLOCK),)](
         part_max, part_sum, lse, m, splits, 0.0 if fixed_shift is None else fixed_shift,
-        *_LOG2E_PAIR, FIXED_SHIFT=fixed_shift is not None,
-        BLOCK=MERGE_BLOCK)
+        *_LOG2E_PAIR, FIXED_SHIFT=fixed_shift is not None, BLOCK=MERGE_BLOCK)
     return lse
 
 
 def symmetric_grid(n, block, splits):
     """Programs of the symmetric forward: row blocks paired (p, nb - 1 - p), times splits."""
-    return (triton.cdiv(triton.cdiv(n, block), 2), splits)
+    return (cdiv(cdiv(n, block), 2), splits)
 
 
 def lse_symmetric(z, scale, inv_t):
@@ -359,18 +425,19 @@ def lse_symmetric(z, scale, inv_t):
     n = z.shape[0]
     # Padded like the column terms, so that no tile's adds need a mask; the column terms'
     # kernel zeroes it.
-    row_sum = torch.empty(triton.cdiv(n, TERMS_PADDING) * TERMS_PADDING, dtype=torch.float32,
+    row_sum = torch.empty(cdiv(n, TERMS_PADDING) * TERMS_PADDING, dtype=torch.float32,
                           device=z.device)
     splits = _splits(z.device, n <= 64, lambda sms: symmetric_splits(n, sms))
     tma = use_tma(z.device)
-    meta = _common(z, tma, n)
-    meta.pop("BLOCK_DO")
-    args = _row_args(z, z, tma, False)
-    grid = lambda meta: symmetric_grid(n, meta["BLOCK"], splits)  # noqa: E731
     shift2 = _fp32(inv_t * LOG2E)
-    _lse_symmetric[grid](z_desc=args["z_desc"], z_ptr=z,
-                         **column_terms(scale, inv_t, -shift2, zeroed=row_sum),
-                         row_sum_ptr=row_sum, N=n, num_splits=splits, **meta)
+    z = tma_rows(z) if tma else z
+    args = _common(z, tma, n)
+    del args["BLOCK_DO"]
+    args.update(z_desc=_descriptor(z, tma), z_ptr=z,
+                terms_ptr=column_terms(scale, Temperature(scale, inv_t, False), -shift2,
+                                       zeroed=row_sum),
+                row_sum_ptr=row_sum, N=n, num_splits=splits)
+    LSE_SYMMETRIC(lambda meta: symmetric_grid(n, meta["BLOCK"], splits), args)
     return merge_lse(row_sum, row_sum, n, 1, fixed_shift=shift2)
 
 
@@ -382,14 +449,20 @@ def _base2_split(lse_hi, lse_lo):
     return hi.contiguous(), lo.contiguous()
 
 
-def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset, deterministic,
-               temperature=None):
+def _temperature_args(temperature):
+    """grad_rows_kernel's temperature arguments: log2(e)/t read from memory where the
+    Temperature holds t there, else scale_log2 as given."""
+    return dict(temperature_ptr=temperature.pointer, log2e_hi=_LOG2E_PAIR[0],
+                log2e_lo=_LOG2E_PAIR[1], TEMPERATURE_IN_MEMORY=temperature.in_memory)
+
+
+def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, temperature, self_offset,
+               deterministic):
     """(dq, dz) softmax parts w.r.t. unit rows; coef_i = g_i / t. Without `deterministic`, the
     contrast side is added by atomics from the same tiles; with it, a second kernel recomputes
-    the tiles column-wise and no atomics are used. `temperature`: as column_terms' (not with
-    `deterministic`, whose column kernel takes 1/t as a number)."""
-    _, scale_inv_t, in_memory = temperature_source(temperature, inv_t, None)
-    assert not (in_memory and deterministic)
+    the tiles column-wise and no atomics are used. `temperature`: a Temperature (not in memory
+    with `deterministic`, whose column kernel takes 1/t as a number)."""
+    assert not (temperature.in_memory and deterministic)
     m, n, d = q.shape[0], z.shape[0], q.shape[1]
     dq = torch.zeros(m, d, dtype=torch.float32, device=q.device)
     dz = torch.zeros(n, d, dtype=torch.float32, device=q.device)
@@ -397,28 +470,19 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
     splits = 1 if deterministic else _splits(q.device, n <= 64,
                                               lambda sms: column_splits(m, n, sms))
     tma = use_tma(q.device)
-    meta = _common(q, tma, m)
-    args = dict(**_row_args(q, z, tma, True), rq_ptr=q_scale,
-                **column_terms(z_scale, inv_t, 0.0, temperature=temperature),
-                lse2_hi_ptr=lse2_hi, lse2_lo_ptr=lse2_lo, coef_ptr=coef, M=m, N=n,
-                scale_log2=scale_inv_t * LOG2E,
-                self_offset=max(self_offset, 0), SELF_COLUMN=self_offset >= 0, **meta)
-    grid = lambda meta: (triton.cdiv(m, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
-    _grad_plain[grid](**args, dq_ptr=dq, dz_ptr=dz, num_splits=splits,
-                      **_temperature_args(temperature, q_scale), CONTRAST_SIDE=not deterministic,
-                      SYMMETRIC=False)
+    shared = _row_args(q, z, tma, True)
+    shared.update(_common(q, tma, m), rq_ptr=q_scale,
+                  terms_ptr=column_terms(z_scale, temperature, 0.0), lse2_hi_ptr=lse2_hi,
+                  lse2_lo_ptr=lse2_lo, coef_ptr=coef, M=m, N=n,
+                  scale_log2=temperature.inv_t * LOG2E, self_offset=max(self_offset, 0),
+                  SELF_COLUMN=self_offset >= 0)
+    rows = dict(shared, dq_ptr=dq, dz_ptr=dz, num_splits=splits, CONTRAST_SIDE=not deterministic,
+                SYMMETRIC=False, **_temperature_args(temperature))
+    GRAD_PLAIN(lambda meta: (cdiv(m, meta["BLOCK_M"]), cdiv(d, meta["BLOCK_DO"]), splits), rows)
     if deterministic:
-        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(d, meta["BLOCK_DO"]))  # noqa: E731
-        _grad_columns[grid](**args, dz_ptr=dz)
+        GRAD_COLUMNS(lambda meta: (cdiv(n, meta["BLOCK_N"]), cdiv(d, meta["BLOCK_DO"])),
+                     dict(shared, dz_ptr=dz))
     return dq, dz
-
-
-def _temperature_args(temperature, placeholder):
-    """grad_rows_kernel's temperature arguments: read log2(e)/t from `temperature` where it
-    holds t, else take scale_log2 (temperature_source)."""
-    pointer, _, in_memory = temperature_source(temperature, 0.0, placeholder)
-    return dict(temperature_ptr=pointer, log2e_hi=_LOG2E_PAIR[0], log2e_lo=_LOG2E_PAIR[1],
-                TEMPERATURE_IN_MEMORY=in_memory)
 
 
 def grad_symmetric(z, scale, coef, inv_t, deterministic):
@@ -431,13 +495,15 @@ def grad_symmetric(z, scale, coef, inv_t, deterministic):
     splits = 1 if deterministic else _splits(z.device, n <= 64,
                                               lambda sms: column_splits(n, n, sms))
     tma = use_tma(z.device)
-    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_M"]), triton.cdiv(d, meta["BLOCK_DO"]), splits)  # noqa: E731
-    _grad_symmetric[grid](**_row_args(z, z, tma, True), rq_ptr=scale,
-                          **column_terms(scale, inv_t, None, coef,
-                                         zeroed=dz if splits > 1 else None),
-                          lse2_hi_ptr=coef, lse2_lo_ptr=coef, coef_ptr=coef, dq_ptr=dz, dz_ptr=dz,
-                          M=n, N=n, scale_log2=inv_t * LOG2E, self_offset=0, num_splits=splits,
-                          **_temperature_args(None, scale), SELF_COLUMN=True,
-                          CONTRAST_SIDE=False, SYMMETRIC=True,
-                          **_common(z, tma, n))
+    host = Temperature(scale, inv_t, False)
+    args = _row_args(z, z, tma, True)
+    args.update(_common(z, tma, n), rq_ptr=scale,
+                terms_ptr=column_terms(scale, host, None, coef,
+                                       zeroed=dz if splits > 1 else None),
+                lse2_hi_ptr=coef, lse2_lo_ptr=coef, coef_ptr=coef, dq_ptr=dz, dz_ptr=dz, M=n, N=n,
+                scale_log2=inv_t * LOG2E, self_offset=0, num_splits=splits,
+                **_temperature_args(host), SELF_COLUMN=True, CONTRAST_SIDE=False,
+                SYMMETRIC=True)
+    GRAD_SYMMETRIC(lambda meta: (cdiv(n, meta["BLOCK_M"]), cdiv(d, meta["BLOCK_DO"]), splits),
+                   args)
     return dz

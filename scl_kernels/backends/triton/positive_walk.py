@@ -1,4 +1,4 @@
-"""The positive walk of the focal loss (/work/notes/focal-spec.md, "The positive walk") in Triton:
+"""The positive walk of the focal loss (docs/MATH.md, section 9, "The positive walk") in Triton:
 per anchor, the sum over its positive pairs of u^gamma x (forward) or of hterm, and the pairs'
 gradient w.r.t. the unit rows of both sides (backward), with u = 1 - pi and x = lse - s.
 
@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from . import kernels, launch
+from .handles import CompiledKernels
 from .tiles import _operands
 
 LN2 = tl.constexpr(math.log(2.0))
@@ -175,6 +176,8 @@ def walk_contrast_kernel(q_desc, z_desc, qo_desc, q_ptr, z_ptr, rq_ptr, rz_ptr, 
              mask=col_exists[:, None] & (douts < D)[None, :])
 
 
+WALK_ANCHORS = CompiledKernels(walk_anchors_kernel)
+WALK_CONTRAST = CompiledKernels(walk_contrast_kernel)
 # Blocks of the two walks, fixed rather than autotuned: the walk visits only the positive blocks,
 # a small share of the softmax tiles' work. The per-pair terms hold more registers than a softmax
 # tile, so the tiles are narrower than kernels.py's and the output chunks at most WALK_MAX_DO
@@ -264,12 +267,12 @@ def positive_walk(q, z, q_inv_norm, z_inv_norm, inv_t, self_offset, anchor_class
                 SELF_COLUMN=self_offset >= 0, USE_TMA=tma, PRECISION=launch._precision(q.dtype),
                 **width.meta())
     empty = torch.empty(0, dtype=torch.float32, device=q.device)
-    chunks = triton.cdiv(d, width.block_do) if backward else 1
+    chunks = launch.cdiv(d, width.block_do) if backward else 1
     per_anchor = launch.uninitialized((m,), q.device)
     dq = launch.uninitialized((m, d), q.device) if backward else empty
     anchor_lo, anchor_hi = _segments(contrast_sorted, anchor_sorted)
     launch._set_descriptor_blocks({**args, **anchor_tile.meta(walk_anchors_kernel)})
-    walk_anchors_kernel[(triton.cdiv(m, anchor_tile.block_m), chunks)](
+    WALK_ANCHORS[(launch.cdiv(m, anchor_tile.block_m), chunks)](
         **{k: v for k, v in args.items() if k != "qo_desc"}, segment_lo_ptr=anchor_lo,
         segment_hi_ptr=anchor_hi, loss_ptr=per_anchor, hterm_ptr=per_anchor,
         dq_ptr=dq if backward else per_anchor, BACKWARD=backward,
@@ -280,7 +283,7 @@ def positive_walk(q, z, q_inv_norm, z_inv_norm, inv_t, self_offset, anchor_class
     dz = launch.uninitialized((n, d), q.device)
     contrast_lo, contrast_hi = _segments(anchor_sorted, contrast_sorted)
     launch._set_descriptor_blocks({**args, **contrast_tile.meta(walk_contrast_kernel)})
-    walk_contrast_kernel[(triton.cdiv(n, contrast_tile.block_n), chunks)](
+    WALK_CONTRAST[(launch.cdiv(n, contrast_tile.block_n), chunks)](
         **{k: v for k, v in args.items() if k != "zo_desc"}, segment_lo_ptr=contrast_lo,
         segment_hi_ptr=contrast_hi, dz_ptr=dz, **contrast_tile.meta(walk_contrast_kernel),
         num_warps=contrast_tile.warps, num_stages=contrast_tile.stages)

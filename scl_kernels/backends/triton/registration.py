@@ -5,7 +5,7 @@ what makes torch.ops.scl.supcon_triton runnable: scl_kernels.backends.triton.loa
 does."""
 import torch
 
-from . import TRITON_CPU_NEEDS_INTERPRETER, triton_interpreter_enabled
+from . import INTERPRET, TRITON_CPU_NEEDS_INTERPRETER
 from .anchor_losses import anchor_losses
 from .anchor_weights import anchor_weights
 from .backward_assembly import assemble_backward
@@ -17,14 +17,13 @@ from .tiles import grad_tiles, lse_tiles
 _library = torch.library.Library("scl", "IMPL")
 
 
-def _on_cpu(fn):
-    def run(*args):
-        if not triton_interpreter_enabled():
-            raise ValueError(TRITON_CPU_NEEDS_INTERPRETER)
-        return fn(*args)
-    return run
+def _refused_on_cpu(*args):
+    raise ValueError(TRITON_CPU_NEEDS_INTERPRETER)
 
 
+# On CPU tensors the kernels run only in Triton's interpreter, chosen once for the process: the
+# kernels themselves serve CPU calls there (no wrapper on the shared core's every crossing), an
+# error otherwise.
 for _name, _fn in (("supcon_triton_lse_tiles", lse_tiles), ("supcon_triton_grad_tiles", grad_tiles),
                    ("hard_pairs_triton", hard_pairs),
                    ("supcon_triton_positive_walk", positive_walk),
@@ -33,7 +32,7 @@ for _name, _fn in (("supcon_triton_lse_tiles", lse_tiles), ("supcon_triton_grad_
                    ("supcon_triton_assemble_backward", assemble_backward),
                    ("supcon_triton_prepare_rows", prepare_rows)):
     _library.impl(_name, _fn, "CUDA")
-    _library.impl(_name, _on_cpu(_fn), "CPU")
+    _library.impl(_name, _fn if INTERPRET else _refused_on_cpu, "CPU")
 
 
 def _host_may_wait(like):

@@ -10,6 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .handles import CompiledKernels
+from .launch import cdiv, next_power_of_2
 from .tiles import kernel_rows
 
 BLOCK_R = 32
@@ -95,6 +97,9 @@ def prepare_rows_kernel(x_ptr, labels_ptr, sorted_ptr, inv_norm_ptr, class_ptr, 
         add_rows_to_classes(class_sums_ptr, x_ptr, rows, valid, classes, scale, D, BLOCK_D)
 
 
+PREPARE_ROWS = CompiledKernels(prepare_rows_kernel)
+
+
 def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_sums,
                  check_values, mean_sums):
     """(inv_norm [R] float32, row_class [R] int64, num_positives [R] int64, class_sums [n, d]
@@ -116,10 +121,10 @@ def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_su
     non_finite = zeroed[sums_size:sums_size + (1 if check_values else 0)].view(torch.int32)
     means = zeroed[mean_at:].view(torch.float64)
     # Sums not asked for get a placeholder pointer: their constexpr flag keeps the kernel off it.
-    prepare_rows_kernel[(triton.cdiv(r, BLOCK_R),)](
+    PREPARE_ROWS[(cdiv(r, BLOCK_R),)](
         rows, labels.contiguous(), sorted_labels.contiguous(), inv_norm, row_class, positives,
         sums if class_sums else inv_norm, non_finite if check_values else row_class, r, d, n,
         n.bit_length(), NORMALIZE=normalize, SELF_IN_CLASS=self_in_class, CLASS_SUMS=class_sums,
         CHECK_VALUES=check_values, BLOCK_R=BLOCK_R,
-        BLOCK_D=min(MAX_BLOCK_D, triton.next_power_of_2(d)))
+        BLOCK_D=min(MAX_BLOCK_D, next_power_of_2(d)))
     return inv_norm, row_class, positives, sums, non_finite, means

@@ -1,6 +1,9 @@
-"""The Triton tile kernels of scl::supcon_triton: what csrc/triton/supcon_triton.cpp calls for the
-two tiled steps (csrc/core/tile_kernels.h) through the ops scl::supcon_triton_lse_tiles and
-scl::supcon_triton_grad_tiles. Everything else of the op is the shared C++ core.
+"""The two tiled steps of the shared core (csrc/core/tile_kernels.h) on the Triton backend: the
+ops scl::supcon_triton_lse_tiles (the log-sum-exp per anchor) and scl::supcon_triton_grad_tiles
+(the softmax part of the gradient), which csrc/triton/supcon_triton.cpp calls, each choosing the
+symmetric or the plain schedule's launchers (launch.py). The O(N D) stages around them are the
+other modules' ops (row_preparation.py, anchor_losses.py, anchor_weights.py,
+backward_assembly.py).
 """
 import torch
 
@@ -26,7 +29,8 @@ def lse_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, sym
     q, z, q_scale, z_scale = _operands(q, z, q_inv_norm, z_inv_norm)
     if symmetric:
         return launch.lse_symmetric(z, z_scale, inv_t)
-    return launch.lse_plain(q, z, q_scale, z_scale, inv_t, self_offset, temperature)
+    return launch.lse_plain(q, z, q_scale, z_scale,
+                            launch.temperature_of(temperature, inv_t, q_scale), self_offset)
 
 
 def grad_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric, coef,
@@ -37,5 +41,6 @@ def grad_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, sy
     if symmetric:
         dz = launch.grad_symmetric(z, z_scale, coef, inv_t, deterministic)
         return dz.new_empty((0,)), dz
-    return launch.grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, inv_t, self_offset,
-                             deterministic, temperature)
+    return launch.grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo,
+                             launch.temperature_of(temperature, inv_t, q_scale), self_offset,
+                             deterministic)

@@ -1,0 +1,85 @@
+"""Compiled Triton kernels launched through their cached handles instead of the JIT's per-call
+dispatch: on a GPU, under the triton releases whose launch path this repeats.
+
+On every call the JIT (triton/runtime/jit.py, JITFunction.run, read in triton 3.6) binds the
+arguments and computes their specialisation with its generated binder (each tensor's dtype and
+16-byte alignment, each integer's width, divisibility by 16 and whether it is 1, the constexprs'
+values, each tensor descriptor's dtype and block shape), turns that and the options into a string
+key, looks the compiled kernel up, checks the globals the kernel read, asks for launch metadata
+and calls the kernel's launcher. CompiledKernels keeps the binder, Triton's own, so that the
+binary a call runs is exactly the one the JIT would choose, and keeps each kernel under the
+binder's specialisation and options as a tuple; a hit calls the launcher as the JIT does. The
+first call of each specialisation, and everything this was not written for, goes through the
+JIT: another triton release, the interpreter (which has no compiled kernels), launch or pre-run
+hooks (a profiler's, for one), a device the JIT has not launched on yet, a kernel compiled
+asynchronously, a changed global.
+"""
+import triton
+from triton import knobs
+from triton.compiler import CompiledKernel
+from triton.runtime.driver import driver
+from triton.runtime.jit import JITFunction
+
+from . import INTERPRET
+
+# The releases whose JITFunction.run `launch` repeats, checked against their source: the binder
+# at device_caches[device][4] returning (bound arguments, specialisation, options), the options
+# `debug` and `instrumentation_mode` set before binding, and the launcher's arguments.
+VERIFIED_RELEASES = {(3, 6)}
+TRITON_RELEASE = tuple(int(part) for part in triton.__version__.split(".")[:2])  # the one running
+_MISSING = object()
+
+
+class CompiledKernels:
+    """The compiled kernels of one jit function by specialisation; `launch` starts one."""
+
+    def __init__(self, fn, release=TRITON_RELEASE):
+        self.fn = fn
+        self.usable = not INTERPRET and release in VERIFIED_RELEASES and isinstance(fn, JITFunction)
+        self.by_specialisation = {}
+
+    def __getitem__(self, grid):
+        """kernel[grid](*args, **kwargs), as for a jit function; grid a tuple."""
+        if not self.usable:
+            return self.fn[grid]
+        return lambda *args, **kwargs: self.launch(grid, args, kwargs)
+
+    def launch(self, grid, args, kwargs):
+        """Starts the kernel over `grid` (a tuple) with positional `args` and keyword `kwargs`
+        (the dict is the caller's to give: the options are added to it); returns what the JIT's
+        launch returns."""
+        if not self.usable or not self._cached_path_applies():
+            return self.fn[grid](*args, **kwargs)
+        device = driver.active.get_current_device()
+        caches = self.fn.device_caches.get(device)  # a defaultdict: get() creates nothing
+        if caches is None:
+            return self.fn[grid](*args, **kwargs)
+        kwargs["debug"] = kwargs.get("debug", self.fn.debug) or knobs.runtime.debug
+        kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+        bound, specialisation, options = caches[4](*args, **kwargs)
+        key = (device, tuple(specialisation), tuple(options.items()))
+        kernel = self.by_specialisation.get(key)
+        if kernel is None or not self._globals_unchanged():
+            kernel = self.fn[grid](*args, **kwargs)
+            if isinstance(kernel, CompiledKernel):
+                self.by_specialisation[key] = kernel
+            return kernel
+        launcher = kernel.run  # loads the binary on first use, as the JIT's launch does
+        grid = (*grid, 1, 1)
+        launcher(grid[0], grid[1], grid[2], driver.active.get_current_stream(device),
+                 kernel.function, kernel.packed_metadata, None, None, None, *bound.values())
+        return kernel
+
+    def _cached_path_applies(self):
+        """No launch hooks and no pre-run hooks. The launch hooks are chains (knobs.HookChain)
+        that the JIT hands the launcher with launch metadata built for them; while a chain
+        holds no hook, calling it does nothing, and the launcher given None calls nothing."""
+        runtime = knobs.runtime
+        return not (runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls
+                    or self.fn.pre_run_hooks)
+
+    def _globals_unchanged(self):
+        """The JIT's check that the globals the kernel read at compile time still hold; where
+        one does not, the JIT's path raises its error."""
+        return all(scope.get(name, _MISSING) == value
+                   for (name, _), (value, scope) in self.fn.used_global_vals.items())
