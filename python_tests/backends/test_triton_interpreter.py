@@ -55,7 +55,7 @@ def test_deterministic_mode(layout, randn, randint, monkeypatch, reproducible):
 
 def test_triton_op_without_interpreter_is_a_clear_error(randn, randint, monkeypatch):
     import scl_kernels.backends.triton as triton_backend
-    monkeypatch.setattr(triton_backend, "INTERPRET", False)
+    monkeypatch.setattr(triton_backend, "_interpret", False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET"):
         scl_kernels.supcon_loss(randn(8, 4), randint(0, 2, (8,)), backend="triton")
 
@@ -185,8 +185,9 @@ def test_compiled_kernels_reuse_a_binary_only_for_the_same_specialisation(monkey
         compiled.append(kernel)
         return kernel
     monkeypatch.setattr(jit, "run", jit_run)
+    assert not handles.CompiledKernels(kernels.lse_merge_kernel).usable  # interpreted
     kernel = handles.CompiledKernels(jit)
-    kernel.usable = True  # under the interpreter it never is
+    assert kernel.usable
     parts, lse = torch.zeros(2, 64), torch.zeros(64, dtype=torch.float64)
 
     def call(part_max, m, fixed_shift=False):

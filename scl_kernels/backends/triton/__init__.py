@@ -29,13 +29,18 @@ TRITON_CPU_NEEDS_INTERPRETER = ("backend='triton' runs CPU tensors only in Trito
                                 "tensors")
 
 
-# Triton chooses its interpreter or its compiler from this variable when it decorates the kernels,
-# which happens once: read once, here, so that every check and launcher agrees with that choice.
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+# Triton chooses its interpreter or its compiler from TRITON_INTERPRET when it decorates the
+# kernels (when the backend loads). It is read here only, once, at the first question (test
+# support sets it after importing scl_kernels, before any call), so that every check and launcher
+# agrees; registration.py refuses to load kernels that Triton decorated otherwise.
+_interpret = None
 
 
 def triton_interpreter_enabled() -> bool:
-    return INTERPRET
+    global _interpret
+    if _interpret is None:
+        _interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    return _interpret
 
 
 _triton_loaded = False

@@ -20,7 +20,6 @@ from triton.compiler import CompiledKernel
 from triton.runtime.driver import driver
 from triton.runtime.jit import JITFunction
 
-from . import INTERPRET
 
 # The releases whose JITFunction.run `launch` repeats, checked against their source: the binder
 # at device_caches[device][4] returning (bound arguments, specialisation, options), the options
@@ -35,7 +34,7 @@ class CompiledKernels:
 
     def __init__(self, fn, release=TRITON_RELEASE):
         self.fn = fn
-        self.usable = not INTERPRET and release in VERIFIED_RELEASES and isinstance(fn, JITFunction)
+        self.usable = isinstance(fn, JITFunction) and release in VERIFIED_RELEASES
         self.by_specialisation = {}
 
     def __getitem__(self, grid):

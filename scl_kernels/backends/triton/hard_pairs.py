@@ -13,9 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import INTERPRET
 from .handles import CompiledKernels
-from .launch import _precision, cdiv
+from .launch import INTERPRET, _precision, cdiv
 from .tiles import KERNEL_DTYPES
 
 NORM_EPS = 1e-12  # as torch.nn.functional.normalize

@@ -14,9 +14,10 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from . import INTERPRET, kernels
+from . import kernels, triton_interpreter_enabled
 from .handles import TRITON_RELEASE, CompiledKernels
 
+INTERPRET = triton_interpreter_enabled()
 LOG2E = 1.0 / math.log(2.0)
 
 

@@ -4,8 +4,9 @@ interpreter, CPU) kernels of the ops that csrc/triton/supcon_triton.cpp calls. I
 what makes torch.ops.scl.supcon_triton runnable: scl_kernels.backends.triton.load_triton_backend
 does."""
 import torch
+from triton.runtime.interpreter import InterpretedFunction
 
-from . import INTERPRET, TRITON_CPU_NEEDS_INTERPRETER
+from . import TRITON_CPU_NEEDS_INTERPRETER, triton_interpreter_enabled
 from .anchor_losses import anchor_losses
 from .anchor_weights import anchor_weights
 from .backward_assembly import assemble_backward
@@ -13,6 +14,14 @@ from .hard_pairs import hard_pairs
 from .positive_walk import positive_walk
 from .row_preparation import prepare_rows
 from .tiles import grad_tiles, lse_tiles
+
+from .kernels import lse_merge_kernel
+
+INTERPRET = triton_interpreter_enabled()
+if isinstance(lse_merge_kernel, InterpretedFunction) != INTERPRET:
+    raise RuntimeError("TRITON_INTERPRET changed between scl_kernels' first look at it and "
+                       "triton's compiling or interpreting the kernels: set it before importing "
+                       "scl_kernels")
 
 _library = torch.library.Library("scl", "IMPL")
 
