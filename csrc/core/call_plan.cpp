@@ -31,23 +31,23 @@ bool host_may_wait(const TileKernels& kernels, const at::Tensor& like) {
   return !kernels.host_may_wait || kernels.host_may_wait(like);
 }
 
-// Where the temperature comes from. A tensor on the GPU stays unread wherever the fused stages
-// serve (float32 compute, no float64 rows; the SupCon loss; reproducible results not asked for),
-// eager calls and captured ones alike, so that a warm-up takes the path a capture will; so does
-// any tensor under TestHooks::temperature_in_memory, which lets CPU tests take that path.
+// Whether the temperature stays in memory. A tensor on the GPU stays unread wherever the fused
+// stages serve (float32 compute, no float64 rows; the SupCon loss; reproducible results not asked
+// for), eager calls and captured ones alike, so that a warm-up takes the path a capture will; so
+// does any tensor under TestHooks::temperature_in_memory, which lets CPU tests take that path.
 // Elsewhere a GPU temperature is read, which a capture cannot do: `unreadable` then.
-TemperatureSource temperature_source(const TileKernels& kernels, const SupConArgs& a,
-                                     bool deterministic, bool& unreadable) {
+bool temperature_stays_in_memory(const TileKernels& kernels, const SupConArgs& a,
+                                 bool deterministic, bool& unreadable) {
   unreadable = false;
-  if (!kernels.reads_temperature) return TemperatureSource::kHostValue;  // read in place
+  if (!kernels.reads_temperature) return false;  // a CPU backend: a host tensor, read in place
   const bool forced = test_hooks().temperature_in_memory;
-  if (!forced && a.temperature.is_cpu()) return TemperatureSource::kHostValue;
+  if (!forced && a.temperature.is_cpu()) return false;
   const bool fused = kernels.prepare_rows && kernels.anchor_weights &&
                      a.features.scalar_type() != at::kDouble && a.focal_gamma == 0 &&
                      !deterministic;
-  if (fused) return TemperatureSource::kDeviceMemory;
+  if (fused) return true;
   unreadable = forced || !host_may_wait(kernels, a.features);
-  return TemperatureSource::kHostValue;
+  return false;
 }
 
 // Single set with every row an anchor is symmetric (S = S^T); its fixed shift is exact only for
@@ -59,8 +59,9 @@ Schedule schedule_for(const CallPlan& plan, const TileKernels& kernels, const Su
       !a.contrast.has_value() && a.num_anchors == a.features.size(0);
   // A temperature left unread has no known range: the plain schedule serves any.
   const bool symmetric =
-      all_rows_anchors && a.normalize && plan.temperature == TemperatureSource::kHostValue &&
-      fixed_shift_is_safe(plan.inv_t, kernels.compute_type(a.features.scalar_type())) &&
+      all_rows_anchors && a.normalize && !plan.temperature.is_in_memory() &&
+      fixed_shift_is_safe(plan.temperature.inv_t(),
+                          kernels.compute_type(a.features.scalar_type())) &&
       (!forward || kernels.symmetric_forward_is_deterministic || !plan.deterministic);
   return symmetric ? Schedule::kSymmetric : Schedule::kPlain;
 }
@@ -123,16 +124,19 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
                     "focal_gamma must be finite and >= 0, got ", args.focal_gamma);
   plan.focal = args.focal_gamma > 0;
   plan.refusal = plan.focal && !kernels.positive_walk ? Refusal::kNoFocalWalk : Refusal::kNone;
-  bool unreadable = false;
   if (kept != nullptr) {  // what the forward decided and read
-    plan.temperature = kept->temperature.defined() ? TemperatureSource::kDeviceMemory
-                                                   : TemperatureSource::kHostValue;
-    plan.inv_t = kept->inv_t;
+    plan.temperature = kept->temperature;
   } else {
-    plan.temperature = temperature_source(kernels, args, plan.deterministic, unreadable);
+    bool unreadable = false;
+    const bool in_memory =
+        temperature_stays_in_memory(kernels, args, plan.deterministic, unreadable);
     if (unreadable && plan.refusal == Refusal::kNone) plan.refusal = Refusal::kTemperatureUnreadable;
-    const bool read = plan.temperature == TemperatureSource::kHostValue && !unreadable;
-    plan.inv_t = 1.0 / check_arguments(args, read);
+    const double t = check_arguments(args, /*read_temperature=*/!in_memory && !unreadable);
+    plan.temperature =
+        in_memory ? Temperature::in_memory(args.temperature.to(args.features.device(), at::kDouble)
+                                               .reshape({1})
+                                               .contiguous())
+                  : Temperature::on_host(1.0 / t);
   }
   const bool float_compute = args.features.scalar_type() != at::kDouble;
   plan.host_reads = !prepare_without_host_reads(args.features);
@@ -171,7 +175,7 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
 std::string CallPlan::describe() const {
   std::ostringstream out;
   out << "temperature: "
-      << (temperature == TemperatureSource::kDeviceMemory ? "device memory" : "host value") << "\n"
+      << (temperature.is_in_memory() ? "device memory" : "host value") << "\n"
       << "forward_schedule: " << name(forward_schedule) << "\n"
       << "backward_schedule: " << name(backward_schedule) << "\n"
       << "preparation: " << (fused_preparation ? "fused" : "aten") << "\n"

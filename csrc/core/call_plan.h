@@ -10,16 +10,12 @@
 #include <string>
 
 #include "supcon_args.h"
+#include "temperature.h"
 #include "tile_kernels.h"
 
 namespace scl {
 
 struct SupConProblem;
-
-enum class TemperatureSource {
-  kHostValue,     // read once on the host (a CPU tensor in place): 1/t is a number of the call
-  kDeviceMemory,  // left unread: the kernels read t from its tensor (TileKernels::reads_temperature)
-};
 
 // How the forward checks the rows for NaN / inf.
 enum class ValueChecks {
@@ -52,8 +48,9 @@ enum class Refusal {
 };
 
 struct CallPlan {
-  TemperatureSource temperature;
-  double inv_t;  // 1 / t with kHostValue; NaN with kDeviceMemory
+  // Read once on the host (a CPU tensor in place: 1/t is a number of the call), or left unread
+  // in device memory for the kernels (TileKernels::reads_temperature).
+  Temperature temperature;
   bool focal;
   Refusal refusal;  // kNone where the backend can compute the call
   // Preparation: by host reads (unique, bincount; the CPU) or without any (sort-based class

@@ -17,7 +17,7 @@ namespace {
 
 TileInputs tile_inputs(const SupConProblem& p, Schedule schedule) {
   return {p.q,      p.z,      p.q_inv_norm, p.z_inv_norm,    p.q_unit,
-          p.z_unit, p.inv_t, p.temperature, p.self_offset(), schedule};
+          p.z_unit, p.temperature, p.self_offset(), schedule};
 }
 
 void check_lse(const SupConProblem& p, const at::Tensor& lse) {
@@ -43,11 +43,11 @@ GradCoefficients grad_coefficients(const SupConProblem& p, Schedule schedule,
   const at::Tensor g64 = g.to(at::kDouble);
   if (schedule == Schedule::kSymmetric) {
     // Zero-gradient rows must not evaluate exp(1/t - lse): lse may be -inf there.
-    const at::Tensor coef = at::where(g64 != 0, g64 * (p.inv_t - lse).exp_() * p.inv_t, 0.0);
+    const at::Tensor coef = at::where(g64 != 0, g64 * (p.temperature.inv_t() - lse).exp_() * p.temperature.inv_t(), 0.0);
     return {coef.to(kernel_type), {}, {}};
   }
   auto [hi, lo] = split_lse(lse, kernel_type);
-  return {(g64 * p.inv_t).to(kernel_type), hi, lo};
+  return {(g64 * p.temperature.inv_t()).to(kernel_type), hi, lo};
 }
 
 // The walk's inputs: anchors without positives are left out (class -1); an undefined
@@ -104,7 +104,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
     return kernels.assemble_backward(
         {rows, inv_norm, grads, extra, p.single_set ? p.anchor_offset : 0,
          anchors ? w : at::Tensor(), p.anchor_class, p.class_sums, p.single_set,
-         contrast && !shared ? p.contrast_class : at::Tensor(), weighted, shared, p.inv_t,
+         contrast && !shared ? p.contrast_class : at::Tensor(), weighted, shared,
          p.temperature, p.normalize, 1.0 / kNormEps, out_dtype});
   };
   BackwardAssembly features, contrast;
@@ -124,8 +124,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
     at::Tensor dots = features.unit_dot.sum(0, false, at::kDouble);
     if (contrast.unit_dot.defined()) dots.add_(contrast.unit_dot.sum(0, false, at::kDouble));
     // A temperature left unread scales on the device: (-0.5 / t) from its tensor.
-    dots = p.temperature.defined() ? dots.mul_(p.temperature.reciprocal().mul_(-0.5).squeeze(0))
-                                   : dots.mul_(-0.5 * p.inv_t);
+    dots = p.temperature.is_in_memory()
+               ? dots.mul_(p.temperature.tensor().reciprocal().mul_(-0.5).squeeze(0))
+               : dots.mul_(-0.5 * p.temperature.inv_t());
     grad_t = dots.to(t.scalar_type()).reshape(t.sizes()).to(t.device());
   } else {
     grad_t = zero_temperature_grad(t);
@@ -179,7 +180,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
                                  : p.mean_sums.defined() ? p.mean_sums
                                                          : at::zeros({3}, lse.options());
     losses = kernels.anchor_losses({p.q, p.q_inv_norm, p.class_sums, p.anchor_class,
-                                    p.num_positives, lse, p.inv_t, p.temperature, p.single_set,
+                                    p.num_positives, lse, p.temperature, p.single_set,
                                     mean_sums});
     if (fused_mean) p.anchors_with_positives = mean_sums.select(0, 1);
   } else {
@@ -222,8 +223,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
     const AnchorWeights weights = kernels.anchor_weights(
         {args.mean && !counted ? per_anchor_grad_of_mean(p, grad_loss) : grad_loss,
          counted ? p.anchors_with_positives : at::Tensor(), lse64, p.num_positives, p.q,
-         p.q_inv_norm, p.anchor_class, shared ? 0 : p.class_sums.size(0), p.inv_t,
-         p.temperature, schedule});
+         p.q_inv_norm, p.anchor_class, shared ? 0 : p.class_sums.size(0), p.temperature,
+         schedule});
     const TileGrads tiles = kernels.grad(in, weights.coefficients);
     return assemble_backward(kernels, p, args, weights.weight,
                              shared ? at::Tensor() : weights.weighted_sums, tiles, schedule,
@@ -267,7 +268,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
     // symmetric dz holds both sides, which counts every term twice.
     const at::Tensor anchor_dot = symmetric ? unit_dot(p, Rows::kContrast, dz) * 0.5
                                             : unit_dot(p, Rows::kAnchors, dq);
-    grad_t = (anchor_dot * -p.inv_t).to(t.scalar_type()).reshape(t.sizes()).to(t.device());
+    grad_t = (anchor_dot * -p.temperature.inv_t()).to(t.scalar_type()).reshape(t.sizes()).to(t.device());
   } else {
     grad_t = zero_temperature_grad(t);
   }

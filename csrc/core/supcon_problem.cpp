@@ -229,11 +229,11 @@ SupConProblem prepare_problem(
   SupConProblem p;
   p.single_set = !a.contrast.has_value();
   p.normalize = a.normalize;
-  p.inv_t = plan.inv_t;
-  if (plan.temperature == TemperatureSource::kDeviceMemory) {
-    p.temperature = a.temperature.to(a.features.device(), at::kDouble).reshape({1}).contiguous();
+  p.temperature = plan.temperature;
+  if (p.temperature.is_in_memory()) {
     if (value_checks != nullptr) {
-      const at::Tensor ok = at::isfinite(p.temperature) & (p.temperature > 0);
+      const at::Tensor& t = p.temperature.tensor();
+      const at::Tensor ok = at::isfinite(t) & (t > 0);
       value_checks->expect(ok.all(), "temperature must be positive and finite");
     }
   }
@@ -331,7 +331,7 @@ at::Tensor anchor_losses(const SupConProblem& p, const at::Tensor& lse) {
   });
   // In float64: l_i is a small difference of two terms that grow with the logits.
   const at::Tensor mean_positive =
-      as_type(positive_dots, at::kDouble).mul_(p.inv_t).div_(p.num_positives.clamp_min(1));
+      as_type(positive_dots, at::kDouble).mul_(p.temperature.inv_t()).div_(p.num_positives.clamp_min(1));
   return as_type(at::where(p.num_positives > 0, lse - mean_positive, 0.0), p.compute_type);
 }
 
@@ -389,13 +389,13 @@ void add_positive_grads(const SupConProblem& p, const at::Tensor& g, const at::T
     if (p.single_set) {
       const at::Tensor w_q = p.unit(Rows::kAnchors, start, length) * w_part;
       row_part.sub_(w_q);
-      rows_of(dz, p.anchor_offset + start, length).add_(w_q, p.inv_t);
+      rows_of(dz, p.anchor_offset + start, length).add_(w_q, p.temperature.inv_t());
     }
-    rows_of(dq, start, length).sub_(row_part, p.inv_t);
+    rows_of(dq, start, length).sub_(row_part, p.temperature.inv_t());
   });
   for_row_chunks(p.n, p.d, [&](int64_t start, int64_t length) {
     rows_of(dz, start, length)
-        .sub_(weighted.index_select(0, rows_of(p.contrast_class, start, length)), p.inv_t);
+        .sub_(weighted.index_select(0, rows_of(p.contrast_class, start, length)), p.temperature.inv_t());
   });
 }
 

@@ -27,10 +27,7 @@ enum class Rows { kAnchors, kContrast };
 struct SupConProblem {
   bool single_set;     // contrast is the features themselves; anchor i is row anchor_offset + i
   bool normalize;
-  double inv_t;        // 1 / t; NaN where `temperature` is defined
-  // The temperature left unread on the host ([1] float64 on the rows' device; the plan's
-  // TemperatureSource::kDeviceMemory): the kernels read t from it. Undefined where inv_t holds 1 / t.
-  at::Tensor temperature;
+  Temperature temperature;  // the plan's: a host 1/t, or t in device memory
   int64_t m, n, d;
   int64_t anchor_offset;
   at::ScalarType compute_type;       // of the O(N*D) terms: float64 for float64 input, else float32

@@ -8,6 +8,8 @@
 
 #include <ATen/ATen.h>
 
+#include "temperature.h"
+
 #include <functional>
 #include <utility>
 
@@ -30,10 +32,7 @@ struct TileInputs {
   at::Tensor z_inv_norm; // [n]
   at::Tensor q_unit;     // the unit rows in the core's compute dtype where it keeps them (small
   at::Tensor z_unit;     // batches), for kernels that want them; undefined otherwise
-  double inv_t;          // NaN where `temperature` is given
-  // [1] float64 on the rows' device: the kernels read t from it and form 1/t themselves (the
-  // temperature left unread on the host, TileKernels::reads_temperature); undefined otherwise.
-  at::Tensor temperature;
+  Temperature temperature;  // a host 1/t, or t in device memory (temperature.h)
   int64_t self_offset;   // anchor i's own column is z row self_offset + i; -1: no self column
   Schedule schedule;
 };
@@ -92,8 +91,7 @@ struct AnchorLossInputs {
   at::Tensor anchor_class;   // [m] int64 class id, a row of class_sums
   at::Tensor num_positives;  // [m] int64 |P(i)|
   at::Tensor lse;            // [m] float64
-  double inv_t;
-  at::Tensor temperature;    // as TileInputs::temperature
+  Temperature temperature;
   bool single_set;           // the anchor's own row is in its class sum: take it out
   // With the mean: its accumulators, [3] float64 zeroed (the losses' sum, the anchors with
   // positives, the blocks done; PreparedRows zeroes them with the class sums), which the step
@@ -128,8 +126,7 @@ struct BackwardAssemblyInputs {
   // gradient of a mean or of a sum): then W_{c_r} = w_r C_{c_r}, the contrast part is the
   // anchor part's class sum once more, and row_class and weighted_sums stay undefined.
   bool class_shares_weight;
-  double inv_t;
-  at::Tensor temperature;    // as TileInputs::temperature
+  Temperature temperature;
   bool normalize;
   double max_inv_norm;       // 1 / eps: rows shorter than eps are scaled, not projected
   at::ScalarType out_dtype;
@@ -158,8 +155,7 @@ struct AnchorWeightInputs {
   at::Tensor q_inv_norm;     // [m] float32
   at::Tensor anchor_class;   // [m] int64 rows of weighted_sums, below `classes`
   int64_t classes;           // 0: no weighted sums (an empty [0, d] tensor comes back)
-  double inv_t;
-  at::Tensor temperature;    // as TileInputs::temperature
+  Temperature temperature;
   Schedule schedule;
 };
 
@@ -208,8 +204,8 @@ struct TileKernels {
   // Whether the symmetric forward gives bitwise-reproducible results; when it does not, the
   // plain schedule serves torch.use_deterministic_algorithms(True).
   bool symmetric_forward_is_deterministic;
-  // Whether the tiles and the fused stages read t from a temperature tensor in memory where one
-  // is given (TileInputs::temperature): then a temperature on the GPU is not read on the host
+  // Whether the tiles and the fused stages read t from device memory where the call's
+  // Temperature is there (temperature.h): then a temperature on the GPU is not read on the host
   // while the host may not wait (host_may_wait), so a CUDA graph can capture the call.
   bool reads_temperature;
   // Log-sum-exp per anchor over its columns, float64 [m] (-inf for an anchor without columns).

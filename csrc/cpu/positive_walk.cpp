@@ -234,13 +234,13 @@ PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs
   AT_DISPATCH_FLOATING_TYPES(ct, "scl_positive_walk_cpu", [&] {
     if (forward_only) {
       out.loss_sum.index_copy_(0, o.anchor_rows,
-                               walk_losses<scalar_t>(o, blocks, in.inv_t, walk.gamma));
+                               walk_losses<scalar_t>(o, blocks, in.temperature.inv_t(), walk.gamma));
       return;
     }
     at::Tensor hterm_sum = at::zeros({walked}, options);
     at::Tensor dq = at::zeros({walked, d}, options);
     at::Tensor dz = at::zeros({n, d}, options);
-    walk_grads<scalar_t>(o, blocks, in.inv_t, walk.gamma, hterm_sum, dq, dz);
+    walk_grads<scalar_t>(o, blocks, in.temperature.inv_t(), walk.gamma, hterm_sum, dq, dz);
     out.hterm_sum.index_copy_(0, o.anchor_rows, hterm_sum);
     out.dq.index_copy_(0, o.anchor_rows, dq);
     out.dz.index_copy_(0, o.contrast_rows, dz);

@@ -39,7 +39,7 @@ UnitRows unit_rows(const TileInputs& in) {
 template <typename T>
 TileProblem<T> tile_problem(const UnitRows& u, const TileInputs& in) {
   return {u.q.data_ptr<T>(), u.q.size(0), u.z.data_ptr<T>(), u.z.size(0), u.z.size(1),
-          in.self_offset, static_cast<T>(in.inv_t)};
+          in.self_offset, static_cast<T>(in.temperature.inv_t())};
 }
 
 at::Tensor lse_tiles(const TileInputs& in) {
@@ -50,7 +50,7 @@ at::Tensor lse_tiles(const TileInputs& in) {
     const TileKernelSet<scalar_t>& kernels = tile_kernels_for<scalar_t>(capability);
     if (in.schedule == Schedule::kSymmetric) {
       kernels.lse_symmetric(u.z.data_ptr<scalar_t>(), u.z.size(0), u.z.size(1),
-                            static_cast<scalar_t>(in.inv_t), lse.data_ptr<double>());
+                            static_cast<scalar_t>(in.temperature.inv_t()), lse.data_ptr<double>());
     } else {
       kernels.lse_plain(tile_problem<scalar_t>(u, in), lse.data_ptr<double>());
     }
@@ -68,7 +68,7 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
     const TileKernelSet<scalar_t>& kernels = tile_kernels_for<scalar_t>(capability);
     if (in.schedule == Schedule::kSymmetric) {
       kernels.grad_symmetric(u.z.data_ptr<scalar_t>(), u.z.size(0), u.z.size(1),
-                             static_cast<scalar_t>(in.inv_t), coef.data_ptr<scalar_t>(),
+                             static_cast<scalar_t>(in.temperature.inv_t()), coef.data_ptr<scalar_t>(),
                              out.dz.data_ptr<scalar_t>());
     } else {
       out.dq = at::zeros_like(u.q);

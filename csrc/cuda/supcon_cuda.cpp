@@ -66,11 +66,6 @@ at::Tensor terms_buffer(int64_t rows, const at::TensorOptions& options) {
   return at::empty({padded, 4}, options.dtype(at::kFloat));
 }
 
-// The temperature the call left unread on the host ([1] float64 on the device), or null.
-const double* temperature_ptr(const at::Tensor& temperature) {
-  return temperature.defined() ? temperature.data_ptr<double>() : nullptr;
-}
-
 RowTerms* terms_ptr(const at::Tensor& terms) {
   return reinterpret_cast<RowTerms*>(terms.data_ptr<float>());
 }
@@ -126,8 +121,8 @@ at::Tensor lse_tiles(const TileInputs& in) {
   if (m == 0) return at::empty({0}, float64);
   const Operands o = operands(in);
   const Device device = current_device(in.z);
-  const float scale2 = float(in.inv_t * tm::kLog2e);  // log2(e) / t
-  const double* temperature = temperature_ptr(in.temperature);
+  const float scale2 = float(in.temperature.kernel_inv_t() * tm::kLog2e);  // log2(e) / t
+  const double* temperature = in.temperature.device_pointer();
   at::Tensor lse = at::empty({m}, float64);
   if (in.schedule == Schedule::kSymmetric) {
     const at::Tensor terms = terms_buffer(n, o.rz.options());
@@ -138,7 +133,7 @@ at::Tensor lse_tiles(const TileInputs& in) {
     lse_symmetric(o.problem(o.z, o.z, terms, terms, 0), row_sum.data_ptr<float>(), device);
     check_launch();
     row_stages::lse_merge(
-        {nullptr, row_sum.data_ptr<float>(), n, 1, in.inv_t, temperature, lse.data_ptr<double>()},
+        {nullptr, row_sum.data_ptr<float>(), n, 1, in.temperature.kernel_inv_t(), temperature, lse.data_ptr<double>()},
         device);
     check_launch();
     return lse;
@@ -154,7 +149,7 @@ at::Tensor lse_tiles(const TileInputs& in) {
   check_launch();
   // The splits' base-2 (max, sum) pairs merged in float64 (docs/MATH.md section 6).
   row_stages::lse_merge({part_max.data_ptr<float>(), part_sum.data_ptr<float>(), m, splits,
-                         in.inv_t, temperature, lse.data_ptr<double>()},
+                         in.temperature.kernel_inv_t(), temperature, lse.data_ptr<double>()},
                         device);
   check_launch();
   return lse;
@@ -177,8 +172,8 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   const int64_t m = in.q.size(0), n = in.z.size(0), d = in.z.size(1);
   const Operands o = operands(in);
   const Device device = current_device(in.z);
-  const float scale2 = float(in.inv_t * tm::kLog2e);
-  const double* temperature = temperature_ptr(in.temperature);
+  const float scale2 = float(in.temperature.kernel_inv_t() * tm::kLog2e);
+  const double* temperature = in.temperature.device_pointer();
   const at::Tensor coef = c.coef.to(at::kFloat).contiguous();
   const auto fp32 = o.rz.options();
   TileGrads out;
@@ -292,8 +287,8 @@ at::Tensor anchor_losses(const AnchorLossInputs& in) {
   row_stages::anchor_losses(
       {rows_of(q), q.size(0), q.size(1), q_inv_norm.data_ptr<float>(),
        class_sums.data_ptr<float>(), anchor_class.data_ptr<int64_t>(),
-       num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), in.inv_t,
-       temperature_ptr(in.temperature), in.single_set,
+       num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), in.temperature.kernel_inv_t(),
+       in.temperature.device_pointer(), in.single_set,
        loss.data_ptr<float>(), mean ? in.mean_sums.data_ptr<double>() : nullptr},
       current_device(q));
   check_launch();
@@ -323,7 +318,7 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
       {grad_loss.data_ptr<float>(), grad_loss.dim() == 0 ? 0 : grad_loss.stride(0),
        counted.defined() ? counted.data_ptr<double>() : nullptr, lse.data_ptr<double>(),
        num_positives.data_ptr<int64_t>(), rows_of(q), m, d, q_inv_norm.data_ptr<float>(),
-       anchor_class.data_ptr<int64_t>(), in.inv_t, temperature_ptr(in.temperature), symmetric,
+       anchor_class.data_ptr<int64_t>(), in.temperature.kernel_inv_t(), in.temperature.device_pointer(), symmetric,
        out.weight.data_ptr<float>(),
        in.classes > 0 ? out.weighted_sums.data_ptr<float>() : nullptr,
        out.coefficients.coef.data_ptr<float>(),
@@ -355,7 +350,7 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
        ptr<float>(extra), in.anchor_offset, anchor_count, ptr<float>(anchor_weight),
        ptr<int64_t>(anchor_class), ptr<float>(class_sums), in.self_in_class,
        ptr<int64_t>(row_class), ptr<float>(weighted_sums), in.class_shares_weight,
-       float(in.inv_t), temperature_ptr(in.temperature), in.normalize,
+       float(in.temperature.kernel_inv_t()), in.temperature.device_pointer(), in.normalize,
        float(in.max_inv_norm), element_type(grad_type), out.grad.data_ptr(),
        out.unit_dot.data_ptr<float>()},
       current_device(rows));

@@ -19,8 +19,9 @@ namespace {
 at::ScalarType compute_type(at::ScalarType) { return at::kFloat; }
 
 // The schemas have no optional tensors: a temperature not in memory is an empty one.
-at::Tensor in_memory(const at::Tensor& temperature, const at::Tensor& like) {
-  return temperature.defined() ? temperature : at::empty({0}, like.options().dtype(at::kDouble));
+at::Tensor in_memory(const Temperature& temperature, const at::Tensor& like) {
+  return temperature.is_in_memory() ? temperature.tensor()
+                                    : at::empty({0}, like.options().dtype(at::kDouble));
 }
 
 // A clear error instead of the dispatcher's when the Python side has not registered the tiles.
@@ -39,7 +40,7 @@ at::Tensor lse_tiles(const TileInputs& in) {
                                                const at::Tensor&, const at::Tensor&, double,
                                                const at::Tensor&, int64_t, bool)>();
   require_tile_kernel("scl::supcon_triton_lse_tiles", in.z);
-  return op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.inv_t,
+  return op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
                  in_memory(in.temperature, in.z), in.self_offset,
                  in.schedule == Schedule::kSymmetric);
 }
@@ -56,7 +57,7 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   const bool symmetric = in.schedule == Schedule::kSymmetric;
   // The schema has no optional tensors: the symmetric schedule's unused lse parts are empty.
   const at::Tensor none = at::empty({0}, c.coef.options());
-  auto [dq, dz] = op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.inv_t,
+  auto [dq, dz] = op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
                           in_memory(in.temperature, in.z), in.self_offset, symmetric, c.coef,
                           symmetric ? none : c.lse_hi, symmetric ? none : c.lse_lo);
   return {symmetric ? at::Tensor() : dq, dz};
@@ -72,7 +73,7 @@ PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs
               double, const at::Tensor&)>();
   require_tile_kernel("scl::supcon_triton_positive_walk", in.z);
   auto [loss_sum, hterm_sum, dq, dz] =
-      op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.inv_t, in.self_offset,
+      op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(), in.self_offset,
               walk.anchor_class, walk.contrast_class, walk.lse_hi, walk.lse_lo, walk.gamma,
               walk.grad_weight);
   return {loss_sum, hterm_sum, dq, dz};
@@ -88,7 +89,7 @@ at::Tensor anchor_losses(const AnchorLossInputs& in) {
   require_tile_kernel("scl::supcon_triton_anchor_losses", in.q);
   // The schema has no optional tensors: without the mean its accumulators are empty.
   return op.call(in.q, in.q_inv_norm, in.class_sums, in.anchor_class, in.num_positives, in.lse,
-                 in.inv_t, in_memory(in.temperature, in.q), in.single_set,
+                 in.temperature.kernel_inv_t(), in_memory(in.temperature, in.q), in.single_set,
                  in.mean_sums.defined() ? in.mean_sums : at::empty({0}, in.lse.options()));
 }
 
@@ -108,7 +109,7 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
   auto [grad, unit_dot] =
       op.call(in.rows, in.inv_norm, in.grads, given(in.extra), in.anchor_offset,
               given(in.anchor_weight), in.anchor_class, in.class_sums, in.self_in_class,
-              given(in.row_class), given(in.weighted_sums), in.class_shares_weight, in.inv_t,
+              given(in.row_class), given(in.weighted_sums), in.class_shares_weight, in.temperature.kernel_inv_t(),
               in_memory(in.temperature, in.rows), in.normalize, in.max_inv_norm, in.out_dtype);
   return {grad, unit_dot};
 }
@@ -148,7 +149,7 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
                                  : at::empty({0}, in.lse.options());
   auto [weight, weighted_sums, coef, lse_hi, lse_lo] =
       op.call(in.grad_loss, counted, in.lse, in.num_positives, in.q, in.q_inv_norm,
-              in.anchor_class, in.classes, in.inv_t, in_memory(in.temperature, in.q), symmetric);
+              in.anchor_class, in.classes, in.temperature.kernel_inv_t(), in_memory(in.temperature, in.q), symmetric);
   return {weight, weighted_sums,
           {coef, symmetric ? at::Tensor() : lse_hi, symmetric ? at::Tensor() : lse_lo}};
 }
