@@ -30,6 +30,7 @@ class TestHooks:
     dry_run_skips_tiles: bool = False
     dry_run_capturing: bool = False
     cpu_capability: str = ""
+    value_checks: str = ""
 
 
 _current = TestHooks()

@@ -81,7 +81,8 @@ build() {
   if [ -z "${SCL_CUTLASS_INCLUDE:-}" ]; then
     "$python" -m pip install -q "nvidia-cutlass==4.2.0.0" || return 1
   fi
-  SCL_BUILD_CUDA=1 "$python" setup.py build_ext --inplace > "$out/build.log" 2>&1 \
+  # SCL_BUILD_TESTS=1: the tests phase sets the test hooks (scl_kernels._testing).
+  SCL_BUILD_CUDA=1 SCL_BUILD_TESTS=1 "$python" setup.py build_ext --inplace > "$out/build.log" 2>&1 \
     || { tail -n 60 "$out/build.log"; return 1; }
   grep -E "scl_kernels setup.py" "$out/build.log" | sort -u
   "$python" -c "import torch, scl_kernels

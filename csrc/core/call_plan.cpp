@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "deferred_value_check.h"
 #include "supcon_problem.h"
 #include "test_hooks.h"
 #include "tile_math.h"
@@ -169,6 +170,7 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
                       : plan.host_reads                     ? ValueChecks::kOnHost
                                                             : ValueChecks::kDeferred;
   plan.serial = runs_serially(args);
+  verdict_timing();  // a misspelt SCL_VALUE_CHECKS is an error on any device, from the first call
   return plan;
 }
 

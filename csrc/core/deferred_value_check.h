@@ -13,6 +13,7 @@
 //   SCL_VALUE_CHECKS=next_call: always at the next call, even when the verdict is known: the
 //     accelerator's late case, deterministic, so that tests can run it on the CPU.
 //
+// The variable is read once per process (the tests set the test hook value_checks instead).
 // raise_deferred_value_errors() (the op scl::raise_deferred_value_errors) waits for every
 // pending check and raises the first failure: the point where a caller wants to know.
 #pragma once
@@ -25,6 +26,12 @@
 #include <vector>
 
 namespace scl {
+
+enum class VerdictTiming { kWhenReady, kEndOfCall, kNextCall };
+
+// SCL_VALUE_CHECKS's choice (or the test hook's); a ValueError naming the variable when its
+// value is none of the three, from the first call of the op on any device.
+VerdictTiming verdict_timing();
 
 class DeferredValueChecks {
  public:

@@ -25,6 +25,9 @@ struct TestHooks {
   // Non-empty: the CPU kernels' instruction set ("default", "avx2", "avx512"), in place of the
   // one SCL_CPU_CAPABILITY or the hardware chose, so that one process tests every copy.
   std::string cpu_capability;
+  // Non-empty: when value checks are read ("when_ready", "end_of_call", "next_call"), in place of
+  // SCL_VALUE_CHECKS, which is read once per process (deferred_value_check.h).
+  std::string value_checks;
 };
 
 const TestHooks& test_hooks();

@@ -123,11 +123,10 @@ def test_non_finite_rows_are_an_error(where, value, randn, randint):
                                           torch.tensor(0.1), 20, True)
 
 
-def test_a_captured_call_leaves_the_value_checks_alone(monkeypatch, randn, randint):
+def test_a_captured_call_leaves_the_value_checks_alone(randn, randint):
     """While the stream captures a CUDA graph (the dry run told so) a call neither checks its own
     values nor reads an earlier call's verdict: on a GPU even asking whether that verdict has
     landed ends the capture (an H100, 2026-11-27). The first call outside the capture reports it."""
-    monkeypatch.setenv("SCL_VALUE_CHECKS", "next_call")  # the earlier verdict is left unread
     labels = randint(0, 3, (20,))
 
     def args(x):
@@ -135,15 +134,16 @@ def test_a_captured_call_leaves_the_value_checks_alone(monkeypatch, randn, randi
 
     bad = randn(20, 8)
     bad[3, 1] = float("nan")
-    torch.ops.scl.supcon_cuda_dry_run(*args(bad))
     clean = args(randn(20, 8))
-    with test_hooks(dry_run_capturing=True):
-        _, lse, _ = torch.ops.scl.supcon_cuda_dry_run(*clean)
-        torch.ops.scl.supcon_cuda_dry_run_backward(torch.ones(20), *clean, lse)
-        loss, _, _ = torch.ops.scl.supcon_cuda_dry_run(*args(bad))  # its own NaN: not checked
-    assert torch.isnan(loss).any()
-    with pytest.raises(ValueError, match="features.*earlier call"):
-        torch.ops.scl.supcon_cuda_dry_run(*clean)
+    with test_hooks(value_checks="next_call"):  # the earlier verdict is left unread
+        torch.ops.scl.supcon_cuda_dry_run(*args(bad))
+        with test_hooks(dry_run_capturing=True):
+            _, lse, _ = torch.ops.scl.supcon_cuda_dry_run(*clean)
+            torch.ops.scl.supcon_cuda_dry_run_backward(torch.ones(20), *clean, lse)
+            loss, _, _ = torch.ops.scl.supcon_cuda_dry_run(*args(bad))  # its own NaN: not checked
+        assert torch.isnan(loss).any()
+        with pytest.raises(ValueError, match="features.*earlier call"):
+            torch.ops.scl.supcon_cuda_dry_run(*clean)
     assert scl_kernels.raise_deferred_value_errors() is None  # the captured call queued none
 
 
