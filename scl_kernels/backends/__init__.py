@@ -12,7 +12,7 @@ import torch
 from .._extension import library_loaded, require_library
 from . import hard_pairs_ops  # noqa: F401  (registers the hard-pair ops' fake kernels)
 from .auto_rule import CallShape, cuda_is_faster
-from .fused_ops import loss_dtype
+from .fused_ops import loss_dtype, register_fakes
 from .reference import supcon_reference
 from .triton import (TRITON_CPU_NEEDS_INTERPRETER, TRITON_MISSING, load_triton_backend,
                      triton_installed, triton_interpreter_enabled)
@@ -169,6 +169,7 @@ REGISTRY = {backend.name: backend for backend in (
     Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True),
 )}
 BACKENDS = ("auto", *REGISTRY)
+register_fakes(dict.fromkeys(b.op_name for b in REGISTRY.values() if b.op_name))
 
 
 def get_backend(name: str) -> Backend:

@@ -1,16 +1,12 @@
-"""Fake kernels for the scl ops, so that they trace under torch.compile and run on meta tensors.
+"""Fake kernels for the fused ops, so that they trace under torch.compile and run on meta tensors.
 
-The schemas of torch.ops.scl.supcon and torch.ops.scl.supcon_triton (the same op with the
-Triton tile kernels) live in csrc/scl_ops.cpp, their autograd in csrc/autograd.cpp; both share
-the fakes below.
+The schemas of the registry's fused ops (torch.ops.scl.supcon, torch.ops.scl.supcon_triton: the
+same op with the Triton tile kernels) live in csrc/scl_ops.cpp, their autograd in
+csrc/autograd.cpp; the registry registers the fakes below for each (register_fakes).
 """
 import torch
 
 from .._extension import library_loaded
-
-# The fused ops, each with its backward: scl::<name> and scl::<name>_backward.
-FUSED_OPS = ("supcon", "supcon_triton")
-
 
 def loss_dtype(dtype: torch.dtype) -> torch.dtype:
     """float32 for float16 / bfloat16 / float32 inputs, float64 for float64."""
@@ -45,7 +41,10 @@ def _fake_backward(grad_loss, features, labels, contrast, contrast_labels, tempe
     return torch.empty_like(features), grad_contrast, torch.empty_like(temperature)
 
 
-if library_loaded():
-    for _name in FUSED_OPS:
-        torch.library.register_fake(f"scl::{_name}")(_fake_forward)
-        torch.library.register_fake(f"scl::{_name}_backward")(_fake_backward)
+def register_fakes(op_names):
+    """The fakes of each fused op scl::<name> and its scl::<name>_backward."""
+    if not library_loaded():
+        return
+    for name in op_names:
+        torch.library.register_fake(f"scl::{name}")(_fake_forward)
+        torch.library.register_fake(f"scl::{name}_backward")(_fake_backward)
