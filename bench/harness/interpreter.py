@@ -13,8 +13,16 @@ def in_interpreter_child():
     return os.environ.get("TRITON_INTERPRET") == "1" and os.environ.get(_CHILD) == "1"
 
 
+def interpreter_command(module, argv, **env):
+    """(command, environment) that run ``python -m module argv`` as an interpreter child, with
+    `env` added to the environment."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    return ([sys.executable, "-m", module, *args],
+            {**os.environ, "TRITON_INTERPRET": "1", "SCL_DEVICE_PREPARATION": "1", _CHILD: "1",
+             **env})
+
+
 def rerun_in_interpreter(module, argv):
     """Runs ``python -m module argv`` in the interpreter; returns its exit status."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "SCL_DEVICE_PREPARATION": "1", _CHILD: "1"}
-    args = list(argv) if argv is not None else sys.argv[1:]
-    return subprocess.run([sys.executable, "-m", module, *args], env=env, check=False).returncode
+    command, env = interpreter_command(module, argv)
+    return subprocess.run(command, env=env, check=False).returncode

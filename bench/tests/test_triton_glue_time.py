@@ -1,5 +1,9 @@
-"""bench/triton_glue_time.py runs against today's launchers: a change of their signatures (the
-temperature tensor of 2026-11-27 was one) must not leave the benchmark broken."""
+"""bench/triton_glue_time.py against today's launchers and against a git revision's: a change of
+the launchers' signatures (the temperature tensor of 2026-11-27 was one) must not leave the
+benchmark broken, each column must time the package it names (the script refuses a child that
+imported another), the revision's temporary worktree must be gone afterwards, and the GPU
+dispatch's two paths must both run on the CPU's stand-in."""
+import re
 import subprocess
 import sys
 
@@ -9,14 +13,30 @@ from bench.harness.report import REPO_ROOT
 
 pytest.importorskip("triton")
 
+ROWS = ["lse launcher (symmetric)", "grad launcher (symmetric)",
+        "forward + backward of supcon_loss", "forward + backward, stage ops replayed"]
 
-def test_times_each_launcher_and_the_step():
+
+def _worktrees():
+    listed = subprocess.run(["git", "-C", REPO_ROOT, "worktree", "list", "--porcelain"],
+                            capture_output=True, text=True, check=True).stdout
+    return {line.split(" ", 1)[1] for line in listed.splitlines() if line.startswith("worktree ")}
+
+
+def test_times_each_launcher_and_the_step_here_and_at_a_revision():
+    before = _worktrees()
     done = subprocess.run([sys.executable, "-m", "bench.triton_glue_time", "--n", "40", "--d",
-                           "12", "--calls", "2", "--repeats", "1"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = [line for line in done.stdout.splitlines() if " us per call " in line]
-    assert [line.split(":")[0] for line in lines] == [
-        "lse launcher (symmetric)", "grad launcher (symmetric)",
-        "forward + backward of supcon_loss"]
-    assert all(float(line.split(": ")[1].split()[0]) > 0 for line in lines)
+                           "12", "--calls", "2", "--repeats", "1", "--rounds", "1", "--against",
+                           "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _worktrees() == before
+    lines = [line for line in done.stdout.splitlines() if line.startswith(tuple(ROWS))]
+    assert [next(row for row in ROWS if line.startswith(row)) for line in lines] == ROWS
+    for line in lines:
+        here, there, ratio = line.split("us")
+        assert float(here.split()[-1]) > 0 and float(there.split()[-1]) > 0
+        assert ratio.strip().endswith("x") and float(ratio.strip()[:-1]) > 0
+    dispatch = re.findall(r"^  (tile kernel|column terms kernel), .*: ([\d.]+) us; .*: ([\d.]+) us",
+                          done.stdout, re.MULTILINE)
+    assert [kernel for kernel, _, _ in dispatch] == ["tile kernel", "column terms kernel"]
+    assert all(float(jit) > 0 and float(handle) > 0 for _, jit, handle in dispatch)
