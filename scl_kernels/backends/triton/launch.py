@@ -73,10 +73,14 @@ class RowWidth:
         return {"BLOCK_K": self.block_k, "RESIDENT": self.resident, "BLOCK_DO": self.block_do}
 
 
-@functools.cache
 def row_width(d, element_size):
+    return _row_width(d, element_size, INTERPRET)
+
+
+@functools.cache
+def _row_width(d, element_size, interpret):
     padded = max(16, next_power_of_2(d))
-    if INTERPRET:  # numpy executes whole tiles: small ones still cover every path
+    if interpret:  # numpy executes whole tiles: small ones still cover every path
         return RowWidth(padded, True, min(padded, 32)) if padded <= 64 else RowWidth(32, False, 32)
     resident = padded <= RESIDENT_WIDTH[element_size]
     return RowWidth(padded if resident else STREAM_K[element_size], resident,
@@ -277,13 +281,17 @@ def _splits(device, small, split):
     return split(_multiprocessors(device))
 
 
-@functools.cache
 def use_tma(device):
     """Whether the kernels read rows through tensor descriptors: on Hopper or later, and in the
     interpreter (which runs them as plain loads); masked pointer loads elsewhere."""
     if device.type == "cuda":
-        return torch.cuda.get_device_capability(device)[0] >= 9
+        return _hopper_or_later(device)
     return INTERPRET
+
+
+@functools.cache
+def _hopper_or_later(device):
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def tma_rows(x):
