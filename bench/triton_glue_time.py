@@ -4,7 +4,8 @@ buffers, the float64 finish) and of a whole forward + backward of `supcon_loss`,
 kernel replaced by a no-op, so that only the host's work is left. In Triton's interpreter (the
 launchers are the ones a GPU runs; only the kernels' execution differs, and the JIT's dispatch,
 which the interpreter does not have), the shared core on the device's path, one intra-op thread
-(the host's own work, not OpenMP's fan-out over tiny tensors). The last line replays each Triton
+(the host's own work, not OpenMP's fan-out over tiny tensors); the library must be a test build
+(SCL_BUILD_TESTS=1, for the hook that takes the device's path). The last line replays each Triton
 stage op's first outputs instead of running its Python: the step's cost outside the launchers
 (front end, shared core, autograd, the crossings into the ops).
 
@@ -81,6 +82,7 @@ def measure(n, d, calls, repeats, replayed):
     import torch
     from triton.runtime import interpreter
     import scl_kernels
+    from scl_kernels._testing import test_hooks
     from scl_kernels.backends.triton import tiles
 
     torch.set_num_threads(1)
@@ -90,7 +92,7 @@ def measure(n, d, calls, repeats, replayed):
     inv_norm = x.norm(dim=1).reciprocal()
     coef = torch.rand(n, generator=g)
     features = x.clone().requires_grad_()
-    host_temperature = x.new_empty(0)  # 1/t comes as the float, as for a float temperature
+    host_temperature = None  # 1/t comes as the float, as for a float temperature
 
     def step():
         loss = scl_kernels.supcon_loss(features, labels, 0.1, backend="triton")
@@ -108,7 +110,8 @@ def measure(n, d, calls, repeats, replayed):
     original = interpreter.InterpretedFunction.run
     interpreter.InterpretedFunction.run = lambda self, *args, grid, warmup, **kwargs: None
     try:
-        return {name: timings_per_call(fn, calls, repeats) for name, fn in timed.items()}
+        with test_hooks(device_preparation=True):
+            return {name: timings_per_call(fn, calls, repeats) for name, fn in timed.items()}
     finally:
         interpreter.InterpretedFunction.run = original
 

@@ -40,11 +40,12 @@ TORCH_LIBRARY(scl, m) {
   m.def(("supcon_triton_plan" + scl::kPlan).c_str());
   // The Triton tile kernels (scl_kernels/backends/triton registers them from Python); the
   // arguments are those of scl::TileInputs and scl::GradCoefficients (csrc/core/tile_kernels.h).
-  // In these ops a `temperature` ([1] float64) gives t in memory, inv_t then unread; empty: none.
+  // In these ops a `temperature` ([1] float64) gives t in memory, inv_t then unread; None: t is
+  // on the host, 1/t = inv_t (scl::Temperature, csrc/core/temperature.h).
   m.def("supcon_triton_lse_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
-        "float inv_t, Tensor temperature, int self_offset, bool symmetric) -> Tensor lse");
+        "float inv_t, Tensor? temperature, int self_offset, bool symmetric) -> Tensor lse");
   m.def("supcon_triton_grad_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
-        "float inv_t, Tensor temperature, int self_offset, bool symmetric, Tensor coef, "
+        "float inv_t, Tensor? temperature, int self_offset, bool symmetric, Tensor coef, "
         "Tensor lse_hi, Tensor lse_lo) -> (Tensor dq, Tensor dz)");
   // The focal loss's walk over positive pairs (scl::TileKernels::positive_walk; registered from
   // Python like the tiles). An empty grad_weight asks for the forward only.
@@ -57,14 +58,14 @@ TORCH_LIBRARY(scl, m) {
   // totals (scl::TileKernels::anchor_losses; registered from Python like the tiles).
   m.def("supcon_triton_anchor_losses(Tensor q, Tensor q_inv_norm, Tensor class_sums, "
         "Tensor anchor_class, Tensor num_positives, Tensor lse, float inv_t, "
-        "Tensor temperature, bool single_set, Tensor(a!) mean_sums) -> Tensor loss");
+        "Tensor? temperature, bool single_set, Tensor(a!) mean_sums) -> Tensor loss");
   // The backward's assembly for one output's rows in one kernel
   // (scl::TileKernels::assemble_backward; registered from Python like the tiles). An empty
   // extra, anchor_weight or row_class leaves its term out.
   m.def("supcon_triton_assemble_backward(Tensor rows, Tensor inv_norm, Tensor grads, "
         "Tensor extra, int anchor_offset, Tensor anchor_weight, Tensor anchor_class, "
         "Tensor class_sums, bool self_in_class, Tensor row_class, Tensor weighted_sums, "
-        "bool class_shares_weight, float inv_t, Tensor temperature, bool normalize, "
+        "bool class_shares_weight, float inv_t, Tensor? temperature, bool normalize, "
         "float max_inv_norm, ScalarType out_dtype) -> (Tensor grad, Tensor unit_dot)");
   // The preparation of one set of rows in one kernel (scl::TileKernels::prepare_rows;
   // registered from Python like the tiles); class_sums, non_finite and mean_sums are empty when
@@ -80,7 +81,7 @@ TORCH_LIBRARY(scl, m) {
   m.def("supcon_triton_anchor_weights(Tensor grad_loss, Tensor anchors_with_positives, "
         "Tensor lse, Tensor num_positives, "
         "Tensor q, Tensor q_inv_norm, Tensor anchor_class, int classes, float inv_t, "
-        "Tensor temperature, bool symmetric) -> (Tensor weight, Tensor weighted_sums, "
+        "Tensor? temperature, bool symmetric) -> (Tensor weight, Tensor weighted_sums, "
         "Tensor coef, Tensor lse_hi, Tensor lse_lo)");
   // Whether the host may wait for values on `like`'s device now (false while a CUDA graph is
   // being captured): TileKernels::host_may_wait, answered in Python because csrc/triton is

@@ -1,6 +1,7 @@
 """Running a bench module in Triton's interpreter, which must be chosen before triton is imported:
-the module runs itself again in a child process with TRITON_INTERPRET=1 and the shared core on the
-device's path (SCL_DEVICE_PREPARATION=1: no host reads, value checks deferred, as on a GPU)."""
+the module runs itself again in a child process with TRITON_INTERPRET=1. The programs put the
+shared core on the device's path themselves (the test hook device_preparation, a test build's:
+scl_kernels._testing), as a GPU takes it."""
 import os
 import subprocess
 import sys
@@ -18,8 +19,7 @@ def interpreter_command(module, argv, **env):
     `env` added to the environment."""
     args = list(argv) if argv is not None else sys.argv[1:]
     return ([sys.executable, "-m", module, *args],
-            {**os.environ, "TRITON_INTERPRET": "1", "SCL_DEVICE_PREPARATION": "1", _CHILD: "1",
-             **env})
+            {**os.environ, "TRITON_INTERPRET": "1", _CHILD: "1", **env})
 
 
 def rerun_in_interpreter(module, argv):

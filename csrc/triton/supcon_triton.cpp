@@ -8,6 +8,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <tuple>
 
 #include "../core/supcon_orchestration.h"
@@ -18,11 +19,14 @@ namespace {
 // The kernels compute in float32 whatever the input (float64 inputs are read as float32).
 at::ScalarType compute_type(at::ScalarType) { return at::kFloat; }
 
-// The schemas have no optional tensors: a temperature not in memory is an empty one.
-at::Tensor in_memory(const Temperature& temperature, const at::Tensor& like) {
-  return temperature.is_in_memory() ? temperature.tensor()
-                                    : at::empty({0}, like.options().dtype(at::kDouble));
+// The stage ops' temperature: its tensor where t is in device memory, None for a host 1/t
+// (which goes as their inv_t).
+std::optional<at::Tensor> in_memory(const Temperature& temperature) {
+  if (!temperature.is_in_memory()) return std::nullopt;
+  return temperature.tensor();
 }
+
+using OptionalTensor = const std::optional<at::Tensor>&;
 
 // A clear error instead of the dispatcher's when the Python side has not registered the tiles.
 void require_tile_kernel(const char* name, const at::Tensor& like) {
@@ -38,10 +42,10 @@ at::Tensor lse_tiles(const TileInputs& in) {
                              .findSchemaOrThrow("scl::supcon_triton_lse_tiles", "")
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
                                                const at::Tensor&, const at::Tensor&, double,
-                                               const at::Tensor&, int64_t, bool)>();
+                                               OptionalTensor, int64_t, bool)>();
   require_tile_kernel("scl::supcon_triton_lse_tiles", in.z);
   return op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
-                 in_memory(in.temperature, in.z), in.self_offset,
+                 in_memory(in.temperature), in.self_offset,
                  in.schedule == Schedule::kSymmetric);
 }
 
@@ -51,14 +55,14 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
           .findSchemaOrThrow("scl::supcon_triton_grad_tiles", "")
           .typed<std::tuple<at::Tensor, at::Tensor>(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-              const at::Tensor&, int64_t, bool, const at::Tensor&, const at::Tensor&,
+              OptionalTensor, int64_t, bool, const at::Tensor&, const at::Tensor&,
               const at::Tensor&)>();
   require_tile_kernel("scl::supcon_triton_grad_tiles", in.z);
   const bool symmetric = in.schedule == Schedule::kSymmetric;
   // The schema has no optional tensors: the symmetric schedule's unused lse parts are empty.
   const at::Tensor none = at::empty({0}, c.coef.options());
   auto [dq, dz] = op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
-                          in_memory(in.temperature, in.z), in.self_offset, symmetric, c.coef,
+                          in_memory(in.temperature), in.self_offset, symmetric, c.coef,
                           symmetric ? none : c.lse_hi, symmetric ? none : c.lse_lo);
   return {symmetric ? at::Tensor() : dq, dz};
 }
@@ -85,11 +89,11 @@ at::Tensor anchor_losses(const AnchorLossInputs& in) {
           .findSchemaOrThrow("scl::supcon_triton_anchor_losses", "")
           .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                             const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-                            const at::Tensor&, bool, const at::Tensor&)>();
+                            OptionalTensor, bool, const at::Tensor&)>();
   require_tile_kernel("scl::supcon_triton_anchor_losses", in.q);
   // The schema has no optional tensors: without the mean its accumulators are empty.
   return op.call(in.q, in.q_inv_norm, in.class_sums, in.anchor_class, in.num_positives, in.lse,
-                 in.temperature.kernel_inv_t(), in_memory(in.temperature, in.q), in.single_set,
+                 in.temperature.kernel_inv_t(), in_memory(in.temperature), in.single_set,
                  in.mean_sums.defined() ? in.mean_sums : at::empty({0}, in.lse.options()));
 }
 
@@ -100,7 +104,7 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
           .typed<std::tuple<at::Tensor, at::Tensor>(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
               const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, const at::Tensor&,
-              const at::Tensor&, bool, double, const at::Tensor&, bool, double,
+              const at::Tensor&, bool, double, OptionalTensor, bool, double,
               at::ScalarType)>();
   require_tile_kernel("scl::supcon_triton_assemble_backward", in.rows);
   // The schema has no optional tensors: a term left out is an empty tensor.
@@ -110,7 +114,7 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
       op.call(in.rows, in.inv_norm, in.grads, given(in.extra), in.anchor_offset,
               given(in.anchor_weight), in.anchor_class, in.class_sums, in.self_in_class,
               given(in.row_class), given(in.weighted_sums), in.class_shares_weight, in.temperature.kernel_inv_t(),
-              in_memory(in.temperature, in.rows), in.normalize, in.max_inv_norm, in.out_dtype);
+              in_memory(in.temperature), in.normalize, in.max_inv_norm, in.out_dtype);
   return {grad, unit_dot};
 }
 
@@ -141,7 +145,7 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
           .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
               const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, double,
-              const at::Tensor&, bool)>();
+              OptionalTensor, bool)>();
   require_tile_kernel("scl::supcon_triton_anchor_weights", in.q);
   const bool symmetric = in.schedule == Schedule::kSymmetric;
   const at::Tensor counted = in.anchors_with_positives.defined()
@@ -149,7 +153,7 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
                                  : at::empty({0}, in.lse.options());
   auto [weight, weighted_sums, coef, lse_hi, lse_lo] =
       op.call(in.grad_loss, counted, in.lse, in.num_positives, in.q, in.q_inv_norm,
-              in.anchor_class, in.classes, in.temperature.kernel_inv_t(), in_memory(in.temperature, in.q), symmetric);
+              in.anchor_class, in.classes, in.temperature.kernel_inv_t(), in_memory(in.temperature), symmetric);
   return {weight, weighted_sums,
           {coef, symmetric ? at::Tensor() : lse_hi, symmetric ? at::Tensor() : lse_lo}};
 }

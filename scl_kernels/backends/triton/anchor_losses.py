@@ -77,8 +77,9 @@ def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, i
                   temperature, single_set, mean_sums):
     """[m] per-anchor losses in class_sums' dtype, or, given mean_sums (the zeroed float64
     [loss sum, anchors with positives, programs done]; else empty), their 0-dim mean over the
-    anchors with positives, mean_sums left holding the totals; a non-empty temperature ([1]
-    float64) gives t in memory, inv_t then unread; the op's schema: csrc/scl_ops.cpp."""
+    anchors with positives, mean_sums left holding the totals; a temperature tensor ([1]
+    float64) gives t in memory, inv_t then unread (None: 1/t is inv_t); the op's schema:
+    csrc/scl_ops.cpp."""
     m, d = q.shape
     q = q.contiguous()
     lse = lse.contiguous()

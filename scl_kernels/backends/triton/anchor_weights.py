@@ -77,7 +77,7 @@ def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_i
     """(weight [m], weighted_sums [classes, d], coef [m], lse_hi, lse_lo), all float32 (the lse
     parts empty for the symmetric schedule); anchors_with_positives empty, or the 0-dim count
     that divides a 0-dim grad_loss (the mean's); classes 0: no weighted sums ([0, d], no fill);
-    a non-empty temperature ([1] float64) gives t in memory, inv_t then unread; the op's
+    a temperature tensor ([1] float64) gives t in memory, inv_t then unread; the op's
     schema: csrc/scl_ops.cpp."""
     mean = anchors_with_positives.numel() == 1
     m, d = q.shape

@@ -106,7 +106,7 @@ ASSEMBLE_BACKWARD = CompiledKernels(assemble_backward_kernel)
 def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight, anchor_class,
                       class_sums, self_in_class, row_class, weighted_sums, class_shares_weight,
                       inv_t, temperature, normalize, max_inv_norm, out_dtype):
-    """(grad [R, d] in out_dtype, unit_dot [R] float32); a non-empty temperature ([1] float64)
+    """(grad [R, d] in out_dtype, unit_dot [R] float32); a temperature tensor ([1] float64)
     gives t in memory, inv_t then unread; the op's schema: csrc/scl_ops.cpp."""
     r, d = rows.shape
     rows = rows.contiguous()

@@ -351,12 +351,12 @@ class Temperature(NamedTuple):
 
 
 def temperature_of(temperature, inv_t, placeholder):
-    """The op's two forms of the temperature as one Temperature. A non-empty temperature ([1]
-    float64, left unread by the core) is read on the device and inv_t goes as 0; an empty one
-    (the ops' schemas have no optional tensors) sends 1/t as inv_t, and the pointer is
-    `placeholder`, which the kernel never reads. The core never leaves t unread for the
-    symmetric schedule, whose fixed shift needs its value on the host."""
-    if temperature.numel() > 0:
+    """The op's temperature as one Temperature (scl::Temperature, csrc/core/temperature.h). A
+    tensor ([1] float64, left unread by the core) is read on the device and inv_t goes as 0;
+    None sends 1/t as inv_t, and the pointer is `placeholder`, which the kernel never reads. The
+    core never leaves t unread for the symmetric schedule, whose fixed shift needs its value on
+    the host."""
+    if temperature is not None:
         return Temperature(temperature, 0.0, True)
     return Temperature(placeholder, float(inv_t), False)
 
