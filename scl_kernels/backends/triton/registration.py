@@ -30,16 +30,23 @@ def _refused_on_cpu(*args):
     raise ValueError(TRITON_CPU_NEEDS_INTERPRETER)
 
 
+# The ops (schemas in csrc/scl_ops.cpp) and the Python functions that implement them, whose
+# parameters are the schemas' arguments (python_tests/backends/test_triton_stage_ops.py).
+STAGE_OPS = {
+    "supcon_triton_lse_tiles": lse_tiles,
+    "supcon_triton_grad_tiles": grad_tiles,
+    "hard_pairs_triton": hard_pairs,
+    "supcon_triton_positive_walk": positive_walk,
+    "supcon_triton_anchor_losses": anchor_losses,
+    "supcon_triton_anchor_weights": anchor_weights,
+    "supcon_triton_assemble_backward": assemble_backward,
+    "supcon_triton_prepare_rows": prepare_rows,
+}
+
 # On CPU tensors the kernels run only in Triton's interpreter, chosen once for the process: the
 # kernels themselves serve CPU calls there (no wrapper on the shared core's every crossing), an
 # error otherwise.
-for _name, _fn in (("supcon_triton_lse_tiles", lse_tiles), ("supcon_triton_grad_tiles", grad_tiles),
-                   ("hard_pairs_triton", hard_pairs),
-                   ("supcon_triton_positive_walk", positive_walk),
-                   ("supcon_triton_anchor_losses", anchor_losses),
-                   ("supcon_triton_anchor_weights", anchor_weights),
-                   ("supcon_triton_assemble_backward", assemble_backward),
-                   ("supcon_triton_prepare_rows", prepare_rows)):
+for _name, _fn in STAGE_OPS.items():
     _library.impl(_name, _fn, "CUDA")
     _library.impl(_name, _fn if INTERPRET else _refused_on_cpu, "CPU")
 
