@@ -38,15 +38,16 @@ ARGUMENTS = {
     which weights each positive pair's term ``-log p_ip`` by ``(1 - p_ip)^gamma`` (p_ip the
     softmax probability of positive p for anchor i), so that pairs the model already matches well
     count less (docs/MATH.md, "Focal contrastive loss"). A finite float >= 0. It adds a walk over
-    the positive pairs, about ``N^2 / classes`` of them; backends ``"cpu"``, ``"triton"`` and
-    ``"reference"`` run it (``"cuda"`` does not: ``"auto"`` then chooses another).""",
+    the positive pairs, about ``N^2 / classes`` of them. Which backends run it:
+    docs/BACKENDS.md (``scl_kernels.backends.focal_backends()``); ``"auto"`` chooses one that
+    does.""",
     "reduction": """reduction: ``"mean"`` (default) over the anchors that have a positive, 0 when none has;
     ``"sum"`` over all anchors; ``"none"`` for one value per anchor (0 for anchors without a
     positive).""",
     "backend": """backend: ``"auto"`` (default: ``"cpu"`` for CPU tensors; for CUDA ones
-    ``"cuda"`` where an H100 measured it faster, one normalised 16-bit set of N <= 32,768 rows
-    or 128 < D <= 256 on sm_90, else ``"triton"``), ``"cpu"`` (fused C++), ``"triton"`` (fused
-    Triton; CPU tensors only under ``TRITON_INTERPRET=1``), ``"cuda"`` (fused CUDA C++: see docs/STATUS.md) or
+    ``"cuda"`` or ``"triton"`` by a size rule measured on an H100, docs/BACKENDS.md;
+    ``scl_kernels.explain`` says which and why), ``"cpu"`` (fused C++), ``"triton"`` (fused
+    Triton; CPU tensors only under ``TRITON_INTERPRET=1``), ``"cuda"`` (fused CUDA C++) or
     ``"reference"`` (dense PyTorch, for tests and small batches).""",
 }
 
