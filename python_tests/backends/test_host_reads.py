@@ -1,4 +1,4 @@
-"""The fused ops read nothing on the host off the CPU (issue 9: "no host synchronisation").
+"""The fused ops read nothing on the host off the CPU (no host synchronisation).
 
 On a GPU every host read of a device value makes the host wait for all the work queued before
 it, then leaves the GPU idle while the op's own launches follow. The shared core therefore

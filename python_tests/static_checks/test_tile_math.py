@@ -1,24 +1,20 @@
 """csrc/core/tile_math.h, the per-element arithmetic of the CUDA kernels, run on the host.
 
-The program csrc/tests/tile_math_check.cpp (built once per session with the C++ compiler found
-here) calls each function of the header on the inputs of one stdin line and prints the results
-with full precision; these tests feed it seeded random inputs and edge cases (masked tiles, rows
-without columns, infinities, empty splits) and check the results against float64 references
-(docs/MATH.md sections 2-6). No GPU and no torch build needed: the CUDA kernels include the same
-header, so this is the CPU suite's check of their arithmetic."""
+The program csrc/tests/tile_math_check.cpp (support/tile_math_program.py builds it once per
+session with the C++ compiler found here) calls each function of the header on the inputs of one
+stdin line and prints the results with full precision; these tests feed it seeded random inputs
+and edge cases (masked tiles, rows without columns, infinities, empty splits) and check the
+results against float64 references (docs/MATH.md sections 2-6). No GPU and no torch build needed:
+the CUDA kernels include the same header, so this is the CPU suite's check of their arithmetic."""
 import itertools
 import math
-import os
-import shutil
-import subprocess
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SOURCE = os.path.join(ROOT, "csrc", "tests", "tile_math_check.cpp")
-COMPILER = shutil.which("g++") or shutil.which("c++")
+from support import tile_math_program
+from support.tile_math_program import line, number
 
 LOG2E = 1.4426950408889634074  # tile_math::kLog2e, as the same float64
 LN2 = math.log(2)
@@ -31,38 +27,11 @@ DBL_MIN_LOG = math.log(2.0 ** -1022)
 
 @pytest.fixture(scope="session")
 def tile_math(tmp_path_factory):
-    """call(lines) -> one list of floats per line (the program's results for that line)."""
-    if COMPILER is None:
-        pytest.skip("no C++ compiler (g++ or c++ on PATH) to build csrc/tests/tile_math_check.cpp")
-    exe = str(tmp_path_factory.mktemp("tile_math") / "tile_math_check")
-    build = subprocess.run([COMPILER, "-std=c++17", "-O2", "-ffp-contract=off", "-Wall",
-                            "-I", os.path.join(ROOT, "csrc"), SOURCE, "-o", exe],
-                           capture_output=True, text=True)
-    assert build.returncode == 0, f"building {SOURCE} failed:\n{build.stderr}"
-
-    def call(lines):
-        lines = list(lines)
-        run = subprocess.run([exe], input="\n".join(lines) + "\n", capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr
-        rows = run.stdout.split("\n")[:-1]
-        assert len(rows) == len(lines)
-        return [[float(v) for v in row.split()] for row in rows]
-    return call
-
-
-def _fmt(v):
-    """A float for the program: repr (round-trips float64 exactly), inf / -inf / nan by name."""
-    v = float(v)
-    return repr(v) if math.isfinite(v) else ("nan" if math.isnan(v) else ("inf" if v > 0 else "-inf"))
-
-
-def _line(command, *args):
-    return " ".join([command] + [_fmt(a) if isinstance(a, (float, np.floating)) else str(a)
-                                 for a in args])
+    return tile_math_program.build(tmp_path_factory.mktemp("tile_math"))
 
 
 def _lse_command(tiles):
-    return "lse " + " ".join(f"{len(t)}" + "".join(" " + _fmt(v) for v in t) for t in tiles)
+    return "lse " + " ".join(f"{len(t)}" + "".join(" " + number(v) for v in t) for t in tiles)
 
 
 def _lse2_natural(values):
@@ -133,7 +102,7 @@ def test_shift_for_and_add_never_make_nan(tile_math):
     tiles (max -inf, sum 0) changes nothing and never turns the sum into NaN."""
     maxima = [-INF, float(F32(-1e30)), -200.0, -3.5, 0.0, 7.25, float(F32(1e30))]
     pairs = list(itertools.product(maxima, maxima + [INF]))
-    shifts = tile_math(_line("shift_for", float(m), float(t)) for m, t in pairs)
+    shifts = tile_math(line("shift_for", float(m), float(t)) for m, t in pairs)
     for (m, t), (shift,) in zip(pairs, shifts):
         assert not math.isnan(shift)
         assert shift == (0.0 if max(m, t) == -INF else max(m, t))
@@ -141,7 +110,7 @@ def test_shift_for_and_add_never_make_nan(tile_math):
     states = [(-INF, 0.0), (5.0, 1.0), (5.0, 2.5), (-2.0 ** 100, 1.0)]
     tiles = [(-INF, 0.0), (5.0, 1.0), (3.0, 1.75), (9.0, 1.0), (-2.0 ** 100, 4.0), (200.0, 1.0)]
     cases = list(itertools.product(states, tiles))
-    results = tile_math(_line("add", float(m), float(s), float(tm), float(ts))
+    results = tile_math(line("add", float(m), float(s), float(tm), float(ts))
                         for (m, s), (tm, ts) in cases)
     for ((m, s), (tm, ts)), (new_max, new_sum) in zip(cases, results):
         want_max = max(m, tm)
@@ -163,7 +132,7 @@ def test_merge_of_column_splits_equals_one_pass(tile_math):
     one_pass = tile_math(_lse_command(t) for t in rows)
     flat = [part for parts in parts_of_row for part in parts]
     part_results = iter(tile_math(_lse_command(p) for p in flat))
-    merges = [("merge " + " ".join(f"{_fmt(m)} {_fmt(s)}" for m, s, _ in
+    merges = [("merge " + " ".join(f"{number(m)} {number(s)}" for m, s, _ in
                                    (next(part_results) for _ in parts)))
               for parts in parts_of_row]
     for tiles, (_, _, single), (m, s, merged) in zip(rows, one_pass, tile_math(merges)):
@@ -183,7 +152,7 @@ def test_symmetric_lse(tile_math):
     rng = np.random.default_rng(3)
     inv_t = rng.uniform(0.1, 40.0, 200)
     row_sum = np.exp(rng.uniform(-100, 40, 200)).astype(F32)  # subnormal to large
-    lines = [_line("symmetric_lse", float(a), float(s)) for a, s in zip(inv_t, row_sum)]
+    lines = [line("symmetric_lse", float(a), float(s)) for a, s in zip(inv_t, row_sum)]
     for a, s, (got,) in zip(inv_t, row_sum, tile_math(lines)):
         want = a + math.log(float(s))
         assert abs(got - want) <= 4e-16 * max(1.0, abs(want))
@@ -199,7 +168,7 @@ def test_split_lse2_is_exact(tile_math):
     magnitudes = np.exp(rng.uniform(math.log(1e-30), math.log(1e37), 300))
     lses = list(rng.normal(0, 50, 300)) + list(magnitudes * rng.choice([-1, 1], 300))
     lses += [0.0, -0.0, 1.0, 9000.123456789, -3e7, 1e10, 2.0 ** -130, 1e-300]
-    results = tile_math(_line("split_lse2", float(v)) for v in lses)
+    results = tile_math(line("split_lse2", float(v)) for v in lses)
     for lse, (hi, lo) in zip(lses, results):
         lse2 = lse * LOG2E
         assert hi == float(F32(lse2)) and lo == float(F32(lo))
@@ -217,11 +186,11 @@ def test_plain_grad_weight(tile_math):
     gradient (no_gradient_lse2) weighs exactly 0 for every finite or masked logit."""
     rng = np.random.default_rng(5)
     lse = np.concatenate([rng.uniform(-5, 20, 150), rng.uniform(1e3, 1e5, 150)])
-    (splits) = tile_math(_line("split_lse2", float(v)) for v in lse)
+    (splits) = tile_math(line("split_lse2", float(v)) for v in lse)
     offsets = np.where(rng.random(300) < 0.5, rng.uniform(-30, 0.5, 300), rng.uniform(-2, 0.2, 300))
     s2 = (lse * LOG2E + offsets).astype(F32)
     scale = rng.uniform(0, 2, 300).astype(F32)
-    lines = [_line("plain_weight", float(a), hi, lo, float(c))
+    lines = [line("plain_weight", float(a), hi, lo, float(c))
              for a, (hi, lo), c in zip(s2, splits, scale)]
     for a, (hi, lo), c, l64, (got,) in zip(s2, splits, scale, lse, tile_math(lines)):
         a, c = float(a), float(c)
@@ -236,7 +205,7 @@ def test_plain_grad_weight(tile_math):
         assert abs(got - exact) <= bound * exact + 1e-45, (a, l64, got, exact)
     finite = [0.0, -0.0, 1.0, -1.0, 88.0, -150.0, 1e-45, 3.4028234663852886e38,
               -3.4028234663852886e38] + [float(v) for v in rng.normal(0, 1e4, 50).astype(F32)]
-    lines = [_line("plain_weight_none", v, c) for v in finite + [-INF] for c in (0.0, 1.0, 7.5)]
+    lines = [line("plain_weight_none", v, c) for v in finite + [-INF] for c in (0.0, 1.0, 7.5)]
     assert all(row == [0.0] for row in tile_math(lines))
 
 
@@ -248,7 +217,7 @@ def test_symmetric_grad_weight(tile_math):
     n = 300
     s2 = rng.uniform(-60, 0, n).astype(F32)
     row, scaled, col = (rng.normal(0, 3, n).astype(F32) for _ in range(3))  # signed: "none" g
-    lines = [_line("symmetric_weight", float(a), float(b), float(c), float(d))
+    lines = [line("symmetric_weight", float(a), float(b), float(c), float(d))
              for a, b, c, d in zip(s2, row, scaled, col)]
     for a, b, c, d, (got,) in zip(s2, row, scaled, col, tile_math(lines)):
         want = 2.0 ** float(a) * (float(b) * float(c) + float(d))
@@ -258,13 +227,13 @@ def test_symmetric_grad_weight(tile_math):
     c_i, c_j = rng.uniform(0, 5, n), rng.uniform(0, 5, n)
     r_j = rng.uniform(0.5, 2, n)
     e2 = rng.uniform(-2 * LOG2E * inv_t, 0)  # shifted base-2 logits, in [-2 log2(e)/t, 0]
-    lines = [_line("symmetric_weight", float(F32(e)), float(F32(ci / (LOG2E * it))),
+    lines = [line("symmetric_weight", float(F32(e)), float(F32(ci / (LOG2E * it))),
                    float(F32(rj * LOG2E * it)), float(F32(cj * rj)))
              for e, ci, cj, rj, it in zip(e2, c_i, c_j, r_j, inv_t)]
     for e, ci, cj, rj, (got,) in zip(e2, c_i, c_j, r_j, tile_math(lines)):
         want = 2.0 ** float(F32(e)) * (ci + cj) * rj
         assert abs(got - want) <= 1e-6 * want + 1e-45
-    masked = tile_math(_line("symmetric_weight", -INF, b, c, d)
+    masked = tile_math(line("symmetric_weight", -INF, b, c, d)
                        for b, c, d in [(0.0, 0.0, 0.0), (1.5, 3.0, -2.0), (1e30, 1e8, 1e38)])
     assert all(v == [0.0] for v in masked)
 
@@ -277,12 +246,12 @@ def test_symmetric_coef(tile_math):
     g = np.concatenate([rng.normal(0, 1, 200), np.zeros(20)])
     inv_t = rng.uniform(0.1, 50, 220)
     lse = inv_t + rng.uniform(-5, 15, 220)
-    lines = [_line("symmetric_coef", float(a), float(b), float(c)) for a, b, c in zip(g, lse, inv_t)]
+    lines = [line("symmetric_coef", float(a), float(b), float(c)) for a, b, c in zip(g, lse, inv_t)]
     for a, b, c, (got,) in zip(g, lse, inv_t, tile_math(lines)):
         want = a * math.exp(c - b) * c
         assert abs(got - want) <= 1e-15 * abs(want)
     edge = list(itertools.product([0.0, -0.0, 0.5, -2.0], [-INF, INF, 3.0, 1e300, -1e300], [0.5, 10.0]))
-    for (a, b, c), (got,) in zip(edge, tile_math(_line("symmetric_coef", *e) for e in edge)):
+    for (a, b, c), (got,) in zip(edge, tile_math(line("symmetric_coef", *e) for e in edge)):
         assert not math.isnan(got), (a, b, c)
         if a == 0:
             assert got == 0.0
@@ -302,9 +271,9 @@ def test_fixed_shift_rule_matches_the_core(tile_math):
         edge = -min_log * 0.95 / 2
         for k in range(-3, 4):
             inv_t.append(float(np.float64(edge) + k * np.spacing(np.float64(edge))))
-    core = tile_math(_line("fixed_shift_core", v) for v in inv_t)
-    fp32 = tile_math(_line("fixed_shift_fp32", v) for v in inv_t)
-    given = tile_math(_line("fixed_shift", v, m) for v in inv_t for m in (FLT_MIN_LOG, DBL_MIN_LOG))
+    core = tile_math(line("fixed_shift_core", v) for v in inv_t)
+    fp32 = tile_math(line("fixed_shift_fp32", v) for v in inv_t)
+    given = tile_math(line("fixed_shift", v, m) for v in inv_t for m in (FLT_MIN_LOG, DBL_MIN_LOG))
     for k, a in enumerate(inv_t):
         before32, before64, now32, now64 = core[k]
         assert before32 == now32 == fp32[k][0] == given[2 * k][0], a
@@ -332,7 +301,7 @@ def test_logit2_and_exp2(tile_math):
     product = [float(F32(float(d) * float(c))) * float(r) for d, c, r in zip(dot, col, row)]
     bias = [0.0 if k % 3 == 0 else float(F32(-p * (1 + rng.normal(0, 1e-5)))) if k % 3 == 1
             else float(F32(rng.normal(0, 50))) for k, p in enumerate(product)]
-    lines = [_line("logit2", float(d), float(r), float(c), b) for d, r, c, b in zip(dot, row, col, bias)]
+    lines = [line("logit2", float(d), float(r), float(c), b) for d, r, c, b in zip(dot, row, col, bias)]
     for p, b, (got,) in zip(product, bias, tile_math(lines)):
         exact = Fraction(p) + Fraction(b)   # p is exact: a float32 product of two float32
         assert got == float(F32(got))
@@ -340,7 +309,7 @@ def test_logit2_and_exp2(tile_math):
         if b == 0.0:
             assert got == float(F32(p))
     xs = [float(v) for v in rng.uniform(-160, 127, 200).astype(F32)] + [-INF, 0.0, -149.0, 127.0]
-    for x, (got,) in zip(xs, tile_math(_line("exp2", x) for x in xs)):
+    for x, (got,) in zip(xs, tile_math(line("exp2", x) for x in xs)):
         want = 2.0 ** x
         assert abs(got - want) <= 2 * U32 * want + 2.0 ** -150
 
@@ -352,7 +321,7 @@ def test_self_column_tiles_vs_brute_force(tile_math):
              for c0 in range(0, 17) for bn in range(1, 6) for off in (-5, -1, 0, 1, 2, 3, 6, 9)]
     cases += [(1024, 64, 1088, 64, 64), (1024, 64, 1087, 1, 64), (1024, 64, 1152, 64, 64),
               (0, 128, 4096, 128, 4000), (0, 128, 4096, 128, 3968), (0, 128, 4096, 128, 3969)]
-    for case, (got,) in zip(cases, tile_math(_line("self_tile", *c) for c in cases)):
+    for case, (got,) in zip(cases, tile_math(line("self_tile", *c) for c in cases)):
         r0, bm, c0, bn, off = case
         want = off >= 0 and any(c0 <= i + off < c0 + bn for i in range(r0, r0 + bm))
         assert bool(got) == want, case
@@ -363,7 +332,7 @@ def test_split_ranges_cover_each_tile_once(tile_math):
     most ceil(tiles / splits) long (more splits than tiles leave empty ranges at the end)."""
     cases = [(tiles, splits) for tiles in range(0, 71) for splits in range(1, 21)]
     cases += [(tiles, splits) for tiles in (127, 128, 129, 1000, 4097) for splits in (1, 7, 64, 132, 5000)]
-    lines = [_line("split_range", t, s, k) for t, s in cases for k in range(s)]
+    lines = [line("split_range", t, s, k) for t, s in cases for k in range(s)]
     results = iter(tile_math(lines))
     for tiles, splits in cases:
         position = 0
@@ -392,7 +361,7 @@ def test_paired_triangle_covers_the_upper_triangle_once(tile_math, nbs):
         assert pairs == (nb + 1) // 2
         for p in range(pairs):
             for t in range(nb + 1):
-                lines.append(_line("triangle", nb, p, t))
+                lines.append(line("triangle", nb, p, t))
                 keys.append((nb, p, t))
     got = dict(zip(keys, tile_math(lines)))
     for nb in nbs:
@@ -423,7 +392,7 @@ def test_pair_triangle_adds_every_block_pair_once(tile_math, nbs):
     for nb in nbs:
         for i in range(nb + nb % 2):
             for t in range(nb + 2):
-                lines.append(_line("pair_triangle", nb, i, t))
+                lines.append(line("pair_triangle", nb, i, t))
                 keys.append((nb, i, t))
     got = {key: [int(v) for v in row] for key, row in zip(keys, tile_math(lines))}
     for nb in nbs:
@@ -440,14 +409,3 @@ def test_pair_triangle_adds_every_block_pair_once(tile_math, nbs):
                         added[(to, frm)] = added.get((to, frm), 0) + 1
         assert added == {(a, b): 1 for a in range(nb) for b in range(nb)}, nb
 
-
-def test_the_cost_models_triangle_counts_are_the_schedules(tile_math):
-    """bench.static.cuda_static counts the triangle's tiles (with and without a column side) to predict
-    its time: the counts must be those of tile_math's schedule, over every program of a pair."""
-    from bench.static.cuda_static import triangle_tiles
-    for nb in range(1, 41):
-        programs = range(nb + nb % 2)
-        tiles = {i: int(tile_math([_line("pair_triangle", nb, i, 0)])[0][0]) for i in programs}
-        lines = [_line("pair_triangle", nb, i, t) for i in programs for t in range(tiles[i])]
-        sides = [int(row[2]) for row in tile_math(lines)]
-        assert triangle_tiles(nb) == (sum(sides), len(sides) - sum(sides)), nb

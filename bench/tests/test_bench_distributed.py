@@ -1,7 +1,7 @@
 """Smoke test of bench/distributed.py: ``--quick`` (2 gloo ranks, N = 256, D = 16) in a
 subprocess, every method's row present and the losses in agreement. Nothing about speed.
 
-    python -m pytest python_tests/benchmarks/test_bench_distributed.py
+    python -m pytest bench/tests/test_bench_distributed.py
 """
 import json
 import os
