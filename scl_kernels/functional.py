@@ -43,8 +43,8 @@ def _warn_single_view():
     if _warned_single_view:
         return
     _warned_single_view = True
-    # stacklevel: past build_layout and supcon_loss, to the caller's line.
-    warnings.warn(_SINGLE_VIEW_MESSAGE, UserWarning, stacklevel=4)
+    # stacklevel: past build_layout, checked_call, supcon_loss (or explain): the caller's line.
+    warnings.warn(_SINGLE_VIEW_MESSAGE, UserWarning, stacklevel=5)
 
 
 # torch.compile: Dynamo cannot trace warnings.warn, so under fullgraph=True the call above would
