@@ -52,6 +52,20 @@ CPU_PLANS = [
 ]
 
 
+@pytest.fixture
+def reproducible_if():
+    previous = torch.are_deterministic_algorithms_enabled()
+    yield torch.use_deterministic_algorithms
+    torch.use_deterministic_algorithms(previous)
+
+
+def test_cpu_plan_under_deterministic_algorithms(reproducible_if):
+    """The CPU's symmetric forward is reproducible (no atomics): it keeps the triangle."""
+    reproducible_if(True)
+    plan = plan_of(torch.ops.scl.supcon_plan)
+    assert (plan["forward_schedule"], plan["deterministic"]) == ("symmetric", "yes")
+
+
 @pytest.mark.parametrize("arguments,hooked,expected", [c[1:] for c in CPU_PLANS],
                          ids=[c[0] for c in CPU_PLANS])
 def test_cpu_plan(arguments, hooked, expected):
@@ -67,9 +81,11 @@ DRY_RUN_PLANS = [
      dict(preparation="fused", forward_finish="fused losses and mean",
           backward_assembly="fused weights and assembly", forward_schedule="symmetric")),
     ("fused per anchor", dict(mean=False), {}, False, dict(forward_finish="fused losses")),
+    # the triangle forward adds by atomics: reproducible results take the plain one
     ("deterministic", {}, {}, True,
-     dict(preparation="aten", forward_finish="fused losses",
-          backward_assembly="aten weights, fused assembly", deterministic="yes")),
+     dict(preparation="aten", forward_finish="fused losses", forward_schedule="plain",
+          backward_schedule="symmetric", backward_assembly="aten weights, fused assembly",
+          deterministic="yes")),
     ("float64 rows", dict(dtype=torch.float64), {}, False,
      dict(preparation="aten", forward_finish="aten losses", backward_assembly="aten")),
     ("focal", dict(focal_gamma=1.0), {}, False, dict(cannot_run="no focal walk")),
@@ -90,16 +106,6 @@ def test_fused_stage_plan(arguments, hooked, deterministic, expected, reproducib
     with test_hooks(**hooked):
         plan = plan_of(torch.ops.scl.supcon_cuda_dry_run_plan, **arguments)
     assert {k: plan[k] for k in expected} == expected
-
-
-@pytest.fixture
-def reproducible_if():
-    previous = torch.are_deterministic_algorithms_enabled()
-
-    def turn(on):
-        torch.use_deterministic_algorithms(on)
-    yield turn
-    torch.use_deterministic_algorithms(previous)
 
 
 class _nothing:
