@@ -1,13 +1,21 @@
 """Fixtures shared by every test folder; the backend matrix (the ``backend`` / ``op_backend``
 arguments and ``@pytest.mark.matrix``) is the plugin support/backend_matrix.py."""
+import os
 import zlib
 
-import pytest
-import torch
+# OpenMP's idle threads spin between the many small parallel regions of a test run; when another
+# job wants the cores, a spinning thread holds one that the test's own thread or the other job
+# needs, and a run takes several times longer (bench/PERFORMANCE.md, "The test suite on a busy
+# machine"). Passive threads sleep instead. Read once, when torch loads its OpenMP runtime: before
+# torch's first import.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import scl_kernels
-from scl_kernels._extension import library_loaded
-from support.needs import why_library_is_missing
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import scl_kernels  # noqa: E402
+from scl_kernels._extension import library_loaded  # noqa: E402
+from support.needs import why_library_is_missing  # noqa: E402
 
 pytest_plugins = ["support.backend_matrix"]
 

@@ -1,5 +1,5 @@
 """The conformance suite's own machinery (support/backend_matrix.py): which backends it runs, and
-the subsets of a matrix that budgets and the quick marker select."""
+the subsets of a matrix that budgets, tiers and the quick marker select."""
 import itertools
 
 import pytest
@@ -7,7 +7,9 @@ import torch
 
 import scl_kernels
 from scl_kernels.backends import get_backend
-from support.backend_matrix import BACKEND_CASES, DEVICES, OP_BACKEND_CASES, each_choice, pairwise
+from support import backend_matrix
+from support.backend_matrix import (BACKEND_CASES, DEVICES, FULL, OP_BACKEND_CASES, Budget,
+                                    budget_for, each_choice, pairwise)
 
 
 def test_every_available_backend_is_in_the_matrix():
@@ -36,6 +38,15 @@ def test_pairwise_covers_every_pair_and_each_choice(sizes):
     for size in sizes:
         full *= size
     assert len(rows) <= full
+
+
+@pytest.mark.parametrize("full_tier", [False, True])
+def test_the_default_tier_runs_the_secondary_cases_pairwise(monkeypatch, full_tier):
+    monkeypatch.setattr(backend_matrix, "full_tier", full_tier)
+    assert budget_for("cpu", "cpu") == FULL
+    for secondary in (budget_for("reference", "cpu"), budget_for("cpu", "cpu", "device-prep")):
+        expected = "all" if full_tier else "pairs"
+        assert secondary == Budget(FULL.max_rows, FULL.max_dim, combinations=expected)
 
 
 def test_put_moves_nested_tensors():

@@ -8,10 +8,16 @@ that takes ``op_backend`` runs for the backends that have raw ops (``forward_op`
 
 ``@pytest.mark.matrix(name=[values], ...)`` parametrises a backend test over its other
 arguments as well. How much of that matrix a backend runs is its :class:`Budget`, decided in one
-place (:func:`budget_for`): the full product of the values, or for slow backends (Triton's
-interpreter) a subset that covers every pair of values, and row / dimension sizes up to a limit.
-Nothing is dropped silently: the terminal summary lists what each backend's budget left out.
+place (:func:`budget_for`): the full product of the values, or a subset that covers every pair of
+values, and for slow backends (Triton's interpreter) row / dimension sizes up to a limit.
+
+Two tiers. The default one (``python -m pytest``) runs the primary backends' full product and the
+secondary cases (the dense reference, the device-prep variant) pairwise: they rerun the primary
+cases' arguments on another path, and their full product was most of the suite's time.
+``--full`` runs the secondary cases' full product too. Nothing is dropped silently: the terminal
+summary states the tier and counts, and ``-v`` lists what each budget left out.
 """
+import functools
 import itertools
 import os
 from dataclasses import dataclass
@@ -26,6 +32,7 @@ if not torch.cuda.is_available():
 
 import scl_kernels  # noqa: E402
 from scl_kernels._extension import library_loaded  # noqa: E402
+from scl_kernels._testing import NOT_A_TEST_BUILD, test_build, test_hooks  # noqa: E402
 from scl_kernels.backends import get_backend  # noqa: E402
 
 from .needs import why_library_is_missing  # noqa: E402
@@ -34,7 +41,19 @@ MATRIX_MARKER = ("matrix(**values): parametrise a backend test over these values
                  "backend's budget (python_tests/support/backend_matrix.py)")
 
 
+# Set from --full in pytest_configure, before any test module is collected.
+full_tier = False
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full", action="store_true",
+                     help="run every matrix case of the secondary backend cases (the dense "
+                          "reference, the device-prep variant), not their pairwise cover")
+
+
 def pytest_configure(config):
+    global full_tier
+    full_tier = config.getoption("full")
     config.addinivalue_line("markers", MATRIX_MARKER)
 
 
@@ -61,8 +80,12 @@ FULL = Budget(max_rows=1 << 30, max_dim=1 << 30, combinations="all")
 # boundaries and leave partial tiles (33, 70); the pairwise subset keeps every value of every
 # argument and every pair of them.
 INTERPRETED = Budget(max_rows=70, max_dim=40, combinations="pairs")
+# The default tier's budget for the secondary cases: every value of every argument and every pair
+# of them, at every size.
+SECONDARY = Budget(max_rows=FULL.max_rows, max_dim=FULL.max_dim, combinations="pairs")
 
 
+@functools.cache
 def _interpreter_multiplies_bf16():
     """Whether Triton's interpreter computes tl.dot of bfloat16 tiles (triton 3.6 stores them as
     uint16 and multiplies the bit patterns): a 16 x 16 probe."""
@@ -71,8 +94,9 @@ def _interpreter_multiplies_bf16():
     return bool((bf16_dot(a, a) == 64.0).all())
 
 
-def budget_for(name, device):
-    """The one place that decides how much of the matrix a backend runs."""
+def budget_for(name, device, variant=""):
+    """The one place that decides how much of the matrix a backend runs. Triton's interpreter
+    keeps its budget in both tiers (INTERPRETED: seconds a case there)."""
     if name == "triton" and device == "cpu":
         if _interpreter_multiplies_bf16():
             return INTERPRETED
@@ -80,6 +104,8 @@ def budget_for(name, device):
                       cannot_run=((torch.bfloat16, "Triton's interpreter multiplies bfloat16 tiles "
                                    "as their uint16 bit patterns (probe: support/triton_probe.py); "
                                    "bf16 runs on CUDA"),))
+    if not full_tier and (name == "reference" or variant):
+        return SECONDARY
     return FULL
 
 
@@ -95,14 +121,17 @@ class BackendCase:
     """One backend on one device: the value of the ``backend`` / ``op_backend`` arguments."""
     name: str
     device: str
-    budget: Budget
     # "device-prep": the CPU backend with the shared core's accelerator preparation (no host
     # reads: sort-based class ids, deferred value checks), which GPUs always take; the
-    # _preparation fixture sets SCL_DEVICE_PREPARATION=1 for its tests.
+    # _preparation fixture sets the device_preparation test hook for its tests.
     variant: str = ""
 
     def __str__(self):
         return "-".join(filter(None, (self.name, self.device, self.variant)))
+
+    @property
+    def budget(self):
+        return budget_for(self.name, self.device, self.variant)
 
     @property
     def info(self):
@@ -131,10 +160,10 @@ class BackendCase:
 
 
 def _backend_cases():
-    cases = [BackendCase(name, device, budget_for(name, device))
+    cases = [BackendCase(name, device)
              for device in DEVICES for name in scl_kernels.available_backends(device)]
     if "cpu" in scl_kernels.available_backends("cpu"):
-        cases.append(BackendCase("cpu", "cpu", FULL, variant="device-prep"))
+        cases.append(BackendCase("cpu", "cpu", variant="device-prep"))
     return cases
 
 
@@ -233,18 +262,19 @@ def _matrix_params(metafunc, marker, case):
     for name in names:
         full *= len(marker.kwargs[name])
     lens = [len(v) for v in values]
-    if case.budget.combinations == "all":
-        rows = list(itertools.product(*(range(s) for s in lens)))
-    else:
-        rows = pairwise(lens)
+    product = list(itertools.product(*(range(s) for s in lens)))
+    rows = product if case.budget.combinations == "all" else pairwise(lens)
     quick_rows = set()
     if quick == "each":
         quick_rows = set(each_choice(lens))
     elif quick == "all":
         quick_rows = set(rows)
     elif callable(quick):
-        quick_rows = {r for r in rows if quick(**{n: values[k][i] for k, (n, i) in
-                                                   enumerate(zip(names, r))})}
+        # Chosen from the whole product and run under any budget, so that -m quick selects the
+        # same cases in either tier.
+        quick_rows = {r for r in product if quick(**{n: values[k][i] for k, (n, i) in
+                                                      enumerate(zip(names, r))})}
+        rows = sorted(set(rows) | quick_rows)
     elif quick is not None:
         raise ValueError(f"matrix quick= must be 'each', 'all' or a predicate, got {quick!r}")
     if len(rows) < full:
@@ -309,13 +339,18 @@ def pytest_terminal_summary(terminalreporter, config):
     if not _COUNTS:
         return
     write = terminalreporter.write_line
-    write("backends under test (budgets: support.backend_matrix.budget_for): " + ", ".join(
-        f"{name} {generated}/{full} cases" for name, (generated, full) in _COUNTS.items()))
+    generated = sum(counts[0] for counts in _COUNTS.values())
+    whole = sum(counts[1] for counts in _COUNTS.values())
+    tier = ("full tier (--full)" if full_tier else
+            "default tier (--full runs the secondary cases' full product)")
+    write(f"{tier}: {generated} of {whole} backend cases; per backend (budgets: "
+          "support.backend_matrix.budget_for): " + ", ".join(
+              f"{name} {counts[0]}/{counts[1]}" for name, counts in _COUNTS.items()))
     if config.getoption("verbose") > 0:
         for (name, test), text in sorted(_LEFT_OUT.items()):
             write(f"  budget of {name}: {test} runs {text}")
     elif _LEFT_OUT:
-        write(f"  ({len(_LEFT_OUT)} matrix tests run a budgeted subset on slow backends; -v lists them)")
+        write(f"  ({len(_LEFT_OUT)} matrix tests run a budgeted subset; -v lists them)")
 
 
 # ------------------------------------------------------------------------------------------
@@ -323,9 +358,14 @@ def pytest_terminal_summary(terminalreporter, config):
 # ------------------------------------------------------------------------------------------
 
 @pytest.fixture(autouse=True)
-def _preparation(request, monkeypatch):
+def _preparation(request):
     """The device-prep backend case runs with the core's accelerator preparation (BackendCase)."""
     params = getattr(getattr(request.node, "callspec", None), "params", {})
     case = params.get("backend", params.get("op_backend"))
-    if isinstance(case, BackendCase) and case.variant == "device-prep":
-        monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
+    if not (isinstance(case, BackendCase) and case.variant == "device-prep"):
+        yield
+        return
+    if not test_build():
+        pytest.skip(NOT_A_TEST_BUILD)
+    with test_hooks(device_preparation=True):
+        yield
