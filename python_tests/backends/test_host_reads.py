@@ -6,19 +6,22 @@ prepares an accelerator's inputs without host reads (csrc/core/supcon_problem.cp
 class ids, value checks deferred to the op's end by deferred_value_check.h), and the backward
 computes the temperature's gradient only when autograd asks for it.
 
-Without a GPU: the CPU backend takes that path under SCL_DEVICE_PREPARATION=1, and the profiler,
-which records every ATen call the C++ op makes, must see none of the ops that read a value on
-the host. With a GPU: the fused backends run under torch.cuda.set_sync_debug_mode("error"), and
-a forward + backward is captured in a CUDA graph and replayed on new inputs, and with a learnable
-temperature on the GPU on its new value (test_temperature_in_memory.py checks that path without a
-GPU).
+Without a GPU: the CPU backend takes that path under the device_preparation test hook, and the
+profiler, which records every ATen call the C++ op makes, must see none of the ops that read a
+value on the host. With a GPU: the fused backends run under
+torch.cuda.set_sync_debug_mode("error"), and a forward + backward is captured in a CUDA graph and
+replayed on new inputs, and with a learnable temperature on the GPU on its new value
+(test_temperature_in_memory.py checks that path without a GPU).
 """
 import pytest
 import torch
 
 import scl_kernels
+from scl_kernels._testing import test_hooks
 from support import needs
 from support.layouts import make_layout
+
+pytestmark = needs.hooks
 
 # ATen ops whose result needs a device value on the host (a scalar read, or an output whose size
 # depends on the values).
@@ -45,82 +48,79 @@ def _aten_calls_of_step(kw):
 @pytest.mark.parametrize("n, d", [(40, 7), (300, 1024)], ids=["kept", "prepared-again"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @needs.library
-def test_device_preparation_reads_nothing_on_the_host(layout, n, d, randn, randint, monkeypatch):
+def test_device_preparation_reads_nothing_on_the_host(layout, n, d, randn, randint):
     kw = make_layout(layout, randn, randint, n=n, d=d)
     # The probe can fail: the CPU's own path reads (unique, the value check's scalar).
     direct = _aten_calls_of_step(kw)
     assert {"aten::_unique2", "aten::item"} <= direct
-    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
-    kw = make_layout(layout, randn, randint, n=n, d=d)
-    calls = _aten_calls_of_step(kw)
-    assert "aten::sort" in calls  # the profiler sees the op's nested calls
-    assert not calls & HOST_READS
+    with test_hooks(device_preparation=True):
+        kw = make_layout(layout, randn, randint, n=n, d=d)
+        calls = _aten_calls_of_step(kw)
+        assert "aten::sort" in calls  # the profiler sees the op's nested calls
+        assert not calls & HOST_READS
 
 
 @needs.library
-def test_device_preparation_still_raises_on_nan_and_inf(randn, randint, monkeypatch):
+def test_device_preparation_still_raises_on_nan_and_inf(randn, randint):
     """Deferred value checks raise the CPU path's errors, features before contrast."""
-    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
-    x, c = randn(9, 4), randn(6, 4)
-    x[2, 1], c[0, 3] = float("nan"), float("inf")
-    y, cy = randint(0, 3, (9,)), randint(0, 3, (6,))
-    with pytest.raises(ValueError, match="features contains NaN or inf"):
-        scl_kernels.supcon_loss(x, y, backend="cpu")
-    with pytest.raises(ValueError, match="features contains NaN or inf"):
-        scl_kernels.supcon_loss(x, y, contrast=c, contrast_labels=cy, backend="cpu")
-    with pytest.raises(ValueError, match="contrast contains NaN or inf"):
-        scl_kernels.supcon_loss(randn(9, 4), y, contrast=c, contrast_labels=cy, backend="cpu")
+    with test_hooks(device_preparation=True):
+        x, c = randn(9, 4), randn(6, 4)
+        x[2, 1], c[0, 3] = float("nan"), float("inf")
+        y, cy = randint(0, 3, (9,)), randint(0, 3, (6,))
+        with pytest.raises(ValueError, match="features contains NaN or inf"):
+            scl_kernels.supcon_loss(x, y, backend="cpu")
+        with pytest.raises(ValueError, match="features contains NaN or inf"):
+            scl_kernels.supcon_loss(x, y, contrast=c, contrast_labels=cy, backend="cpu")
+        with pytest.raises(ValueError, match="contrast contains NaN or inf"):
+            scl_kernels.supcon_loss(randn(9, 4), y, contrast=c, contrast_labels=cy, backend="cpu")
 
 
 @needs.library
-def test_late_verdict_is_raised_by_the_next_call(randn, randint, monkeypatch):
-    """SCL_VALUE_CHECKS=next_call: the accelerator's late case (the device has not run the check
+def test_late_verdict_is_raised_by_the_next_call(randn, randint):
+    """Value checks at next_call: the accelerator's late case (the device has not run the check
     when the call returns), forced on the CPU. The call returns a non-finite loss; the next
     call, forward or backward, raises the error naming the argument; the one after runs."""
-    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
-    monkeypatch.setenv("SCL_VALUE_CHECKS", "next_call")
-    x, y = randn(9, 4), randint(0, 3, (9,))
-    x[2, 1] = float("nan")
-    assert not torch.isfinite(scl_kernels.supcon_loss(x, y, backend="cpu"))
-    with pytest.raises(ValueError, match=r"features contains NaN or inf \(in an earlier call"):
-        scl_kernels.supcon_loss(randn(9, 4), y, backend="cpu")
-    assert torch.isfinite(scl_kernels.supcon_loss(randn(9, 4), y, backend="cpu"))
+    with test_hooks(device_preparation=True, value_checks="next_call"):
+        x, y = randn(9, 4), randint(0, 3, (9,))
+        x[2, 1] = float("nan")
+        assert not torch.isfinite(scl_kernels.supcon_loss(x, y, backend="cpu"))
+        with pytest.raises(ValueError, match=r"features contains NaN or inf \(in an earlier call"):
+            scl_kernels.supcon_loss(randn(9, 4), y, backend="cpu")
+        assert torch.isfinite(scl_kernels.supcon_loss(randn(9, 4), y, backend="cpu"))
 
-    # The backward of the call that received the values is a later call.
-    c, cy = randn(6, 4), randint(0, 3, (6,))
-    c[0, 3] = float("inf")
-    features = randn(9, 4).requires_grad_()
-    loss = scl_kernels.supcon_loss(features, y, contrast=c, contrast_labels=cy, backend="cpu")
-    with pytest.raises(ValueError, match="contrast contains NaN or inf"):
-        loss.backward()
+        # The backward of the call that received the values is a later call.
+        c, cy = randn(6, 4), randint(0, 3, (6,))
+        c[0, 3] = float("inf")
+        features = randn(9, 4).requires_grad_()
+        loss = scl_kernels.supcon_loss(features, y, contrast=c, contrast_labels=cy, backend="cpu")
+        with pytest.raises(ValueError, match="contrast contains NaN or inf"):
+            loss.backward()
 
-    # raise_deferred_value_errors: the explicit point; nothing pending afterwards.
-    scl_kernels.supcon_loss(x, y, backend="cpu")
-    with pytest.raises(ValueError, match="features contains NaN or inf"):
-        scl_kernels.raise_deferred_value_errors()
-    assert scl_kernels.raise_deferred_value_errors() is None
-    assert torch.isfinite(scl_kernels.supcon_loss(randn(9, 4), y, backend="cpu"))
+        # raise_deferred_value_errors: the explicit point; nothing pending afterwards.
+        scl_kernels.supcon_loss(x, y, backend="cpu")
+        with pytest.raises(ValueError, match="features contains NaN or inf"):
+            scl_kernels.raise_deferred_value_errors()
+        assert scl_kernels.raise_deferred_value_errors() is None
+        assert torch.isfinite(scl_kernels.supcon_loss(randn(9, 4), y, backend="cpu"))
 
 
 @needs.library
 @pytest.mark.parametrize("mode", ["when_ready", "end_of_call"])
-def test_known_verdict_is_raised_by_the_call_itself(mode, randn, randint, monkeypatch):
-    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
-    monkeypatch.setenv("SCL_VALUE_CHECKS", mode)
-    x, y = randn(9, 4), randint(0, 3, (9,))
-    x[0, 0] = float("inf")
-    with pytest.raises(ValueError, match=r"^features contains NaN or inf$"):
-        scl_kernels.supcon_loss(x, y, backend="cpu")
-    assert scl_kernels.raise_deferred_value_errors() is None
+def test_known_verdict_is_raised_by_the_call_itself(mode, randn, randint):
+    with test_hooks(device_preparation=True, value_checks=mode):
+        x, y = randn(9, 4), randint(0, 3, (9,))
+        x[0, 0] = float("inf")
+        with pytest.raises(ValueError, match=r"^features contains NaN or inf$"):
+            scl_kernels.supcon_loss(x, y, backend="cpu")
+        assert scl_kernels.raise_deferred_value_errors() is None
 
 
 @needs.library
-def test_unknown_value_check_mode_is_named(randn, randint, monkeypatch):
-    monkeypatch.setenv("SCL_DEVICE_PREPARATION", "1")
-    monkeypatch.setenv("SCL_VALUE_CHECKS", "later")
-    with pytest.raises(ValueError, match="SCL_VALUE_CHECKS must be when_ready, end_of_call or "
-                                         "next_call, got 'later'"):
-        scl_kernels.supcon_loss(randn(9, 4), randint(0, 3, (9,)), backend="cpu")
+def test_unknown_value_check_mode_is_named(randn, randint):
+    with test_hooks(device_preparation=True, value_checks="later"):
+        with pytest.raises(ValueError, match="value_checks must be when_ready, end_of_call or "
+                                             "next_call, got 'later'"):
+            scl_kernels.supcon_loss(randn(9, 4), randint(0, 3, (9,)), backend="cpu")
 
 
 # ---- with a GPU ---------------------------------------------------------------------------
@@ -154,86 +154,85 @@ def test_gpu_step_does_not_synchronise(backend_name, layout, randn, randint):
 
 @pytest.mark.skipif(not GPU_FUSED, reason="needs a CUDA GPU and a fused GPU backend")
 @pytest.mark.parametrize("backend_name", GPU_FUSED)
-def test_cuda_graph_replays_forward_and_backward(backend_name, randn, randint, monkeypatch):
+def test_cuda_graph_replays_forward_and_backward(backend_name, randn, randint):
     """While a CUDA graph is captured the op reads nothing on the host (its NaN / inf check is
     left out, and earlier calls' verdicts wait), so a whole forward + backward can be captured
     and replayed on new inputs."""
     # The warm-up's verdicts are left unread (next_call), as a step issued just before the
     # capture leaves them when_ready: asking after them during the capture ended it (an H100,
     # 2026-11-27).
-    monkeypatch.setenv("SCL_VALUE_CHECKS", "next_call")
-    x = randn(300, 128, dtype=torch.bfloat16).cuda().requires_grad_()
-    labels = randint(0, 5, (300,)).cuda()
+    with test_hooks(value_checks="next_call"):
+        x = randn(300, 128, dtype=torch.bfloat16).cuda().requires_grad_()
+        labels = randint(0, 5, (300,)).cuda()
 
-    def step():
+        def step():
+            x.grad = None
+            loss = scl_kernels.supcon_loss(x, labels, 0.1, backend=backend_name)
+            loss.backward()
+            return loss
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up (and Triton's autotuning) off the capture
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
         x.grad = None
-        loss = scl_kernels.supcon_loss(x, labels, 0.1, backend=backend_name)
-        loss.backward()
-        return loss
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up (and Triton's autotuning) off the capture
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    x.grad = None
-    with torch.cuda.graph(graph):
-        captured = step()
-    assert scl_kernels.raise_deferred_value_errors() is None  # the warm-up's, read after it
-    fresh = randn(300, 128, dtype=torch.bfloat16, scale=2.0).cuda()
-    with torch.no_grad():
-        x.copy_(fresh)
-    graph.replay()
-    eager_x = fresh.clone().requires_grad_()
-    eager = scl_kernels.supcon_loss(eager_x, labels, 0.1, backend=backend_name)
-    eager.backward()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(captured, eager, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(x.grad.float(), eager_x.grad.float(), rtol=2e-2, atol=1e-3)
+        with torch.cuda.graph(graph):
+            captured = step()
+        assert scl_kernels.raise_deferred_value_errors() is None  # the warm-up's, read after it
+        fresh = randn(300, 128, dtype=torch.bfloat16, scale=2.0).cuda()
+        with torch.no_grad():
+            x.copy_(fresh)
+        graph.replay()
+        eager_x = fresh.clone().requires_grad_()
+        eager = scl_kernels.supcon_loss(eager_x, labels, 0.1, backend=backend_name)
+        eager.backward()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(captured, eager, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(x.grad.float(), eager_x.grad.float(), rtol=2e-2, atol=1e-3)
 
 
 @pytest.mark.skipif(not GPU_FUSED, reason="needs a CUDA GPU and a fused GPU backend")
 @pytest.mark.parametrize("backend_name", GPU_FUSED)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_cuda_graph_replays_a_learnable_temperature(backend_name, dtype, randn, randint,
-                                                    monkeypatch):
+def test_cuda_graph_replays_a_learnable_temperature(backend_name, dtype, randn, randint):
     """A temperature on the GPU is not read on the host: the kernels read it from memory (the
     plain schedule, in the warm-up as in the capture), so a replay sees its new value, and its
     gradient comes back like the rows'."""
-    monkeypatch.setenv("SCL_VALUE_CHECKS", "next_call")
-    x = randn(300, 128, dtype=torch.bfloat16).cuda().requires_grad_()
-    labels = randint(0, 5, (300,)).cuda()
-    temperature = torch.nn.Parameter(torch.tensor(0.1, dtype=dtype, device="cuda"))
+    with test_hooks(value_checks="next_call"):
+        x = randn(300, 128, dtype=torch.bfloat16).cuda().requires_grad_()
+        labels = randint(0, 5, (300,)).cuda()
+        temperature = torch.nn.Parameter(torch.tensor(0.1, dtype=dtype, device="cuda"))
 
-    def step():
-        x.grad, temperature.grad = None, None
-        loss = scl_kernels.supcon_loss(x, labels, temperature, backend=backend_name)
-        loss.backward()
-        return loss
+        def step():
+            x.grad, temperature.grad = None, None
+            loss = scl_kernels.supcon_loss(x, labels, temperature, backend=backend_name)
+            loss.backward()
+            return loss
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = step()
-    assert scl_kernels.raise_deferred_value_errors() is None
-    with torch.no_grad():
-        temperature.fill_(0.3)
-    graph.replay()
-    eager_x = x.detach().clone().requires_grad_()
-    eager_t = torch.tensor(0.3, dtype=dtype, device="cuda", requires_grad=True)
-    eager = scl_kernels.supcon_loss(eager_x, labels, eager_t, backend=backend_name)
-    eager.backward()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(captured, eager, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(x.grad.float(), eager_x.grad.float(), rtol=2e-2, atol=1e-3)
-    torch.testing.assert_close(temperature.grad, eager_t.grad, rtol=1e-3, atol=1e-5)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = step()
+        assert scl_kernels.raise_deferred_value_errors() is None
+        with torch.no_grad():
+            temperature.fill_(0.3)
+        graph.replay()
+        eager_x = x.detach().clone().requires_grad_()
+        eager_t = torch.tensor(0.3, dtype=dtype, device="cuda", requires_grad=True)
+        eager = scl_kernels.supcon_loss(eager_x, labels, eager_t, backend=backend_name)
+        eager.backward()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(captured, eager, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(x.grad.float(), eager_x.grad.float(), rtol=2e-2, atol=1e-3)
+        torch.testing.assert_close(temperature.grad, eager_t.grad, rtol=1e-3, atol=1e-5)
 
 
 @pytest.mark.skipif(not GPU_FUSED, reason="needs a CUDA GPU and a fused GPU backend")

@@ -4,6 +4,7 @@ Python packages are asked for with ``pytest.importorskip`` where they are import
 import pytest
 
 from scl_kernels._extension import library_loaded, require_library
+from scl_kernels._testing import NOT_A_TEST_BUILD, test_build
 
 
 def why_library_is_missing():
@@ -16,3 +17,5 @@ def why_library_is_missing():
 
 
 library = pytest.mark.skipif(not library_loaded(), reason=why_library_is_missing() or "")
+# Tests that set the library's test hooks (scl_kernels._testing), which only a test build has.
+hooks = pytest.mark.skipif(not test_build(), reason=NOT_A_TEST_BUILD)
