@@ -14,6 +14,8 @@ import torch
 from torch.autograd import gradcheck
 
 import scl_kernels
+from scl_kernels._testing import test_hooks
+from support import needs
 from support.layouts import LAYOUTS, make_layout, num_anchor_rows
 from support.reference64 import check_against_reference, supcon_reference64
 
@@ -47,17 +49,17 @@ def _loss(backend, **kw):
 
 
 # ------------------------------------------------------------------------------------------
-# The shared core's O(N*D) terms run in bounded chunks of rows (SCL_CHUNK_ELEMENTS elements
-# each): 7-row chunks at D = 20 split anchors, contrast rows and the gradient assembly.
+# The shared core's O(N*D) terms run in bounded chunks of rows (the test hook chunk_elements:
+# elements each): 7-row chunks at D = 20 split anchors, contrast rows and the gradient assembly.
 # ------------------------------------------------------------------------------------------
 
+@needs.hooks
 @pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"], focal_gamma=FOCAL_GAMMAS)
-def test_row_chunks_of_the_linear_terms(backend, layout, focal_gamma, randn, randint, gen,
-                                        monkeypatch):
-    monkeypatch.setenv("SCL_CHUNK_ELEMENTS", str(7 * 20))
+def test_row_chunks_of_the_linear_terms(backend, layout, focal_gamma, randn, randint, gen):
     kw = make_layout(layout, randn, randint, n=40, d=20)
-    _run(backend, kw, gen, temperature=torch.tensor(0.1, requires_grad=True),
-         focal_gamma=focal_gamma)
+    with test_hooks(chunk_elements=7 * 20):
+        _run(backend, kw, gen, temperature=torch.tensor(0.1, requires_grad=True),
+             focal_gamma=focal_gamma)
 
 
 # ------------------------------------------------------------------------------------------
