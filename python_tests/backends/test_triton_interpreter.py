@@ -162,12 +162,17 @@ def test_compiled_kernels_reuse_a_binary_only_for_the_same_specialisation(monkey
     A call reuses the kernel the JIT compiled only where the JIT would have chosen it too (an
     integer's divisibility by 16 or value 1, a pointer's alignment, a dtype, a constexpr each
     pick another), and starts it as the JIT does."""
+    from scl_kernels.backends.triton import handles
+    if handles.TRITON_RELEASE not in handles.VERIFIED_RELEASES:
+        pytest.skip(f"the cached handles serve the triton releases read for them "
+                    f"({handles.VERIFIED_RELEASES}); triton {handles.TRITON_RELEASE} takes the "
+                    "JIT's own path")
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import CompiledKernel
     from triton.compiler.compiler import make_backend
     from triton.runtime.jit import JITFunction, create_function_from_signature
-    from scl_kernels.backends.triton import handles, kernels
+    from scl_kernels.backends.triton import kernels
 
     jit = JITFunction(kernels.lse_merge_kernel.fn)
     backend = make_backend(GPUTarget("cuda", 90, 32))
