@@ -69,6 +69,7 @@ def test_poisoned_scratch_is_fully_written(layout, randn, randint, gen, monkeypa
     check_against_reference("triton", generator=gen, temperature=0.02, **kw)
 
 
+@pytest.mark.slow
 def test_tensors_past_int32_offsets_are_refused():
     huge = torch.zeros(1, 1).expand(2**16, 2**15)  # 2^31 elements, no memory behind them
     with pytest.raises(ValueError, match="2\\^31"):

@@ -47,9 +47,32 @@ def test_the_default_tier_runs_the_secondary_cases_pairwise(monkeypatch, full_ti
     for secondary in (budget_for("reference", "cpu"), budget_for("cpu", "cpu", "device-prep")):
         expected = "all" if full_tier else "pairs"
         assert secondary == Budget(FULL.max_rows, FULL.max_dim, combinations=expected)
+    interpreted = budget_for("triton", "cpu")
+    assert interpreted.combinations == ("pairs" if full_tier else "each")
+    assert (interpreted.max_rows, interpreted.max_dim) == (70, 40)
 
 
 def test_put_moves_nested_tensors():
     case = BACKEND_CASES[0]
     moved = case.put({"a": torch.zeros(2), "b": (torch.ones(1), None, 3)})
     assert moved["a"].device.type == case.device and moved["b"][1] is None and moved["b"][2] == 3
+
+
+@pytest.mark.parametrize("full_tier", [False, True])
+def test_only_the_full_tier_runs_the_slow_tests(monkeypatch, full_tier):
+    monkeypatch.setattr(backend_matrix, "full_tier", full_tier)
+
+    class Item:
+        def __init__(self, slow):
+            self.marks = [pytest.mark.slow.mark] if slow else []
+
+        def get_closest_marker(self, name):
+            return next((m for m in self.marks if m.name == name), None)
+
+        def add_marker(self, marker):
+            self.marks.append(marker.mark)
+
+    slow, other = Item(True), Item(False)
+    backend_matrix.pytest_collection_modifyitems(None, [slow, other])
+    assert (slow.get_closest_marker("skip") is None) == full_tier
+    assert other.get_closest_marker("skip") is None

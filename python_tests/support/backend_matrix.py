@@ -57,6 +57,17 @@ def pytest_configure(config):
     config.addinivalue_line("markers", MATRIX_MARKER)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The default tier skips the tests marked slow (pytest.ini), saying that --full runs them."""
+    if full_tier:
+        return
+    skip = pytest.mark.skip(reason="slow (a compile, a 65,536-row check): the full tier, --full, "
+                                   "runs it")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)
+
+
 # ------------------------------------------------------------------------------------------
 # Budgets: how much of each test's matrix a backend runs
 # ------------------------------------------------------------------------------------------
@@ -66,7 +77,8 @@ class Budget:
     max_rows: int         # largest N (or M) of a generated case; larger sizes are left out
     max_dim: int          # largest D
     combinations: str     # "all": the full product of a test's values; "pairs": a subset in
-                          # which every pair of values of two arguments appears at least once
+                          # which every pair of values of two arguments appears at least once;
+                          # "each": every value of every argument at least once
     cannot_run: tuple = ()  # (input dtype, why): matrix cases with dtype=that are skipped, saying why
 
     def rows(self, n):
@@ -80,6 +92,11 @@ FULL = Budget(max_rows=1 << 30, max_dim=1 << 30, combinations="all")
 # boundaries and leave partial tiles (33, 70); the pairwise subset keeps every value of every
 # argument and every pair of them.
 INTERPRETED = Budget(max_rows=70, max_dim=40, combinations="pairs")
+# The default tier's budget for the interpreter, which was still about 40% of its time with the
+# pairwise cover: every value of every argument once (each_choice), at the same sizes; --full
+# runs the pairwise cover.
+INTERPRETED_EACH = Budget(max_rows=INTERPRETED.max_rows, max_dim=INTERPRETED.max_dim,
+                          combinations="each")
 # The default tier's budget for the secondary cases: every value of every argument and every pair
 # of them, at every size.
 SECONDARY = Budget(max_rows=FULL.max_rows, max_dim=FULL.max_dim, combinations="pairs")
@@ -96,11 +113,13 @@ def _interpreter_multiplies_bf16():
 
 def budget_for(name, device, variant=""):
     """The one place that decides how much of the matrix a backend runs. Triton's interpreter
-    keeps its budget in both tiers (INTERPRETED: seconds a case there)."""
+    keeps its sizes in both tiers (about a second a case there): each value once by default,
+    every pair of values with --full."""
     if name == "triton" and device == "cpu":
+        interpreted = INTERPRETED if full_tier else INTERPRETED_EACH
         if _interpreter_multiplies_bf16():
-            return INTERPRETED
-        return Budget(INTERPRETED.max_rows, INTERPRETED.max_dim, INTERPRETED.combinations,
+            return interpreted
+        return Budget(interpreted.max_rows, interpreted.max_dim, interpreted.combinations,
                       cannot_run=((torch.bfloat16, "Triton's interpreter multiplies bfloat16 tiles "
                                    "as their uint16 bit patterns (probe: support/triton_probe.py); "
                                    "bf16 runs on CUDA"),))
@@ -263,7 +282,8 @@ def _matrix_params(metafunc, marker, case):
         full *= len(marker.kwargs[name])
     lens = [len(v) for v in values]
     product = list(itertools.product(*(range(s) for s in lens)))
-    rows = product if case.budget.combinations == "all" else pairwise(lens)
+    rows = {"all": lambda: product, "pairs": lambda: pairwise(lens),
+            "each": lambda: each_choice(lens)}[case.budget.combinations]()
     quick_rows = set()
     if quick == "each":
         quick_rows = set(each_choice(lens))
@@ -281,8 +301,9 @@ def _matrix_params(metafunc, marker, case):
         why = []
         if dropped:
             why.append("sizes over budget: " + ", ".join(dropped))
-        if case.budget.combinations == "pairs":
-            why.append("pairwise cover of the rest")
+        if case.budget.combinations != "all":
+            why.append({"pairs": "pairwise cover of the rest",
+                        "each": "each value once"}[case.budget.combinations])
         _LEFT_OUT[(str(case), metafunc.function.__name__)] = (
             f"{len(rows)} of {full} ({'; '.join(why)})")
     counts = _COUNTS.setdefault(str(case), [0, 0])
@@ -342,7 +363,8 @@ def pytest_terminal_summary(terminalreporter, config):
     generated = sum(counts[0] for counts in _COUNTS.values())
     whole = sum(counts[1] for counts in _COUNTS.values())
     tier = ("full tier (--full)" if full_tier else
-            "default tier (--full runs the secondary cases' full product)")
+            "default tier (--full runs the secondary cases' full product, the interpreter's "
+            "pairwise cover and the slow tests)")
     write(f"{tier}: {generated} of {whole} backend cases; per backend (budgets: "
           "support.backend_matrix.budget_for): " + ", ".join(
               f"{name} {counts[0]}/{counts[1]}" for name, counts in _COUNTS.items()))
