@@ -16,6 +16,7 @@ import torch
 
 import scl_kernels
 from scl_kernels._testing import NOT_A_TEST_BUILD, test_build, test_hooks
+from support import needs
 from support.reference64 import check_against_reference
 
 pytestmark = pytest.mark.usefixtures("cpu_library")
@@ -48,9 +49,6 @@ def _runnable_isas():
         if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
             runnable.append("avx512")
     return runnable
-
-
-needs_test_build = pytest.mark.skipif(not test_build(), reason=NOT_A_TEST_BUILD)
 
 
 @pytest.fixture
@@ -122,7 +120,7 @@ def test_every_path_matches_the_float64_reference(isa, case, dtype, force_isa, r
                             reduction="none", generator=gen)
 
 
-@needs_test_build
+@needs.hooks
 def test_unknown_value_raises(randn, randint):
     with test_hooks(cpu_capability="avx3"):
         with pytest.raises(RuntimeError, match=r"cpu_capability=avx3 is not an instruction set"):
@@ -131,7 +129,7 @@ def test_unknown_value_raises(randn, randint):
             scl_kernels.supcon_loss(randn(20, 5), randint(0, 3, (20,)), 0.1, backend="cpu")
 
 
-@needs_test_build
+@needs.hooks
 def test_path_beyond_this_cpu_raises(randn, randint):
     beyond = [isa for isa in ISAS if isa not in _runnable_isas()]
     if not beyond:
