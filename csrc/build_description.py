@@ -195,8 +195,17 @@ def tests_wanted(knobs, log):
     return True
 
 
+def require_linux(platform=sys.platform):
+    """Only Linux is built and tested (GCC's flags, OpenMP, the profiling's /proc): refuse
+    elsewhere before anything compiles, with what to do, rather than fail on a compiler flag."""
+    if not platform.startswith("linux"):
+        raise RuntimeError(f"scl_kernels builds on Linux only (this is {platform!r}): on macOS or "
+                           "Windows, build it in a Linux container, a Linux VM or WSL2")
+
+
 def describe(knobs=None):
     """The build for these knob values (default: the environment's)."""
+    require_linux()
     knobs = {name: os.environ.get(name) for name in KNOBS} if knobs is None else knobs
     log = []
     tests = tests_wanted(knobs, log)
