@@ -6,9 +6,12 @@ SupConCrossEntropyLoss) names them in its docstring with a line ``{arg:NAME}``, 
 """
 import re
 import textwrap
+from typing import Any, Callable, TypeVar
+
+_Function = TypeVar("_Function", bound=Callable[..., Any])
 
 # Each entry is one paragraph; fill_arguments wraps it to the docstring's indentation.
-ARGUMENTS = {
+ARGUMENTS: dict[str, str] = {
     "features": """features: ``[N, D]`` rows, or ``[B, V, D]``: V views (augmentations) of B samples,
     flattened view-major (row ``v * B + b``, as SupContrast). Any floating dtype and strides.""",
     "labels": """labels: integer ``[N]`` (``[B]`` for ``[B, V, D]`` features), or ``None``: every sample
@@ -55,9 +58,9 @@ _WIDTH = 100
 _PLACEHOLDER = re.compile(r"^( *)\{arg:(\w+)\}$", re.MULTILINE)
 
 
-def fill_arguments(function):
+def fill_arguments(function: _Function) -> _Function:
     """Decorator: replaces the ``{arg:NAME}`` lines of ``function``'s docstring by ARGUMENTS."""
-    def entry(match):
+    def entry(match: "re.Match[str]") -> str:
         indent, name = match.groups()
         return textwrap.fill(" ".join(ARGUMENTS[name].split()), width=_WIDTH, initial_indent=indent,
                              subsequent_indent=indent + "    ")

@@ -3,42 +3,47 @@ distributed loss and the integrations): one implementation, so the same bad inpu
 error wherever it is passed."""
 import math
 from numbers import Real
+from typing import Optional, Tuple, cast, get_args
 
 import torch
 
+from ._types import ContrastMode, Reduction, Temperature
 from .backends import BACKENDS
 
-CONTRAST_MODES = ("all", "one")
-REDUCTIONS = ("mean", "sum", "none")
+CONTRAST_MODES: Tuple[str, ...] = get_args(ContrastMode)
+REDUCTIONS: Tuple[str, ...] = get_args(Reduction)
+
+# The checks take ``object``: they are what stands between a caller's arguments and the
+# declared types.
 
 
-def check_contrast_mode(contrast_mode):
+def check_contrast_mode(contrast_mode: object) -> None:
     if contrast_mode not in CONTRAST_MODES:
         raise ValueError(f"contrast_mode must be one of {CONTRAST_MODES}, got {contrast_mode!r}")
 
 
-def check_normalize(normalize):
+def check_normalize(normalize: object) -> None:
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
 
 
-def check_reduction(reduction):
+def check_reduction(reduction: object) -> None:
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
 
 
-def check_backend_name(backend):
+def check_backend_name(backend: object) -> None:
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
 
 
-def has_values(tensor):
+def has_values(tensor: torch.Tensor) -> bool:
     """False for tensors whose data cannot be read on the host: meta tensors (shapes only) and
     anything seen while torch.compile traces (fake tensors)."""
     return tensor.device.type != "meta" and not torch.compiler.is_compiling()
 
 
-def check_temperature(temperature, *, check_tensor_value):
+def check_temperature(temperature: object, *, check_tensor_value: bool) -> None:
     """Type and shape of a float or 0-dim tensor temperature, and its value for a float.
 
     A tensor's value is read only with ``check_tensor_value`` (and never for meta tensors or
@@ -57,27 +62,28 @@ def check_temperature(temperature, *, check_tensor_value):
         return
     if isinstance(temperature, bool) or not isinstance(temperature, Real):
         raise TypeError(f"temperature must be a float or a 0-dim tensor, got {type(temperature).__name__}")
-    if not (math.isfinite(temperature) and temperature > 0):
+    # typeshed's numbers.Real declares no comparisons: a real number compares as a float does.
+    if not (math.isfinite(temperature) and cast(float, temperature) > 0):
         raise ValueError(f"temperature must be positive and finite, got {temperature}")
 
 
-def check_non_negative(value, name):
+def check_non_negative(value: object, name: str) -> float:
     """value as a float: a real number, finite and >= 0; TypeError / ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a float >= 0, got {type(value).__name__}")
     # Comparisons rather than math.isfinite, which torch.compile cannot trace (NaN fails both).
-    if not 0 <= value < math.inf:
+    if not 0 <= cast(float, value) < math.inf:  # a Real compares as a float (see above)
         raise ValueError(f"{name} must be finite and >= 0, got {value}")
     return float(value)
 
 
-def check_focal_gamma(focal_gamma):
+def check_focal_gamma(focal_gamma: object) -> float:
     """focal_gamma as a float (0 is SupCon)."""
     return check_non_negative(focal_gamma, "focal_gamma")
 
 
-def check_options(temperature, contrast_mode, normalize, reduction, backend, *,
-                  check_tensor_value):
+def check_options(temperature: object, contrast_mode: object, normalize: object,
+                  reduction: object, backend: object, *, check_tensor_value: bool) -> None:
     check_contrast_mode(contrast_mode)
     check_normalize(normalize)
     check_reduction(reduction)
@@ -85,7 +91,7 @@ def check_options(temperature, contrast_mode, normalize, reduction, backend, *,
     check_temperature(temperature, check_tensor_value=check_tensor_value)
 
 
-def check_tensor(value, name, *, floating):
+def check_tensor(value: object, name: str, *, floating: bool) -> None:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     if floating and not value.is_floating_point():
@@ -94,12 +100,12 @@ def check_tensor(value, name, *, floating):
         raise TypeError(f"{name} must be an integer tensor, got {value.dtype}")
 
 
-def check_same_device(value, name, device):
+def check_same_device(value: torch.Tensor, name: str, device: torch.device) -> None:
     if value.device != device:
         raise ValueError(f"{name} is on {value.device} but features is on {device}")
 
 
-def temperature_tensor(temperature, device):
+def temperature_tensor(temperature: Temperature, device: torch.device) -> torch.Tensor:
     """The (already checked) temperature as a tensor the backends take."""
     if isinstance(temperature, torch.Tensor):
         if temperature.device != device and temperature.device.type != "cpu":
@@ -108,7 +114,7 @@ def temperature_tensor(temperature, device):
     return torch.tensor(float(temperature), dtype=torch.float64)
 
 
-def check_inputs(features, labels):
+def check_inputs(features: torch.Tensor, labels: Optional[torch.Tensor]) -> None:
     """Types, devices and shapes of features and labels."""
     check_tensor(features, "features", floating=True)
     if labels is not None:

@@ -12,9 +12,11 @@ import os
 import sys
 import threading
 import time
+from typing import Callable, Dict, List, Literal, Optional, Sequence, TextIO, Tuple, Union
 
 import torch
 
+from ._types import BackendName
 from .backends import require_fused
 from .functional import supcon_loss
 from .profiling import PeakMemory
@@ -43,13 +45,13 @@ DENSE_FIXED_BYTES = 64 * 2**20
 MEMORY_HEADROOM = 0.9
 
 
-def dense_peak_bytes(n, dim):
+def dense_peak_bytes(n: int, dim: int) -> int:
     """Estimated peak memory (bytes) of the dense reference's forward + backward on float32
     features of shape [n, dim]."""
     return int(DENSE_BYTES_PER_PAIR * n * n + DENSE_BYTES_PER_VALUE * n * dim + DENSE_FIXED_BYTES)
 
 
-def largest_dense_batch(dim, available_bytes):
+def largest_dense_batch(dim: int, available_bytes: int) -> int:
     """The largest N whose dense estimate fits in MEMORY_HEADROOM of ``available_bytes`` (0 if
     none does)."""
     budget = MEMORY_HEADROOM * available_bytes - DENSE_FIXED_BYTES
@@ -62,7 +64,7 @@ def largest_dense_batch(dim, available_bytes):
     return n
 
 
-def _meminfo_available():
+def _meminfo_available() -> Optional[int]:
     with open("/proc/meminfo") as meminfo:
         for line in meminfo:
             if line.startswith("MemAvailable:"):
@@ -70,13 +72,13 @@ def _meminfo_available():
     return None
 
 
-def _read_int(path):
+def _read_int(path: str) -> Optional[int]:
     with open(path) as f:
         text = f.read().strip()
     return None if text == "max" else int(text)
 
 
-def _stat_field(path, field):
+def _stat_field(path: str, field: str) -> int:
     with open(path) as f:
         for line in f:
             key, _, value = line.partition(" ")
@@ -85,7 +87,7 @@ def _stat_field(path, field):
     return 0
 
 
-def cgroup_available_bytes(root="/sys/fs/cgroup"):
+def cgroup_available_bytes(root: str = "/sys/fs/cgroup") -> Optional[int]:
     """What this process's memory cgroup (a container's limit) still allows, or None without a
     limit. Usage counts the page cache, of which the inactive part is reclaimable."""
     for limit_file, usage_file, stat_file, inactive in (
@@ -104,14 +106,15 @@ def cgroup_available_bytes(root="/sys/fs/cgroup"):
     return None
 
 
-def available_memory_bytes(device):
+def available_memory_bytes(device: Union[torch.device, str]) -> Tuple[Optional[int], str]:
     """(bytes available for new allocations on ``device``, where the figure comes from), or
     (None, reason) when it cannot be told."""
     device = torch.device(device)
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return free, "torch.cuda.mem_get_info"
-    available, source = None, None
+    available: Optional[int] = None
+    source = ""  # set with available
     try:
         import psutil
         available, source = psutil.virtual_memory().available, "psutil"
@@ -134,11 +137,12 @@ def available_memory_bytes(device):
     return available, source
 
 
-def _gb(nbytes):
+def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.1f} GB"
 
 
-def dense_skip_reason(n, dim, available_bytes, source="available memory"):
+def dense_skip_reason(n: int, dim: int, available_bytes: Optional[int],
+                      source: str = "available memory") -> Optional[str]:
     """Why the dense half should not run with ``available_bytes`` free (None: it fits, or the
     available memory is unknown)."""
     if available_bytes is None:
@@ -161,31 +165,33 @@ class _Progress:
     """Prints ``  running <what> ...``, then the elapsed seconds every ``interval`` while the
     block runs (so a long step shows that it is alive), then ``done``."""
 
-    def __init__(self, what, interval=5.0, stream=None):
+    def __init__(self, what: str, interval: float = 5.0,
+                 stream: Optional[TextIO] = None) -> None:
         self.what, self.interval = what, interval
         self.stream = stream or sys.stdout
         self._done = threading.Event()
 
-    def _tick(self):
+    def _tick(self) -> None:
         while not self._done.wait(self.interval):
             print(f" {time.perf_counter() - self._start:.0f} s", end="", file=self.stream,
                   flush=True)
 
-    def __enter__(self):
+    def __enter__(self) -> "_Progress":
         print(f"  running {self.what} ...", end="", file=self.stream, flush=True)
         self._start = time.perf_counter()
         self._thread = threading.Thread(target=self._tick, daemon=True)
         self._thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._done.set()
         self._thread.join()
         print(" done" if exc[0] is None else " failed", file=self.stream, flush=True)
         return False
 
 
-def run(features, labels, temperature, backend):
+def run(features: torch.Tensor, labels: torch.Tensor, temperature: float,
+        backend: BackendName) -> Tuple[torch.Tensor, torch.Tensor, float, int]:
     """Loss and gradient by one backend, with wall time and peak memory growth."""
     x = features.detach().clone().requires_grad_(True)
     with PeakMemory(x.device) as peak:
@@ -195,11 +201,12 @@ def run(features, labels, temperature, backend):
         if x.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
+    assert x.grad is not None and peak.peak_bytes is not None, "set by backward, by the block's end"
     return loss.detach(), x.grad, seconds, peak.peak_bytes
 
 
-def _positive_int(minimum):
-    def parse(text):
+def _positive_int(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
         value = int(text)
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
@@ -207,14 +214,14 @@ def _positive_int(minimum):
     return parse
 
 
-def _positive_float(text):
+def _positive_float(text: str) -> float:
     value = float(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be positive and finite, got {value}")
     return value
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     default_device = "cuda" if torch.cuda.is_available() else "cpu"
     parser = argparse.ArgumentParser(
         prog="python -m scl_kernels.demo",
@@ -248,7 +255,7 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
+def main(argv: Optional[Sequence[str]] = None) -> None:
     args = build_parser().parse_args(argv)
 
     generator = torch.Generator().manual_seed(0)
@@ -259,7 +266,7 @@ def main(argv=None):
     print(f"SupCon, N={args.n}, D={args.dim}, {args.classes} classes, t={args.temperature}, "
           f"float32 on {args.device} ({torch.get_num_threads()} threads)", flush=True)
 
-    implementations = [("fused (" + fused + ")", fused)]
+    implementations: List[Tuple[str, BackendName]] = [("fused (" + fused + ")", fused)]
     if not args.skip_dense:
         available, source = available_memory_bytes(features.device)
         reason = (None if args.force_dense
@@ -274,7 +281,7 @@ def main(argv=None):
 
     # A small warm-up call, so that one-time set-up is not charged to either side.
     supcon_loss(features[:256], labels[:256], args.temperature, backend=fused)
-    results = {}
+    results: Dict[str, Tuple[torch.Tensor, torch.Tensor, float, int]] = {}
     for name, backend in implementations:
         with _Progress(name):
             results[name] = run(features, labels, args.temperature, backend)

@@ -1,9 +1,12 @@
 """explain: what a supcon_loss call would do, without doing it: the backend ``auto`` picks and
 why, and the fused op's plan (csrc/core/call_plan.h): schedules, where the temperature comes
 from, which fused stages run and which ATen steps stand in, the value checks, the threads."""
-from typing import Dict, NamedTuple
+from typing import Dict, NamedTuple, Optional
+
+import torch
 
 from ._docstrings import fill_arguments
+from ._types import BackendName, ContrastMode, Reduction, Temperature
 from .backends import auto_choice
 from .functional import checked_call
 
@@ -15,16 +18,18 @@ class Explanation(NamedTuple):
     # dense reference, which has none.
     plan: Dict[str, str]
 
-    def __str__(self):
+    def __str__(self) -> str:
         lines = [f"backend: {self.backend} ({self.reason})"]
         lines += [f"  {name}: {value}" for name, value in self.plan.items()]
         return "\n".join(lines)
 
 
 @fill_arguments
-def explain(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
-            contrast_mode="all", normalize=True, focal_gamma=0.0, reduction="mean",
-            backend="auto") -> Explanation:
+def explain(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
+            temperature: Temperature = 0.1, *, contrast: Optional[torch.Tensor] = None,
+            contrast_labels: Optional[torch.Tensor] = None, contrast_mode: ContrastMode = "all",
+            normalize: bool = True, focal_gamma: float = 0.0, reduction: Reduction = "mean",
+            backend: BackendName = "auto") -> Explanation:
     """What ``supcon_loss`` with the same arguments would do, computed from the arguments alone
     (no loss): the backend and why, and the plan its fused op follows. A temperature is read as
     the call would read it.

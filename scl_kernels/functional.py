@@ -1,16 +1,19 @@
 """supcon_loss: the views and layouts of a call, the backend that runs it, the reduction."""
 import warnings
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
 from ._docstrings import fill_arguments
+from ._types import BackendName, ContrastMode, Reduction, Temperature
 from ._validation import (check_focal_gamma, check_inputs, check_options, check_same_device,
                           check_tensor, temperature_tensor)
-from .backends import Backend, CallShape, mean_over_anchors_with_positives, resolve_backend
+from .backends import Backend, mean_over_anchors_with_positives, resolve_backend
+from .backends.auto_rule import CallShape
 
 
-def _flatten_views(features, labels):
+def _flatten_views(features: torch.Tensor, labels: Optional[torch.Tensor]
+                   ) -> Tuple[torch.Tensor, Optional[torch.Tensor], int]:
     """[B, V, D] -> [V*B, D] view-major (row v*B + b, as SupContrast); labels [B] -> [V*B]."""
     if features.dim() == 2:
         return features, labels, features.shape[0]
@@ -33,7 +36,7 @@ _SINGLE_VIEW_MESSAGE = (
 _warned_single_view = False
 
 
-def _warn_single_view():
+def _warn_single_view() -> None:
     """Warns once per process that the call cannot have any positive pair."""
     global _warned_single_view
     # True only while Dynamo inlines this function (if torch stops honouring the mark below):
@@ -52,7 +55,7 @@ def _warn_single_view():
 # while Dynamo traces supcon_loss, which is when the warning is due. The attribute is exactly
 # what torch.compiler.assume_constant_result sets; setting it here spares importing Dynamo (about
 # a second) with the package. python_tests/api/test_front_end.py checks that this keeps working.
-_warn_single_view._dynamo_marked_constant = True
+_warn_single_view._dynamo_marked_constant = True  # type: ignore[attr-defined]  # a function attribute
 
 
 class Layout(NamedTuple):
@@ -64,8 +67,9 @@ class Layout(NamedTuple):
     num_anchors: int  # the anchors are rows [0, num_anchors) of rows
 
 
-def build_layout(features, labels, contrast, contrast_labels, contrast_mode, *,
-                 allow_no_rows=False) -> Layout:
+def build_layout(features: torch.Tensor, labels: Optional[torch.Tensor],
+                 contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
+                 contrast_mode: ContrastMode, *, allow_no_rows: bool = False) -> Layout:
     """Flattens views, checks the contrast set and makes the implicit labels explicit.
 
     Without labels every sample gets its own id, its index b; ``allow_no_rows`` lets a rank of
@@ -115,7 +119,8 @@ def build_layout(features, labels, contrast, contrast_labels, contrast_mode, *,
     return Layout(rows, row_labels, contrast, contrast_labels, rows.shape[0])
 
 
-def reduce_per_anchor(per_anchor, num_positives, reduction):
+def reduce_per_anchor(per_anchor: torch.Tensor, num_positives: torch.Tensor,
+                      reduction: Reduction) -> torch.Tensor:
     """The per-anchor losses reduced: "mean" is over the anchors that have a positive."""
     if reduction == "none":
         return per_anchor
@@ -134,9 +139,11 @@ def call_shape(layout: Layout, normalize: bool) -> CallShape:
 
 
 @fill_arguments
-def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
-                contrast_mode="all", normalize=True, focal_gamma=0.0, reduction="mean",
-                backend="auto"):
+def supcon_loss(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
+                temperature: Temperature = 0.1, *, contrast: Optional[torch.Tensor] = None,
+                contrast_labels: Optional[torch.Tensor] = None, contrast_mode: ContrastMode = "all",
+                normalize: bool = True, focal_gamma: float = 0.0, reduction: Reduction = "mean",
+                backend: BackendName = "auto") -> torch.Tensor:
     """Supervised contrastive loss (Khosla et al. 2020), fused: no N x N matrix is stored.
 
     Args:
@@ -179,8 +186,10 @@ class CheckedCall(NamedTuple):
     mean: bool
 
 
-def checked_call(features, labels, temperature, contrast, contrast_labels, contrast_mode,
-                 normalize, focal_gamma, reduction, backend) -> CheckedCall:
+def checked_call(features: torch.Tensor, labels: Optional[torch.Tensor], temperature: Temperature,
+                 contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
+                 contrast_mode: ContrastMode, normalize: bool, focal_gamma: float,
+                 reduction: Reduction, backend: BackendName) -> CheckedCall:
     """supcon_loss's arguments checked (errors naming the argument), laid out, and its backend
     resolved: what supcon_loss runs and scl_kernels.explain describes."""
     check_inputs(features, labels)

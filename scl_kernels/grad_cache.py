@@ -10,16 +10,25 @@ same as one pass over the whole batch; the price is a second forward pass of the
 """
 import contextlib
 from collections.abc import Mapping
+from typing import (Any, Callable, ContextManager, Iterator, List, Literal, Optional,
+                    Sequence, Tuple, Union, overload)
 
 import torch
 
+# What split_batch takes: a tensor, a mapping (a dict, a BatchEncoding) or a tuple / list.
+Batch = Union[torch.Tensor, Mapping[Any, Any], Tuple[Any, ...], List[Any]]
+# What ``encode`` returns (for a chunk of the batch, of its type): a tensor or a tuple (or list)
+# of tensors.
+EncoderOutput = Union[torch.Tensor, Sequence[torch.Tensor]]
+Outputs = Tuple[torch.Tensor, ...]
 
-def _check_chunk_size(chunk_size):
+
+def _check_chunk_size(chunk_size: object) -> None:
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
 
 
-def split_batch(batch, chunk_size):
+def split_batch(batch: Batch, chunk_size: int) -> List[Batch]:
     """Splits a batch into chunks of at most ``chunk_size`` examples (dim 0).
 
     Args:
@@ -37,10 +46,12 @@ def split_batch(batch, chunk_size):
         if batch.dim() == 0:
             raise ValueError("a batch tensor needs a first (example) dimension, got a 0-dim tensor")
         return list(batch.split(chunk_size))
+    keys: Optional[List[Any]] = None
+    sequence_type: Callable[[List[Any]], Batch] = list
     if isinstance(batch, Mapping):
         keys, values = list(batch.keys()), list(batch.values())
     elif isinstance(batch, (tuple, list)):
-        keys, values = None, list(batch)
+        values, sequence_type = list(batch), type(batch)
     else:
         raise TypeError(f"batch must be a tensor, a mapping or a tuple/list, got {type(batch).__name__}")
     sizes = {v.shape[0] for v in values if isinstance(v, torch.Tensor) and v.dim() > 0}
@@ -48,26 +59,26 @@ def split_batch(batch, chunk_size):
         raise ValueError("the tensors of a batch must share their first (example) dimension, got "
                          f"sizes {sorted(sizes)}" if sizes else "the batch holds no tensor to split")
     size = sizes.pop()
-    chunks = []
+    chunks: List[Batch] = []
     # An empty batch is one empty chunk, as Tensor.split gives: a rank of a distributed loss may
     # hold no examples and must still take part in the step.
     for start in range(0, max(size, 1), chunk_size):
         part = [v[start:start + chunk_size] if isinstance(v, torch.Tensor) and v.dim() > 0 else v
                 for v in values]
-        chunks.append(dict(zip(keys, part)) if keys is not None else type(batch)(part))
+        chunks.append(dict(zip(keys, part)) if keys is not None else sequence_type(part))
     return chunks
 
 
 class _RandomState:
     """The generators' state before a chunk's first pass, to replay its dropout masks."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.cpu = torch.get_rng_state()
         self.cuda = (torch.cuda.get_rng_state_all()
                      if torch.cuda.is_available() and torch.cuda.is_initialized() else [])
 
     @contextlib.contextmanager
-    def replay(self):
+    def replay(self) -> Iterator[None]:
         # fork_rng restores the state on exit: the run ends with the generators where the first
         # pass left them, as if the chunk had been encoded once.
         with torch.random.fork_rng(devices=range(len(self.cuda))):
@@ -77,7 +88,7 @@ class _RandomState:
             yield
 
 
-def _as_tuple(outputs):
+def _as_tuple(outputs: object) -> Outputs:
     if isinstance(outputs, torch.Tensor):
         return (outputs,)
     if isinstance(outputs, (tuple, list)) and outputs and all(isinstance(o, torch.Tensor) for o in outputs):
@@ -113,7 +124,10 @@ class GradientCache:
     Layers with running statistics (batch norm) update them in both passes.
     """
 
-    def __init__(self, encode, loss_fn, chunk_size, *, loss_backward=None, sync_context=None):
+    def __init__(self, encode: Callable[[Any], EncoderOutput],
+                 loss_fn: Callable[..., torch.Tensor], chunk_size: int, *,
+                 loss_backward: Optional[Callable[[torch.Tensor], object]] = None,
+                 sync_context: Optional[Callable[[], ContextManager[object]]] = None) -> None:
         """
         Args:
             encode: ``encode(chunk)`` -> a tensor or a tuple of tensors with the chunk's examples
@@ -147,10 +161,20 @@ class GradientCache:
         self.encode = encode
         self.loss_fn = loss_fn
         self.chunk_size = chunk_size
-        self.loss_backward = loss_backward if loss_backward is not None else torch.Tensor.backward
+        self.loss_backward: Callable[[torch.Tensor], object] = (
+            loss_backward if loss_backward is not None else torch.Tensor.backward)
         self.sync_context = sync_context
 
-    def loss(self, batch, *loss_args, return_outputs=False, **loss_kwargs):
+    @overload
+    def loss(self, batch: Batch, *loss_args: Any, return_outputs: Literal[False] = ...,
+             **loss_kwargs: Any) -> torch.Tensor: ...
+
+    @overload
+    def loss(self, batch: Batch, *loss_args: Any, return_outputs: Literal[True],
+             **loss_kwargs: Any) -> Tuple[torch.Tensor, Outputs]: ...
+
+    def loss(self, batch: Batch, *loss_args: Any, return_outputs: bool = False,
+             **loss_kwargs: Any) -> Union[torch.Tensor, Tuple[torch.Tensor, Outputs]]:
         """The loss of ``batch``, whose backward pass sends its gradient into the encoder.
 
         Encodes the batch chunk by chunk without a graph and returns ``loss_fn`` of the
@@ -179,7 +203,8 @@ class GradientCache:
             loss = self.loss_fn(*outputs, *loss_args, **loss_kwargs)
             return (loss, tuple(o.detach() for o in outputs)) if return_outputs else loss
 
-        states, chunk_outputs = [], []
+        states: List[_RandomState] = []
+        chunk_outputs: List[Outputs] = []
         with torch.no_grad():
             for chunk in chunks:
                 states.append(_RandomState())
@@ -194,7 +219,7 @@ class GradientCache:
             return (loss, outputs) if return_outputs else loss
         differentiable = [i for i, o in enumerate(outputs) if o.is_floating_point()]
 
-        def replay(gradients):
+        def replay(gradients: Tuple[Optional[torch.Tensor], ...]) -> None:
             """Re-encodes every chunk with a graph and back-propagates its gradient slice."""
             by_output = dict(zip(differentiable, gradients))
             start = 0
@@ -207,15 +232,16 @@ class GradientCache:
                     if [o.shape for o in replayed] != [o[start:start + count].shape for o in outputs]:
                         raise RuntimeError("encode returned different shapes for the same chunk in "
                                            "its two passes")
-                    pairs = [(out, by_output[i][start:start + count]) for i, out in enumerate(replayed)
-                             if by_output.get(i) is not None and out.requires_grad]
+                    pairs = [(out, gradient[start:start + count]) for i, out in enumerate(replayed)
+                             if (gradient := by_output.get(i)) is not None and out.requires_grad]
                     if pairs:
                         torch.autograd.backward([p[0] for p in pairs], [p[1] for p in pairs])
                 start += count
 
         leaves = [outputs[i].requires_grad_() for i in differentiable]
         with torch.enable_grad():
-            routed = _ReplayChunks.apply(replay, *leaves)
+            # torch leaves autograd.Function.apply unannotated.
+            routed: Outputs = _ReplayChunks.apply(replay, *leaves)  # type: ignore[no-untyped-call]
             inputs = list(outputs)
             for i, tensor in zip(differentiable, routed):
                 inputs[i] = tensor
@@ -224,7 +250,16 @@ class GradientCache:
             return loss, tuple(o.detach() for o in outputs)
         return loss
 
-    def step(self, batch, *loss_args, return_outputs=False, **loss_kwargs):
+    @overload
+    def step(self, batch: Batch, *loss_args: Any, return_outputs: Literal[False] = ...,
+             **loss_kwargs: Any) -> torch.Tensor: ...
+
+    @overload
+    def step(self, batch: Batch, *loss_args: Any, return_outputs: Literal[True],
+             **loss_kwargs: Any) -> Tuple[torch.Tensor, Outputs]: ...
+
+    def step(self, batch: Batch, *loss_args: Any, return_outputs: bool = False,
+             **loss_kwargs: Any) -> Union[torch.Tensor, Tuple[torch.Tensor, Outputs]]:
         """Computes the loss of ``batch`` and accumulates its gradient into the parameters:
         ``loss_backward`` of :meth:`loss`.
 
@@ -247,12 +282,13 @@ class _ReplayChunks(torch.autograd.Function):
     which re-encodes the chunks and back-propagates it into the encoder."""
 
     @staticmethod
-    def forward(ctx, replay, *outputs):
+    def forward(ctx: Any, replay: Callable[[Tuple[Optional[torch.Tensor], ...]], None],
+                *outputs: torch.Tensor) -> Outputs:
         ctx.replay = replay
         ctx.set_materialize_grads(False)  # an output the loss does not use gets None, not zeros
         return tuple(o.view_as(o) for o in outputs)
 
     @staticmethod
-    def backward(ctx, *gradients):
+    def backward(ctx: Any, *gradients: Optional[torch.Tensor]) -> Tuple[None, ...]:
         ctx.replay(gradients)
         return (None,) * (1 + len(gradients))

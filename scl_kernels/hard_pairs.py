@@ -1,13 +1,14 @@
 """hard_pairs: per anchor, its hardest positive and hardest negative, mined in one fused pass
 (docs/MATH.md, "Hard pairs")."""
 import warnings
-from typing import NamedTuple
+from typing import Iterable, List, NamedTuple, Optional, Tuple
 
 import torch
 
 from ._extension import library_loaded
+from ._types import BackendName
 from ._validation import check_backend_name, check_inputs, check_normalize, has_values
-from .backends import REGISTRY, resolve_backend
+from .backends import REGISTRY, Backend, resolve_backend
 from .backends.hard_pairs_reference import hard_pairs_reference
 from .functional import build_layout
 
@@ -21,11 +22,11 @@ class HardPairs(NamedTuple):
     negative_similarity: torch.Tensor  # [N]
 
 
-def _hard_pairs_backends():
+def _hard_pairs_backends() -> List[str]:
     return [name for name, b in REGISTRY.items() if b.op_name is None or b.hard_pairs_op_name]
 
 
-def _resolve(name, device):
+def _resolve(name: str, device: torch.device) -> Backend:
     """The backend that mines on ``device``: backend="auto" takes the first fused backend with
     a hard-pair op that may be chosen automatically and runs there, else the dense reference."""
     if name == "auto":
@@ -44,20 +45,23 @@ def _resolve(name, device):
     return resolve_backend(name, device)
 
 
-def _finite_flags(tensors):
+def _finite_flags(tensors: Iterable[Tuple[str, Optional[torch.Tensor]]]
+                  ) -> List[Tuple[str, torch.Tensor]]:
     """(name, device bool) for each tensor whose values can be read."""
     return [(name, torch.isfinite(t).all()) for name, t in tensors
             if t is not None and has_values(t)]
 
 
-def _raise_if_not_finite(flags):
+def _raise_if_not_finite(flags: Iterable[Tuple[str, torch.Tensor]]) -> None:
     for name, finite in flags:
         if not bool(finite):
             raise ValueError(f"{name} contains NaN or inf")
 
 
-def hard_pairs(features, labels, *, contrast=None, contrast_labels=None, normalize=True,
-               backend="auto") -> HardPairs:
+def hard_pairs(features: torch.Tensor, labels: torch.Tensor, *,
+               contrast: Optional[torch.Tensor] = None,
+               contrast_labels: Optional[torch.Tensor] = None, normalize: bool = True,
+               backend: BackendName = "auto") -> HardPairs:
     """Hard-pair mining: for every anchor (row of ``features``), the index and similarity of its
     hardest positive (the least similar other row with its label) and of its hardest negative
     (the most similar row with another label), in one pass over the similarities without
@@ -107,5 +111,5 @@ def hard_pairs(features, labels, *, contrast=None, contrast_labels=None, normali
     return HardPairs(*result)
 
 
-def _capturing(device):
+def _capturing(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_current_stream_capturing()

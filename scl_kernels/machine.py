@@ -2,7 +2,7 @@
 import platform
 
 
-def cpu_model():
+def cpu_model() -> str:
     """The CPU's model name (Linux's /proc/cpuinfo), else what the platform module knows."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:

@@ -5,16 +5,17 @@ lets a process reset (ru_maxrss alone never goes down, so it cannot separate two
 """
 import ctypes
 import threading
+from typing import Literal, Optional, Union
 
 import torch
 
 
-def _synchronize(device):
+def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def process_status_bytes(field):
+def process_status_bytes(field: str) -> int:
     """A memory field of /proc/self/status (``VmRSS``, ``VmHWM``, ``VmSize``, ...) in bytes."""
     with open("/proc/self/status") as status:
         for line in status:
@@ -23,7 +24,7 @@ def process_status_bytes(field):
     raise OSError(f"{field} not in /proc/self/status")
 
 
-def _release_free_heap():
+def _release_free_heap() -> None:
     # glibc keeps freed blocks below its (adaptive, up to 32 MiB) mmap threshold resident; they
     # would hide this call's allocations behind an inflated starting RSS. malloc_trim hands them
     # back to the OS. Without glibc there is nothing to do.
@@ -33,7 +34,7 @@ def _release_free_heap():
         pass
 
 
-def _reset_peak_rss():
+def _reset_peak_rss() -> bool:
     # Linux lets a process reset its own RSS high-water mark (VmHWM, also what ru_maxrss
     # reports); that makes the peak exact and per call, not per process.
     try:
@@ -48,16 +49,16 @@ class _RssSampler(threading.Thread):
     """Fallback where VmHWM cannot be reset: samples RSS every millisecond (may miss spikes
     shorter than that, which are rarely the large allocations that matter)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__(daemon=True)
         self._done = threading.Event()
         self.peak = process_status_bytes("VmRSS")
 
-    def run(self):
+    def run(self) -> None:
         while not self._done.wait(0.001):
             self.peak = max(self.peak, process_status_bytes("VmRSS"))
 
-    def stop(self):
+    def stop(self) -> int:
         self._done.set()
         self.join()
         self.peak = max(self.peak, process_status_bytes("VmRSS"))
@@ -72,11 +73,13 @@ class PeakMemory:
     CPU: the process' resident set, since torch's CPU allocator returns large blocks to the OS.
     """
 
-    def __init__(self, device):
+    def __init__(self, device: Union[torch.device, str]) -> None:
         self.device = torch.device(device)
-        self.peak_bytes = None
+        self.peak_bytes: Optional[int] = None
+        self._sampler: Optional[_RssSampler]  # set by __enter__, as _start
+        self._start: int
 
-    def __enter__(self):
+    def __enter__(self) -> "PeakMemory":
         _synchronize(self.device)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -91,7 +94,7 @@ class PeakMemory:
                 self._sampler.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         _synchronize(self.device)
         if self.device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(self.device)

@@ -1,20 +1,23 @@
 """Class-balanced batches: every anchor of a batch has at least one positive."""
+from typing import Hashable, Iterable, Iterator, List, Optional, Union
+
 import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
 
-def _positive_int(value, name, minimum=1):
+def _positive_int(value: object, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
     return value
 
 
-def _label_tensor(labels):
+def _label_tensor(labels: Union[torch.Tensor, Iterable[Hashable]]) -> torch.Tensor:
     """The labels as an integer tensor: integer tensors and sequences as they are; any other
     hashable labels (strings, tuples, ...) as class codes in sorted order, or in order of first
     appearance where the labels do not sort (the same labels give the same codes in every
     process)."""
+    tensor: Optional[torch.Tensor]
     try:
         tensor = torch.as_tensor(labels)
     except (TypeError, ValueError, RuntimeError):
@@ -24,32 +27,34 @@ def _label_tensor(labels):
         if tensor.numel() and not_integer:  # an empty list is float32; its error comes later
             raise TypeError(f"labels must be integers or other hashable class names, got {tensor.dtype}")
         return tensor
-    labels = list(labels)
+    names: List[Hashable] = list(labels)
     try:
-        classes = dict.fromkeys(labels)
+        first_seen = dict.fromkeys(names)
     except TypeError as error:
         raise TypeError(f"labels must be hashable class names or integers: {error}") from None
+    classes: List[Hashable]
     try:
-        classes = sorted(classes)
+        classes = sorted(first_seen)  # type: ignore[type-var]  # TypeError where they do not sort
     except TypeError:  # mixed kinds of label: keep their first appearance
-        classes = list(classes)
+        classes = list(first_seen)
     codes = {label: code for code, label in enumerate(classes)}
-    return torch.tensor([codes[label] for label in labels], dtype=torch.long)
+    return torch.tensor([codes[label] for label in names], dtype=torch.long)
 
 
 class _ClassStream:
     """The examples of one class in an endless shuffled order: one permutation after another."""
 
-    def __init__(self, indices, generator):
+    def __init__(self, indices: torch.Tensor, generator: torch.Generator) -> None:
         self.indices = indices
         self.generator = generator
-        self.order = []
+        self.order: List[int] = []
 
-    def take(self, count):
+    def take(self, count: int) -> List[int]:
         """``count`` (<= the class size) distinct examples, the next ones in the order."""
         if len(self.order) < count:
             leftover = self.order
-            fresh = self.indices[torch.randperm(len(self.indices), generator=self.generator)].tolist()
+            fresh: List[int] = self.indices[
+                torch.randperm(len(self.indices), generator=self.generator)].tolist()
             # The leftovers go last in the new permutation, so one take never repeats an example.
             held = set(leftover)
             self.order = leftover + [i for i in fresh if i not in held] + leftover
@@ -57,7 +62,7 @@ class _ClassStream:
         return taken
 
 
-class ClassBalancedBatchSampler(Sampler):
+class ClassBalancedBatchSampler(Sampler[List[int]]):
     """Batches of several classes with at least ``samples_per_class`` examples each.
 
     A supervised contrastive loss learns only from anchors that have a positive (another example
@@ -84,8 +89,9 @@ class ClassBalancedBatchSampler(Sampler):
             for batch in loader: ...
     """
 
-    def __init__(self, labels, batch_size, samples_per_class=2, *, seed=0, num_replicas=None,
-                 rank=None):
+    def __init__(self, labels: Union[torch.Tensor, Iterable[Hashable]], batch_size: int,
+                 samples_per_class: int = 2, *, seed: int = 0,
+                 num_replicas: Optional[int] = None, rank: Optional[int] = None) -> None:
         """
         Args:
             labels: the class of every example of the data set, indexed as the data set is: an
@@ -103,9 +109,9 @@ class ClassBalancedBatchSampler(Sampler):
         Raises:
             ValueError: bad sizes, a class with a single example, or fewer than 2 classes.
         """
-        labels = _label_tensor(labels)
-        if labels.dim() != 1 or labels.numel() == 0:
-            raise ValueError(f"labels must be a non-empty 1-D sequence, got shape {tuple(labels.shape)}")
+        label_tensor = _label_tensor(labels)
+        if label_tensor.dim() != 1 or label_tensor.numel() == 0:
+            raise ValueError(f"labels must be a non-empty 1-D sequence, got shape {tuple(label_tensor.shape)}")
         self.samples_per_class = _positive_int(samples_per_class, "samples_per_class", 2)
         self.batch_size = _positive_int(batch_size, "batch_size", self.samples_per_class)
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -122,7 +128,7 @@ class ClassBalancedBatchSampler(Sampler):
         self.seed = seed
         self.epoch = 0
 
-        classes, counts = torch.unique(labels, return_counts=True)
+        classes, counts = torch.unique(label_tensor, return_counts=True)
         if len(classes) < 2:
             raise ValueError(f"class-balanced batches need at least 2 classes, got {len(classes)}")
         single = classes[counts < 2].tolist()
@@ -130,24 +136,24 @@ class ClassBalancedBatchSampler(Sampler):
             raise ValueError(f"{len(single)} class(es) have a single example (e.g. label {single[0]}): "
                              "a supervised contrastive loss needs at least 2 examples of a class "
                              "for it to have positives; drop or merge them")
-        self.class_indices = [torch.nonzero(labels == c).flatten() for c in classes]
-        self.num_examples = labels.numel()
+        self.class_indices = [torch.nonzero(label_tensor == c).flatten() for c in classes]
+        self.num_examples = label_tensor.numel()
 
-    def set_epoch(self, epoch):
+    def set_epoch(self, epoch: int) -> None:
         """Makes the next iteration draw the batches of ``epoch`` (as DistributedSampler's)."""
         self.epoch = epoch
 
-    def __len__(self):
+    def __len__(self) -> int:
         return max(1, self.num_examples // (self.batch_size * self.num_replicas))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[List[int]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
         streams = [_ClassStream(indices, generator) for indices in self.class_indices]
         classes_per_batch = min(self.batch_size // self.samples_per_class, len(streams))
         for batch_index in range(len(self) * self.num_replicas):
             chosen = torch.randperm(len(streams), generator=generator)[:classes_per_batch].tolist()
             share, extra = divmod(self.batch_size, classes_per_batch)
-            batch = []
+            batch: List[int] = []
             for position, c in enumerate(chosen):
                 stream = streams[c]
                 batch += stream.take(min(share + (position < extra), len(stream.indices)))

@@ -5,11 +5,12 @@ holds the document to) all read the table below. What adding a backend takes: do
 """
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union, cast
 
 import torch
 
 from .._extension import library_loaded, require_library
+from .._types import BackendName
 from . import hard_pairs_ops  # noqa: F401  (registers the hard-pair ops' fake kernels)
 from .auto_rule import CallShape, cuda_is_faster
 from .fused_ops import loss_dtype, register_fakes
@@ -61,36 +62,34 @@ class Backend:
     # at small t, carries that rounding (docs/MATH.md, "Precision").
     low_precision_gradient_weights: bool = False
 
-    def available(self, device) -> bool:
+    def available(self, device: Union[torch.device, str]) -> bool:
         device = torch.device(device)
         return device.type in self.device_types and self.installed(device)
 
     @property
-    def forward_op(self):
+    def forward_op(self) -> Optional[Callable[..., Any]]:
         """The fused op (an OpOverloadPacket), ready to call; None for the dense reference."""
         return self._op("")
 
     @property
-    def backward_op(self):
+    def backward_op(self) -> Optional[Callable[..., Any]]:
         return self._op("_backward")
 
     @property
-    def plan_op(self):
+    def plan_op(self) -> Optional[Callable[..., Any]]:
         """The op that describes what a call of the fused op would do (csrc/core/call_plan.h)."""
         return self._op("_plan")
 
-    def _op(self, suffix):
+    def _op(self, suffix: str) -> Optional[Callable[..., Any]]:
         if self.op_name is None:
             return None
-        self.prepare()
-        return getattr(torch.ops.scl, self.op_name + suffix)
+        return _scl_op(self, self.op_name + suffix)
 
     @property
-    def hard_pairs_op(self):
+    def hard_pairs_op(self) -> Optional[Callable[..., Any]]:
         if self.hard_pairs_op_name is None:
             return None
-        self.prepare()
-        return getattr(torch.ops.scl, self.hard_pairs_op_name)
+        return _scl_op(self, self.hard_pairs_op_name)
 
     def computes_in(self, dtype: torch.dtype) -> torch.dtype:
         """The precision this backend really computes in for an input dtype."""
@@ -102,12 +101,14 @@ class Backend:
             return dtype
         return self.computes_in(dtype)
 
-    def runs(self, focal_gamma) -> bool:
+    def runs(self, focal_gamma: float) -> bool:
         """Whether its kernels compute a call with this focal_gamma."""
         return self.focal or focal_gamma == 0
 
-    def run(self, features, labels, contrast, contrast_labels, temperature, num_anchors,
-            normalize, anchor_offset=0, focal_gamma=0.0, mean=False):
+    def run(self, features: torch.Tensor, labels: torch.Tensor, contrast: Optional[torch.Tensor],
+            contrast_labels: Optional[torch.Tensor], temperature: torch.Tensor, num_anchors: int,
+            normalize: bool, anchor_offset: int = 0, focal_gamma: float = 0.0,
+            mean: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
         """(per-anchor loss, |P(i)|) with the op's argument conventions; with ``mean`` the loss
         is their mean over the anchors with positives (0-dim), taken inside the fused ops."""
         if self.op_name is None:
@@ -116,19 +117,28 @@ class Backend:
                                                  anchor_offset, focal_gamma)
             return (mean_over_anchors_with_positives(loss, num_positives) if mean else loss,
                     num_positives)
-        loss, _lse, num_positives = self.forward_op(features, labels, contrast, contrast_labels,
-                                                    temperature, num_anchors, normalize,
-                                                    anchor_offset, focal_gamma, mean)
+        loss, _lse, num_positives = _scl_op(self, self.op_name)(
+            features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
+            anchor_offset, focal_gamma, mean)
         return loss, num_positives
 
 
-def mean_over_anchors_with_positives(per_anchor, num_positives):
+def _scl_op(backend: Backend, name: str) -> Callable[..., Any]:
+    """torch.ops.scl.<name>, after ``backend`` loaded what it needs."""
+    backend.prepare()
+    op: Callable[..., Any] = getattr(torch.ops.scl, name)
+    return op
+
+
+def mean_over_anchors_with_positives(per_anchor: torch.Tensor,
+                                     num_positives: torch.Tensor) -> torch.Tensor:
     """The "mean" reduction: over the anchors that have a positive (0 where none has), as the
     fused ops take it with ``mean=True`` (csrc/core/supcon_problem.h)."""
     return per_anchor.sum() / torch.count_nonzero(num_positives).clamp_min_(1)
 
 
-def _check_reference_values(features, contrast, temperature):
+def _check_reference_values(features: torch.Tensor, contrast: Optional[torch.Tensor],
+                            temperature: torch.Tensor) -> None:
     # The fused ops check values inside their kernels; the dense path checks here, when the
     # values exist (not while tracing, not on the meta device).
     if torch.compiler.is_compiling() or features.device.type == "meta":
@@ -141,14 +151,16 @@ def _check_reference_values(features, contrast, temperature):
         raise ValueError(f"temperature must be positive and finite, got {value}")
 
 
-def _run_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                   normalize, anchor_offset, focal_gamma):
+def _run_reference(features: torch.Tensor, labels: torch.Tensor,
+                   contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
+                   temperature: torch.Tensor, num_anchors: int, normalize: bool,
+                   anchor_offset: int, focal_gamma: float) -> Tuple[torch.Tensor, torch.Tensor]:
     _check_reference_values(features, contrast, temperature)
     return supcon_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
                             normalize, anchor_offset, focal_gamma)
 
 
-REGISTRY = {backend.name: backend for backend in (
+REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (
     # fused C++ kernels: BLAS tiles, vectorised exp, symmetric schedule
     Backend("cpu", ("cpu",), "supcon", lambda device: library_loaded(),
             hard_pairs_op_name="hard_pairs"),
@@ -168,7 +180,7 @@ REGISTRY = {backend.name: backend for backend in (
     # dense PyTorch: the whole N x N logit matrix, for tests and tiny batches
     Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True),
 )}
-BACKENDS = ("auto", *REGISTRY)
+BACKENDS: Tuple[str, ...] = ("auto", *REGISTRY)
 register_fakes(dict.fromkeys(b.op_name for b in REGISTRY.values() if b.op_name))
 
 
@@ -178,7 +190,7 @@ def get_backend(name: str) -> Backend:
     return REGISTRY[name]
 
 
-def available_backends(device="cpu"):
+def available_backends(device: Union[torch.device, str] = "cpu") -> List[str]:
     """The backends that can run tensors of ``device`` in this installation, best first."""
     return [name for name, backend in REGISTRY.items() if backend.available(device)]
 
@@ -187,10 +199,11 @@ def _fused(backend: Backend) -> bool:
     return backend.op_name is not None
 
 
-_warned_dense_devices = set()
+_warned_dense_devices: Set[str] = set()
 
 
-def auto_choice(device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> Tuple[str, str]:
+def auto_choice(device: Union[torch.device, str], focal_gamma: float = 0.0,
+                shape: Optional[CallShape] = None) -> Tuple[str, str]:
     """(the backend ``backend="auto"`` runs on ``device`` in this installation, why). The rule:
     "cuda" where the call's ``shape`` is one that the CUDA C++ kernels were measured to run
     faster (auto_rule.py), else the first fused backend that may be chosen automatically, can
@@ -207,7 +220,7 @@ def auto_choice(device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> T
             and cuda_is_faster(device, shape)):
         return cuda.name, ("the size rule (scl_kernels/backends/auto_rule.py): the CUDA C++ "
                            "kernels measured faster for this shape on sm_90")
-    passed_over = []
+    passed_over: List[str] = []
     for backend in REGISTRY.values():
         if not (_fused(backend) and backend.auto_eligible):
             continue
@@ -223,19 +236,20 @@ def auto_choice(device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> T
                          + (f" ({'; '.join(passed_over)})" if passed_over else ""))
 
 
-def auto_backend(device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> str:
+def auto_backend(device: Union[torch.device, str], focal_gamma: float = 0.0,
+                 shape: Optional[CallShape] = None) -> str:
     """The name of the backend that ``backend="auto"`` runs (auto_choice says why)."""
     return auto_choice(device, focal_gamma, shape)[0]
 
 
-def focal_backends():
+def focal_backends() -> List[str]:
     """The names of the backends that compute focal_gamma > 0."""
     return [name for name, backend in REGISTRY.items() if backend.focal]
 
 
 def capability_table() -> str:
     """The registry's capabilities as the Markdown table of docs/BACKENDS.md."""
-    def yes(flag):
+    def yes(flag: object) -> str:
         return "yes" if flag else "no"
     rows = ["| backend | devices | fused op | focal loss | hard pairs | float64 computed in | "
             "16-bit gradient weights | chosen by `auto` |",
@@ -251,7 +265,7 @@ def capability_table() -> str:
     return "\n".join(rows)
 
 
-def why_not_fused(name, device) -> Optional[str]:
+def why_not_fused(name: str, device: Union[torch.device, str]) -> Optional[str]:
     """Why ``supcon_loss(backend=name)`` would run no fused kernel on ``device`` in this
     installation (None: it runs one). Programs that time or compare "fused" against dense PyTorch
     ask this first, so that they never label the dense reference fused: "auto" falling back to
@@ -269,7 +283,7 @@ def why_not_fused(name, device) -> Optional[str]:
             return f"no fused backend is written for {device.type} tensors"
     else:
         candidates = [name]
-    reasons = []
+    reasons: List[str] = []
     for candidate in candidates:
         try:
             resolve_backend(candidate, device)
@@ -281,7 +295,7 @@ def why_not_fused(name, device) -> Optional[str]:
     return "; ".join(reasons)
 
 
-def require_fused(name, device, program) -> str:
+def require_fused(name: str, device: Union[torch.device, str], program: str) -> BackendName:
     """The backend ``supcon_loss(backend=name)`` runs on ``device`` ("auto" resolved), or
     SystemExit with one line, ``<program>: ...: <reason>``, where that is no fused kernel
     (why_not_fused). For command-line programs that report a "fused" result."""
@@ -290,10 +304,13 @@ def require_fused(name, device, program) -> str:
         raise SystemExit(f"{program}: no fused backend runs backend={name!r} on "
                          f"{torch.device(device)}, and dense PyTorch is not reported as fused: "
                          f"{why}")
-    return auto_backend(device) if name == "auto" else name
+    # A name that resolves here is one of the registry's (python_tests/api/test_type_hints.py
+    # holds BackendName to it).
+    return cast(BackendName, auto_backend(device) if name == "auto" else name)
 
 
-def _auto(device: torch.device, focal_gamma=0.0, shape=None) -> Backend:
+def _auto(device: torch.device, focal_gamma: float = 0.0,
+          shape: Optional[CallShape] = None) -> Backend:
     name = auto_backend(device, focal_gamma, shape)
     if name != "reference" or device.type == "meta":
         return REGISTRY[name]
@@ -308,7 +325,8 @@ def _auto(device: torch.device, focal_gamma=0.0, shape=None) -> Backend:
     return REGISTRY["reference"]
 
 
-def resolve_backend(name, device, focal_gamma=0.0, shape: Optional[CallShape] = None) -> Backend:
+def resolve_backend(name: str, device: torch.device, focal_gamma: float = 0.0,
+                    shape: Optional[CallShape] = None) -> Backend:
     """The backend that runs ``name`` on ``device`` (with ``focal_gamma``, already checked; auto
     reads the call's ``shape`` where given), or a ValueError that says why none can."""
     if name == "auto":

@@ -17,7 +17,7 @@ exp-bound at small D. Only what was measured is ruled: one set of unit rows, eve
 (bf16 timed; fp16 runs the same kernels in both backends), D <= 256 (the CUDA C++ tensor-core
 kernels' range) and sm_90. Everything else keeps Triton.
 """
-from typing import NamedTuple
+from typing import Dict, NamedTuple
 
 import torch
 
@@ -35,7 +35,7 @@ class CallShape(NamedTuple):
     one_set: bool  # every row an anchor against its own set, normalised (the symmetric schedule)
 
 
-_hopper_by_index = {}
+_hopper_by_index: Dict[int, bool] = {}
 
 
 def _is_hopper(device: torch.device) -> bool:
@@ -47,7 +47,7 @@ def _is_hopper(device: torch.device) -> bool:
 
 # A constant while torch.compile traces (a device's capability never changes): what
 # torch.compiler.assume_constant_result sets, without importing torch._dynamo with the package.
-_is_hopper._dynamo_marked_constant = True
+_is_hopper._dynamo_marked_constant = True  # type: ignore[attr-defined]  # a function attribute
 
 
 def cuda_is_faster(device: torch.device, shape: CallShape) -> bool:

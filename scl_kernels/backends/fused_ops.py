@@ -4,6 +4,8 @@ The schemas of the registry's fused ops (torch.ops.scl.supcon, torch.ops.scl.sup
 same op with the Triton tile kernels) live in csrc/scl_ops.cpp, their autograd in
 csrc/autograd.cpp; the registry registers the fakes below for each (register_fakes).
 """
+from typing import Iterable, Optional, Tuple
+
 import torch
 
 from .._extension import library_loaded
@@ -13,7 +15,8 @@ def loss_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _check_devices(features, labels, contrast, contrast_labels, temperature):
+def _check_devices(features: torch.Tensor, labels: torch.Tensor, contrast: Optional[torch.Tensor],
+                   contrast_labels: Optional[torch.Tensor], temperature: torch.Tensor) -> None:
     """The fakes run instead of a real kernel whenever one argument is on the meta device, so
     they repeat the kernels' device checks; a CPU temperature goes with any device."""
     for name, tensor in (("labels", labels), ("contrast", contrast), ("contrast_labels", contrast_labels)):
@@ -23,8 +26,11 @@ def _check_devices(features, labels, contrast, contrast_labels, temperature):
         raise ValueError(f"temperature is on {temperature.device} but features is on {features.device}")
 
 
-def _fake_forward(features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-                  anchor_offset=0, focal_gamma=0.0, mean=False):
+def _fake_forward(features: torch.Tensor, labels: torch.Tensor, contrast: Optional[torch.Tensor],
+                  contrast_labels: Optional[torch.Tensor], temperature: torch.Tensor,
+                  num_anchors: int, normalize: bool, anchor_offset: int = 0,
+                  focal_gamma: float = 0.0,
+                  mean: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _check_devices(features, labels, contrast, contrast_labels, temperature)
     m = num_anchors if contrast is None else features.shape[0]
     return (features.new_empty(() if mean else (m,), dtype=loss_dtype(features.dtype)),
@@ -32,16 +38,19 @@ def _fake_forward(features, labels, contrast, contrast_labels, temperature, num_
             features.new_empty((m,), dtype=torch.int64))
 
 
-def _fake_backward(grad_loss, features, labels, contrast, contrast_labels, temperature,
-                   num_anchors, normalize, lse, anchor_offset=0, temperature_grad=True,
-                   focal_gamma=0.0, mean=False):
+def _fake_backward(grad_loss: torch.Tensor, features: torch.Tensor, labels: torch.Tensor,
+                   contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
+                   temperature: torch.Tensor, num_anchors: int, normalize: bool,
+                   lse: torch.Tensor, anchor_offset: int = 0, temperature_grad: bool = True,
+                   focal_gamma: float = 0.0,
+                   mean: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _check_devices(features, labels, contrast, contrast_labels, temperature)
     grad_contrast = (features.new_empty((0, features.shape[1])) if contrast is None
                      else torch.empty_like(contrast))
     return torch.empty_like(features), grad_contrast, torch.empty_like(temperature)
 
 
-def register_fakes(op_names):
+def register_fakes(op_names: Iterable[str]) -> None:
     """The fakes of each fused op scl::<name> and its scl::<name>_backward."""
     if not library_loaded():
         return

@@ -2,14 +2,21 @@
 tensors and trace under torch.compile. The similarities come in the precision each op computes
 in: scl::hard_pairs (C++, CPU) in float64 for float64 input, scl::hard_pairs_triton always in
 float32."""
+from typing import Callable, Optional, Tuple
+
 import torch
 
 from .._extension import library_loaded
 from .fused_ops import loss_dtype
 
 
-def _fake(similarity_dtype):
-    def fake(features, labels, contrast, contrast_labels, normalize):
+_HardPairsResult = Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _fake(similarity_dtype: Callable[[torch.dtype], torch.dtype]
+          ) -> Callable[..., _HardPairsResult]:
+    def fake(features: torch.Tensor, labels: torch.Tensor, contrast: Optional[torch.Tensor],
+             contrast_labels: Optional[torch.Tensor], normalize: bool) -> _HardPairsResult:
         for name, tensor in (("labels", labels), ("contrast", contrast),
                              ("contrast_labels", contrast_labels)):
             if tensor is not None and tensor.device != features.device:

@@ -1,5 +1,7 @@
 """Dense PyTorch hard-pair mining (``backend="reference"`` of scl_kernels.hard_pairs): the whole
 M x N similarity matrix, for tests and small batches; memory grows as M * N."""
+from typing import Optional, Tuple
+
 import torch
 
 from .fused_ops import loss_dtype
@@ -7,11 +9,13 @@ from .fused_ops import loss_dtype
 NORM_EPS = 1e-12  # as torch.nn.functional.normalize
 
 
-def _inverse_norms(rows):
-    return torch.linalg.vector_norm(rows, dim=1).clamp_min(NORM_EPS).reciprocal()
+def _inverse_norms(rows: torch.Tensor) -> torch.Tensor:
+    norms: torch.Tensor = torch.linalg.vector_norm(rows, dim=1)  # torch.linalg is untyped
+    return norms.clamp_min(NORM_EPS).reciprocal()
 
 
-def _extreme(similarity, candidates, largest):
+def _extreme(similarity: torch.Tensor, candidates: torch.Tensor,
+             largest: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """Per row, the extreme similarity among the candidate columns and its lowest column
     (-1 and NaN for rows without candidates)."""
     fill = float("-inf") if largest else float("inf")
@@ -24,12 +28,19 @@ def _extreme(similarity, candidates, largest):
     return index, value.masked_fill(~found, float("nan"))
 
 
-def hard_pairs_reference(features, labels, contrast, contrast_labels, normalize):
+def hard_pairs_reference(features: torch.Tensor, labels: torch.Tensor,
+                         contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
+                         normalize: bool
+                         ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Same arguments and results as torch.ops.scl.hard_pairs."""
     dtype = loss_dtype(features.dtype)
     q = features.to(dtype)
     z = q if contrast is None else contrast.to(dtype)
-    z_labels = labels if contrast is None else contrast_labels
+    if contrast is None:
+        z_labels = labels
+    else:
+        assert contrast_labels is not None, "contrast comes with its contrast_labels"
+        z_labels = contrast_labels
     # Dot products of raw rows scaled by both inverse norms, as the kernels round them.
     similarity = q @ z.T
     if normalize:

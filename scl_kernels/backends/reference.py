@@ -1,13 +1,18 @@
 """Dense PyTorch SupCon (``backend="reference"``): the whole N x M logit matrix, autograd for the
 gradient. Exact and simple, for tests and tiny batches; memory grows as N * M."""
+from typing import Optional, Tuple
+
 import torch
 import torch.nn.functional as F
 
 from .fused_ops import loss_dtype
 
 
-def supcon_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                     normalize, anchor_offset=0, focal_gamma=0.0):
+def supcon_reference(features: torch.Tensor, labels: torch.Tensor,
+                     contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
+                     temperature: torch.Tensor, num_anchors: int, normalize: bool,
+                     anchor_offset: int = 0,
+                     focal_gamma: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
     """Same arguments and per-anchor semantics as torch.ops.scl.supcon; returns (loss, |P(i)|)."""
     dtype = loss_dtype(features.dtype)
     rows = features.to(dtype)
@@ -19,6 +24,7 @@ def supcon_reference(features, labels, contrast, contrast_labels, temperature, n
     else:
         others = contrast.to(dtype)
         anchors, others = rows, (F.normalize(others, dim=1) if normalize else others)
+        assert contrast_labels is not None, "contrast comes with its contrast_labels"
         anchor_labels, other_labels = labels, contrast_labels
     m, n = anchors.shape[0], others.shape[0]
     self_column = torch.zeros(m, n, dtype=torch.bool, device=rows.device)
@@ -42,7 +48,7 @@ def supcon_reference(features, labels, contrast, contrast_labels, temperature, n
     return loss, num_positives
 
 
-def _focal_terms(x, positive, gamma):
+def _focal_terms(x: torch.Tensor, positive: torch.Tensor, gamma: float) -> torch.Tensor:
     """(1 - pi)^gamma * x with x = -log pi, on the positive pairs (0 elsewhere). Where x is 0 (pi
     = 1: the anchor's only column) the term is x^(1 + gamma) to first order and its gradient 0,
     which autograd through u^gamma would make 0 * inf = NaN: such pairs take the constant 0."""

@@ -6,17 +6,20 @@ pytorch-metric-learning's pair exclusion when ``ref_labels is labels`` with its 
 Those build the N x M logits here; every other call goes through :func:`scl_kernels.supcon_loss`.
 """
 import warnings
+from typing import Callable, Set
 
 import torch
 
-_warned = set()
+from .._types import Temperature
+
+_warned: Set[str] = set()
 
 # A warning raised in a drop-in's forward points at the user's `criterion(...)` line: past this
 # function, forward, and nn.Module's _call_impl and _wrapped_call_impl.
 _CALLER_OF_MODULE_FORWARD = 5
 
 
-def warn_once(key, describe):
+def warn_once(key: str, describe: Callable[[], str]) -> None:
     """Warns the first time ``key`` is seen in this process, and never again for it.
 
     ``describe()`` gives the message; it is called only then, as finding what to say about a
@@ -29,12 +32,14 @@ def warn_once(key, describe):
                   stacklevel=_CALLER_OF_MODULE_FORWARD)
 
 
-def compute_dtype(dtype):
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype the loss is computed in, as the fused kernels do: float64 stays, others float32."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def masked_supcon_per_anchor(anchors, contrast, positive_weights, temperature, *, exclude_self):
+def masked_supcon_per_anchor(anchors: torch.Tensor, contrast: torch.Tensor,
+                             positive_weights: torch.Tensor, temperature: Temperature, *,
+                             exclude_self: bool) -> torch.Tensor:
     """SupContrast's per-anchor loss with an arbitrary positive mask, densely.
 
     Args:

@@ -12,13 +12,18 @@ pytorch-metric-learning's conventions are kept where they differ from
 loss is 0 when the batch has no positive pair or no negative pair, and labels are compared by
 value (a negative label is a class like any other). docs/COMPAT.md lists every difference.
 """
+from typing import Optional
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .._types import BackendName, Temperature
 from ..functional import supcon_loss
 
 from ._dense_fallback import compute_dtype, masked_supcon_per_anchor, warn_once
+
+__all__ = ["SupConLoss"]
 
 _PAIR_EXCLUSION_MESSAGE = (
     "scl_kernels.compat.pml.SupConLoss got ref_labels that is the labels tensor itself with a "
@@ -40,7 +45,9 @@ class SupConLoss(nn.Module):
     positive or none is negative.
     """
 
-    def __init__(self, temperature=0.1, *, backend="auto"):
+    temperature: Temperature
+
+    def __init__(self, temperature: Temperature = 0.1, *, backend: BackendName = "auto") -> None:
         """Stores the options of every call.
 
         Args:
@@ -53,7 +60,9 @@ class SupConLoss(nn.Module):
         self.temperature = temperature
         self.backend = backend
 
-    def forward(self, embeddings, labels=None, indices_tuple=None, ref_emb=None, ref_labels=None):
+    def forward(self, embeddings: torch.Tensor, labels: Optional[torch.Tensor] = None,
+                indices_tuple: None = None, ref_emb: Optional[torch.Tensor] = None,
+                ref_labels: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The loss of one batch, as pytorch-metric-learning's ``SupConLoss.forward``.
 
         Args:
@@ -96,7 +105,9 @@ class SupConLoss(nn.Module):
             return self._cross_set_without_pairs_i_i(embeddings, labels, ref_emb)
         return self._cross_set(embeddings, labels, ref_emb, ref_labels.to(ref_emb.device))
 
-    def _single_set(self, embeddings, labels):
+    def _single_set(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        classes: torch.Tensor
+        class_sizes: torch.Tensor
         _, classes, class_sizes = torch.unique(labels, return_inverse=True, return_counts=True)
         per_anchor = supcon_loss(embeddings, classes, self.temperature, reduction="none",
                                  backend=self.backend)
@@ -104,7 +115,10 @@ class SupConLoss(nn.Module):
         has_negative_pair = class_sizes.numel() > 1
         return _mean_over_nonzero(per_anchor, has_positive_pair & has_negative_pair)
 
-    def _cross_set(self, embeddings, labels, ref_emb, ref_labels):
+    def _cross_set(self, embeddings: torch.Tensor, labels: torch.Tensor, ref_emb: torch.Tensor,
+                   ref_labels: torch.Tensor) -> torch.Tensor:
+        class_values: torch.Tensor
+        classes: torch.Tensor
         class_values, classes = torch.unique(torch.cat([labels, ref_labels]), return_inverse=True)
         anchor_classes, ref_classes = classes[: labels.shape[0]], classes[labels.shape[0]:]
         per_anchor = supcon_loss(embeddings, anchor_classes, self.temperature, contrast=ref_emb,
@@ -114,7 +128,8 @@ class SupConLoss(nn.Module):
         has_negative_pair = class_values.numel() > 1
         return _mean_over_nonzero(per_anchor, has_positive_pair & has_negative_pair)
 
-    def _cross_set_without_pairs_i_i(self, embeddings, labels, ref_emb):
+    def _cross_set_without_pairs_i_i(self, embeddings: torch.Tensor, labels: torch.Tensor,
+                                     ref_emb: torch.Tensor) -> torch.Tensor:
         dtype = compute_dtype(embeddings.dtype)
         anchors = F.normalize(embeddings.to(dtype), dim=1)
         references = F.normalize(ref_emb.to(dtype), dim=1)
@@ -127,7 +142,8 @@ class SupConLoss(nn.Module):
         return _mean_over_nonzero(per_anchor, has_positive_pair & has_negative_pair)
 
 
-def _check_rows(rows, labels, rows_name, labels_name):
+def _check_rows(rows: torch.Tensor, labels: torch.Tensor, rows_name: str,
+                labels_name: str) -> None:
     if not isinstance(rows, torch.Tensor) or not isinstance(labels, torch.Tensor):
         raise TypeError(f"{rows_name} and {labels_name} must be tensors")
     if rows.dim() != 2:
@@ -137,7 +153,8 @@ def _check_rows(rows, labels, rows_name, labels_name):
                          f"got {tuple(labels.shape)}")
 
 
-def _mean_over_nonzero(per_anchor, has_positive_and_negative_pairs):
+def _mean_over_nonzero(per_anchor: torch.Tensor,
+                       has_positive_and_negative_pairs: torch.Tensor) -> torch.Tensor:
     """pytorch-metric-learning's AvgNonZeroReducer, and its 0 for a batch without a positive or
     without a negative pair, with no host read."""
     counted = per_anchor > 0

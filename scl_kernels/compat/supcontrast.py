@@ -14,13 +14,17 @@ docs/COMPAT.md lists every difference.
 """
 import math
 from numbers import Real
+from typing import List, Optional, cast
 
 import torch
 from torch import nn
 
+from .._types import BackendName, ContrastMode, Temperature
 from ..functional import supcon_loss
 
 from ._dense_fallback import compute_dtype, masked_supcon_per_anchor, warn_once
+
+__all__ = ["SupConLoss"]
 
 
 class SupConLoss(nn.Module):
@@ -33,8 +37,10 @@ class SupConLoss(nn.Module):
     warning the first time.
     """
 
-    def __init__(self, temperature=0.07, contrast_mode="all", base_temperature=0.07, *,
-                 backend="auto"):
+    temperature: Temperature
+
+    def __init__(self, temperature: Temperature = 0.07, contrast_mode: ContrastMode = "all",
+                 base_temperature: float = 0.07, *, backend: BackendName = "auto") -> None:
         """Stores the options of every call.
 
         Args:
@@ -53,16 +59,19 @@ class SupConLoss(nn.Module):
         super().__init__()
         if contrast_mode not in ("all", "one"):
             raise ValueError(f"contrast_mode must be 'all' or 'one', got {contrast_mode!r}")
+        # typeshed's numbers.Real declares no comparisons: a real number compares as a float does.
         if not (isinstance(base_temperature, Real) and math.isfinite(base_temperature)
-                and base_temperature > 0):
+                and cast(float, base_temperature) > 0):
             raise ValueError("base_temperature must be a positive finite number, "
                              f"got {base_temperature!r}")
         self.temperature = temperature
-        self.contrast_mode = contrast_mode
-        self.base_temperature = base_temperature
-        self.backend = backend
+        # Declared (mypy cannot infer them through the import cycle of nn and global_batch).
+        self.contrast_mode: ContrastMode = contrast_mode
+        self.base_temperature: float = base_temperature
+        self.backend: BackendName = backend
 
-    def forward(self, features, labels=None, mask=None):
+    def forward(self, features: torch.Tensor, labels: Optional[torch.Tensor] = None,
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The loss of one batch, as SupContrast's ``SupConLoss.forward``.
 
         Args:
@@ -95,19 +104,20 @@ class SupConLoss(nn.Module):
         batch, views = features.shape[:2]
         num_anchors = batch * (views if self.contrast_mode == "all" else 1)
         scale = self.temperature / self.base_temperature
+        classes: Optional[torch.Tensor]
         if mask is None:
             classes = _class_ids(labels, batch, features.device)
         else:
-            mask = _checked_mask(mask, batch, features.device)
-            classes = _classes_of_same_label_mask(mask)
+            checked_mask = _checked_mask(mask, batch, features.device)
+            classes = _classes_of_same_label_mask(checked_mask)
             if classes is None:
-                warn_once("supcontrast-mask", lambda: _dense_mask_message(mask))
-                return self._dense_per_anchor(features, mask).mean() * scale
+                warn_once("supcontrast-mask", lambda: _dense_mask_message(checked_mask))
+                return self._dense_per_anchor(features, checked_mask).mean() * scale
         total = supcon_loss(features, classes, self.temperature, contrast_mode=self.contrast_mode,
                             normalize=False, reduction="sum", backend=self.backend)
         return total / num_anchors * scale
 
-    def _dense_per_anchor(self, features, mask):
+    def _dense_per_anchor(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """SupContrast's per-anchor loss, before the temperature ratio, with any mask."""
         batch, views = features.shape[:2]
         dtype = compute_dtype(features.dtype)
@@ -119,7 +129,7 @@ class SupConLoss(nn.Module):
                                         self.temperature, exclude_self=True)
 
 
-def _class_ids(labels, batch, device):
+def _class_ids(labels: Optional[torch.Tensor], batch: int, device: torch.device) -> torch.Tensor:
     """Non-negative class ids: SupContrast compares labels by value, negative ones included,
     while supcon_loss reads a negative label as "no class"."""
     if labels is None:
@@ -129,10 +139,11 @@ def _class_ids(labels, batch, device):
     # SupContrast reads labels as a column (view(-1, 1)), so any shape of bsz entries passes.
     if labels.numel() != batch:
         raise ValueError(f"labels has {labels.numel()} entries but features has {batch} samples")
-    return torch.unique(labels.reshape(-1).to(device), return_inverse=True)[1]
+    ids: torch.Tensor = torch.unique(labels.reshape(-1).to(device), return_inverse=True)[1]
+    return ids
 
 
-def _checked_mask(mask, batch, device):
+def _checked_mask(mask: torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask must be a tensor, got {type(mask).__name__}")
     if tuple(mask.shape) != (batch, batch):
@@ -141,7 +152,7 @@ def _checked_mask(mask, batch, device):
     return mask.to(device)
 
 
-def _classes_of_same_label_mask(mask):
+def _classes_of_same_label_mask(mask: torch.Tensor) -> Optional[torch.Tensor]:
     """Class ids whose same-label mask is ``mask``, or None when no labels give it.
 
     In a same-label mask the rows of one class are identical and those of two classes share no
@@ -155,9 +166,9 @@ def _classes_of_same_label_mask(mask):
     return first_related if bool(is_binary & matches) else None
 
 
-def _dense_mask_message(mask):
+def _dense_mask_message(mask: torch.Tensor) -> str:
     related = mask != 0
-    reasons = []
+    reasons: List[str] = []
     if not bool(((mask == 0) | (mask == 1)).all()):
         reasons.append("has values other than 0 and 1")
     if not bool((related == related.T).all()):

@@ -1,5 +1,12 @@
 """SupConLoss: the global batch's supcon_loss as an nn.Module with its options fixed."""
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from .._types import BackendName, ContrastMode, Reduction, Strategy, Temperature
 from ..global_batch.loss import check_distributed_options, supcon_loss
+from ..nn.memory import SupConMemory
 from ..nn.supcon import SupConLoss as SingleProcessSupConLoss
 
 
@@ -12,9 +19,11 @@ class SupConLoss(SingleProcessSupConLoss):
     A learnable temperature passed as an ``nn.Parameter`` becomes a parameter of the module.
     """
 
-    def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, focal_gamma=0.0,
-                 reduction="mean", backend="auto", strategy="gather", gradients_averaged=False,
-                 group=None, memory=None):
+    def __init__(self, temperature: Temperature = 0.1, *, contrast_mode: ContrastMode = "all",
+                 normalize: bool = True, focal_gamma: float = 0.0, reduction: Reduction = "mean",
+                 backend: BackendName = "auto", strategy: Strategy = "gather",
+                 gradients_averaged: bool = False, group: Optional[dist.ProcessGroup] = None,
+                 memory: Optional[SupConMemory] = None) -> None:
         """Checks and stores the options (see :func:`supcon_loss`); a ``memory`` is used in
         training mode only."""
         super().__init__(temperature, contrast_mode=contrast_mode, normalize=normalize,
@@ -31,7 +40,9 @@ class SupConLoss(SingleProcessSupConLoss):
         self.gradients_averaged = gradients_averaged
         self.group = group
 
-    def forward(self, features, labels=None, contrast=None, contrast_labels=None):
+    def forward(self, features: torch.Tensor, labels: Optional[torch.Tensor] = None,
+                contrast: Optional[torch.Tensor] = None,
+                contrast_labels: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The global loss of this step; every rank calls it with its local batch."""
         return supcon_loss(features, labels, self.temperature, contrast=contrast,
                            contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
@@ -40,6 +51,6 @@ class SupConLoss(SingleProcessSupConLoss):
                            gradients_averaged=self.gradients_averaged, group=self.group,
                            memory=self.memory if self.training else None)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, strategy={self.strategy!r}, "
                 f"gradients_averaged={self.gradients_averaged}")

@@ -5,11 +5,12 @@ Every rank sees the same table, so a disagreement raises the same error on every
 leaving some of them waiting in a collective that the others never join.
 """
 from dataclasses import dataclass
-from typing import List
+from typing import Dict, List, Mapping, Optional, Tuple, get_args
 
 import torch
 import torch.distributed as dist
 
+from .._types import Strategy, Temperature
 from .._validation import CONTRAST_MODES, REDUCTIONS
 from .collectives import all_gather_single
 
@@ -20,9 +21,10 @@ COLUMNS = ("failed", "samples", "rows", "contrast_rows", "requires_grad", "views
            "labels", "contrast", "contrast_labels", "contrast_mode", "normalize", "reduction",
            "strategy", "gradients_averaged", "focal_gamma", "finite", "temperature")
 AGREED = COLUMNS[5:17] + ("temperature",)
-STRATEGIES = ("gather", "ring")
+STRATEGIES: Tuple[str, ...] = get_args(Strategy)
 # The options that are one of a few names travel as the name's index.
-CHOICES = {"contrast_mode": CONTRAST_MODES, "reduction": REDUCTIONS, "strategy": STRATEGIES}
+CHOICES: Dict[str, Tuple[str, ...]] = {"contrast_mode": CONTRAST_MODES, "reduction": REDUCTIONS,
+                                       "strategy": STRATEGIES}
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ _GIVEN_OR_NONE = ("labels", "contrast", "contrast_labels")
 _FLAGS = ("normalize", "gradients_averaged")
 
 
-def _describe(column, value):
+def _describe(column: str, value: float) -> str:
     if column == "dtype":
         return str(DTYPES[int(value)])
     if column in _GIVEN_OR_NONE:
@@ -60,14 +62,16 @@ def _describe(column, value):
     return str(int(value))
 
 
-def _exchange_device(features, group):
+def _exchange_device(features: object, group: Optional[dist.ProcessGroup]) -> torch.device:
     if isinstance(features, torch.Tensor):
         return features.device
     return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" \
         else torch.device("cpu")
 
 
-def _describe_call(features, rows, labels, contrast, contrast_labels, temperature, options):
+def _describe_call(features: torch.Tensor, rows: torch.Tensor, labels: Optional[torch.Tensor],
+                   contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
+                   temperature: Temperature, options: Mapping[str, object]) -> torch.Tensor:
     """This rank's row of the table, on the features' device: no host synchronisation here."""
     requires_grad = features.requires_grad or (contrast is not None and contrast.requires_grad) \
         or (isinstance(temperature, torch.Tensor) and temperature.requires_grad)
@@ -83,15 +87,18 @@ def _describe_call(features, rows, labels, contrast, contrast_labels, temperatur
     finite = torch.isfinite(rows).all()
     if contrast is not None:
         finite = finite & torch.isfinite(contrast).all()
-    temperature = (temperature.detach().reshape(1) if isinstance(temperature, torch.Tensor)
-                   else torch.tensor([float(temperature)]))
+    temperature_row = (temperature.detach().reshape(1) if isinstance(temperature, torch.Tensor)
+                       else torch.tensor([float(temperature)]))
     return torch.cat([torch.tensor(described, dtype=torch.float64).to(device),
                       finite.reshape(1).to(torch.float64),
-                      temperature.to(device=device, dtype=torch.float64)])
+                      temperature_row.to(device=device, dtype=torch.float64)])
 
 
-def agree_on_call(local_error, features, rows, labels, contrast, contrast_labels, temperature,
-                  options, group) -> CallPlan:
+def agree_on_call(local_error: Optional[Exception], features: torch.Tensor,
+                  rows: Optional[torch.Tensor], labels: Optional[torch.Tensor],
+                  contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
+                  temperature: Temperature, options: Mapping[str, object],
+                  group: Optional[dist.ProcessGroup]) -> CallPlan:
     """Exchanges the sizes and the call's options, and raises on every rank if a rank rejected
     its inputs (``local_error``, re-raised there), holds NaN or inf, or disagrees with the others.
 
@@ -100,6 +107,7 @@ def agree_on_call(local_error, features, rows, labels, contrast, contrast_labels
     """
     world = dist.get_world_size(group)
     if local_error is None:
+        assert rows is not None, "a rank that accepted its inputs has laid its rows out"
         local = _describe_call(features, rows, labels, contrast, contrast_labels, temperature,
                                options)
     else:
@@ -108,14 +116,14 @@ def agree_on_call(local_error, features, rows, labels, contrast, contrast_labels
         local[0] = 1
     table = local.new_empty((world * len(COLUMNS),))
     all_gather_single(table, local, group=group)
-    table = table.view(world, len(COLUMNS)).tolist()
-    failed = [r for r, row in enumerate(table) if row[0]]
+    rows_of_table: List[List[float]] = table.view(world, len(COLUMNS)).tolist()
+    failed = [r for r, row in enumerate(rows_of_table) if row[0]]
     if local_error is not None:
         raise local_error
     if failed:
         raise ValueError(f"scl_kernels.distributed: rank(s) {failed} rejected their inputs (their "
                          "error says why); no rank computed the loss")
-    column = {name: [row[i] for row in table] for i, name in enumerate(COLUMNS)}
+    column = {name: [row[i] for row in rows_of_table] for i, name in enumerate(COLUMNS)}
     for name in AGREED:
         values = column[name]
         if any(v != values[0] for v in values):

@@ -4,7 +4,7 @@ torch.distributed's gathers and reduce-scatters want the same shape on every ran
 padded to the largest one; the sizes come from the call's agreement step (``agreement.py``), so
 no extra collective is spent on them.
 """
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -21,7 +21,8 @@ def _padded(local: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.cat([local, padding])
 
 
-def gather_rows(local: torch.Tensor, sizes: Sequence[int], group) -> torch.Tensor:
+def gather_rows(local: torch.Tensor, sizes: Sequence[int],
+                group: Optional[dist.ProcessGroup]) -> torch.Tensor:
     """Every rank's ``[sizes[r], ...]`` tensor, concatenated in rank order (no autograd)."""
     largest = max(sizes)
     out = local.new_empty((len(sizes) * largest, *local.shape[1:]))
@@ -32,7 +33,7 @@ def gather_rows(local: torch.Tensor, sizes: Sequence[int], group) -> torch.Tenso
 
 
 def sum_rows_to_owners(gathered: torch.Tensor, sizes: Sequence[int], rank: int,
-                       group) -> torch.Tensor:
+                       group: Optional[dist.ProcessGroup]) -> torch.Tensor:
     """The reverse of :func:`gather_rows` for gradients: each rank receives the sum over ranks
     of the rows it owns. Summed in at least float32, so that bf16 gradients of many ranks do not
     lose their low bits to the additions."""
@@ -47,17 +48,19 @@ def sum_rows_to_owners(gathered: torch.Tensor, sizes: Sequence[int], rank: int,
 
 class _GatherRows(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, local, _graph_anchor, sizes, rank, group):
+    def forward(ctx: Any, local: torch.Tensor, _graph_anchor: Optional[torch.Tensor],
+                sizes: List[int], rank: int, group: Optional[dist.ProcessGroup]) -> torch.Tensor:
         ctx.sizes, ctx.rank, ctx.group = sizes, rank, group
         return gather_rows(local, sizes, group)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         return sum_rows_to_owners(grad.contiguous(), ctx.sizes, ctx.rank, ctx.group), None, None, \
             None, None
 
 
-def gather_rows_with_grad(local: torch.Tensor, sizes: Sequence[int], rank: int, group,
+def gather_rows_with_grad(local: torch.Tensor, sizes: Sequence[int], rank: int,
+                          group: Optional[dist.ProcessGroup],
                           graph_anchor: Optional[torch.Tensor]) -> torch.Tensor:
     """:func:`gather_rows` whose backward returns to each rank the gradient of its own rows,
     summed over the ranks that used them.
@@ -66,7 +69,10 @@ def gather_rows_with_grad(local: torch.Tensor, sizes: Sequence[int], rank: int, 
     rank whose rows do not require grad while another rank's do: its backward is a collective
     that every rank must join.
     """
-    return _GatherRows.apply(local, graph_anchor, list(sizes), rank, group)
+    # torch leaves autograd.Function.apply unannotated.
+    gathered: torch.Tensor = _GatherRows.apply(  # type: ignore[no-untyped-call]
+        local, graph_anchor, list(sizes), rank, group)
+    return gathered
 
 
 class RingShift:
@@ -76,8 +82,8 @@ class RingShift:
     tensors are neither sent nor received, as some process-group backends refuse them.
     """
 
-    def __init__(self, tensors: Sequence[torch.Tensor], recv_shapes: Sequence[torch.Size],
-                 group, rank: int, world: int):
+    def __init__(self, tensors: Sequence[torch.Tensor], recv_shapes: Sequence[Sequence[int]],
+                 group: Optional[dist.ProcessGroup], rank: int, world: int) -> None:
         self.received: List[torch.Tensor] = [
             tensor.new_empty(shape) for tensor, shape in zip(tensors, recv_shapes)]
         peer_next = dist.get_global_rank(group, (rank + 1) % world) if group is not None \

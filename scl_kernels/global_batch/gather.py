@@ -6,16 +6,21 @@ rows inside it, reached with the op's ``anchor_offset``: no copy brings them to 
 Cross set: only the contrast rows are gathered; the anchors are the local feature rows.
 The gather's backward returns each contrast row's gradient, summed over ranks, to its owner.
 """
-import torch
+from typing import Optional, Tuple
 
+import torch
+import torch.distributed as dist
+
+from ..backends import Backend
 from ..backends.fused_ops import loss_dtype
 from ..functional import Layout
-from ..nn.memory import memory_labels
+from ..nn.memory import SupConMemory, memory_labels
 from .agreement import CallPlan
 from .collectives import gather_rows, gather_rows_with_grad
 
 
-def _no_anchors(gathered, layout: Layout, temperature):
+def _no_anchors(gathered: torch.Tensor, layout: Layout,
+                temperature: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """The per-anchor outputs of a rank without anchors. They stay joined to the gather, so
     that the rank takes part in its backward (a collective), and to the (empty) rows and the
     temperature, whose gradients are then empty or 0 rather than None: under DDP, a parameter
@@ -26,8 +31,11 @@ def _no_anchors(gathered, layout: Layout, temperature):
     return per_anchor, layout.labels.new_zeros((0,))
 
 
-def gathered_supcon(layout: Layout, temperature, normalize, backend, plan: CallPlan, group,
-                    graph_anchor, focal_gamma=0.0, memory=None, supervised=True):
+def gathered_supcon(layout: Layout, temperature: torch.Tensor, normalize: bool, backend: Backend,
+                    plan: CallPlan, group: Optional[dist.ProcessGroup],
+                    graph_anchor: Optional[torch.Tensor], focal_gamma: float = 0.0,
+                    memory: Optional[SupConMemory] = None,
+                    supervised: bool = True) -> Tuple[torch.Tensor, torch.Tensor]:
     """(per-anchor loss of this rank's anchors, their |P(i)|) against the global contrast set.
 
     With a ``memory`` (single set only) its rows follow the gathered rows as contrast only,
@@ -48,6 +56,7 @@ def gathered_supcon(layout: Layout, temperature, normalize, backend, plan: CallP
                            normalize, plan.offset(plan.rows), focal_gamma)
     contrast = gather_rows_with_grad(layout.contrast, plan.contrast_rows, plan.rank, group,
                                      graph_anchor)
+    assert layout.contrast_labels is not None, "build_layout gives contrast its labels"
     contrast_labels = gather_rows(layout.contrast_labels, plan.contrast_rows, group)
     if layout.num_anchors == 0:
         return _no_anchors(contrast, layout, temperature)

@@ -1,30 +1,35 @@
 """supcon_loss over a batch spread across the ranks of a torch.distributed group."""
+from typing import Any, Callable, Dict, Optional, Tuple, Union
+
 import torch
 import torch.distributed as dist
 
+from .._types import BackendName, ContrastMode, Reduction, Strategy, Temperature
 from .._validation import check_focal_gamma, check_inputs, check_options, temperature_tensor
-from ..functional import build_layout
-from ..nn.memory import check_memory
+from ..functional import Layout, build_layout
+from ..nn.memory import SupConMemory, check_memory
 from ..backends import resolve_backend
-from .agreement import STRATEGIES, agree_on_call
+from .agreement import STRATEGIES, CallPlan, agree_on_call
 from .gather import gathered_supcon
 from .ring import ring_supcon
 
-_STRATEGY_FUNCTIONS = {"gather": gathered_supcon, "ring": ring_supcon}
+# (per-anchor loss, |P(i)|) of this rank's anchors; the gather strategy takes keywords more.
+_STRATEGY_FUNCTIONS: Dict[str, Callable[..., Tuple[torch.Tensor, torch.Tensor]]] = {
+    "gather": gathered_supcon, "ring": ring_supcon}
 
 NOT_INITIALISED = ("scl_kernels.distributed needs an initialised process group: call "
                    "torch.distributed.init_process_group() first (torchrun sets the environment "
                    "it reads), or use scl_kernels.supcon_loss in a single process")
 
 
-def check_distributed_options(strategy, gradients_averaged):
+def check_distributed_options(strategy: object, gradients_averaged: object) -> None:
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if not isinstance(gradients_averaged, bool):
         raise TypeError(f"gradients_averaged must be a bool, got {type(gradients_averaged).__name__}")
 
 
-def _check_group(group, features):
+def _check_group(group: Optional[dist.ProcessGroup], features: object) -> None:
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(NOT_INITIALISED)
     if dist.get_rank(group) < 0:
@@ -35,7 +40,7 @@ def _check_group(group, features):
                          f"is on {features.device}; use a gloo group for CPU tensors")
 
 
-def _global_ids(layout, plan, implicit_labels):
+def _global_ids(layout: Layout, plan: CallPlan, implicit_labels: bool) -> Layout:
     """Without labels, the sample ids start at this rank's first sample (single set) or first
     anchor row (cross set), so that they are unique in the global batch; labels are int64, as
     every rank must send the same dtype."""
@@ -51,14 +56,16 @@ def _global_ids(layout, plan, implicit_labels):
     return layout._replace(labels=labels, contrast_labels=contrast_labels)
 
 
-def _check_global_sizes(plan, contrast):
+def _check_global_sizes(plan: CallPlan, contrast: Optional[torch.Tensor]) -> None:
     if sum(plan.rows) == 0:
         raise ValueError("features has no rows on any rank: the global batch is empty")
     if contrast is not None and sum(plan.contrast_rows) == 0:
         raise ValueError("contrast has no rows on any rank")
 
 
-def _global_reduction(per_anchor, num_positives, reduction, plan, group, gradients_averaged):
+def _global_reduction(per_anchor: torch.Tensor, num_positives: torch.Tensor,
+                      reduction: Reduction, plan: CallPlan, group: Optional[dist.ProcessGroup],
+                      gradients_averaged: bool) -> torch.Tensor:
     """The global loss's value on every rank; its gradient is this rank's share (times the world
     size when DDP will average the parameter gradients)."""
     scale = plan.world if gradients_averaged else 1
@@ -68,16 +75,19 @@ def _global_reduction(per_anchor, num_positives, reduction, plan, group, gradien
     totals = torch.stack([local_sum.detach().to(torch.float64),
                           torch.count_nonzero(num_positives).to(torch.float64)])
     dist.all_reduce(totals, group=group)
-    denominator = 1.0 if reduction == "sum" else totals[1].clamp_min(1)
+    denominator: Union[float, torch.Tensor] = 1.0 if reduction == "sum" else totals[1].clamp_min(1)
     share = local_sum * scale / denominator
     value = (totals[0] / denominator).to(per_anchor.dtype)
     return share + (value - share).detach()
 
 
-def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contrast_labels=None,
-                contrast_mode="all", normalize=True, focal_gamma=0.0, reduction="mean",
-                backend="auto", strategy="gather", gradients_averaged=False, group=None,
-                memory=None):
+def supcon_loss(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
+                temperature: Temperature = 0.1, *, contrast: Optional[torch.Tensor] = None,
+                contrast_labels: Optional[torch.Tensor] = None, contrast_mode: ContrastMode = "all",
+                normalize: bool = True, focal_gamma: float = 0.0, reduction: Reduction = "mean",
+                backend: BackendName = "auto", strategy: Strategy = "gather",
+                gradients_averaged: bool = False, group: Optional[dist.ProcessGroup] = None,
+                memory: Optional[SupConMemory] = None) -> torch.Tensor:
     """Supervised contrastive loss of the global batch: the concatenation, in rank order, of
     every rank's local batch. Each rank passes its own rows; the ranks must all call it.
 
@@ -125,7 +135,8 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     _check_group(group, features)
     # A rank that rejects its inputs still joins the agreement, so that every rank raises
     # instead of the others waiting for it in a collective.
-    layout, error = None, None
+    layout: Optional[Layout] = None
+    error: Optional[Exception] = None
     try:
         check_inputs(features, labels)
         check_options(temperature, contrast_mode, normalize, reduction, backend,
@@ -156,13 +167,14 @@ def supcon_loss(features, labels=None, temperature=0.1, *, contrast=None, contra
     plan = agree_on_call(error, features, None if layout is None else layout.rows, labels,
                          contrast, contrast_labels, temperature, options, group)
     _check_global_sizes(plan, contrast)
+    assert layout is not None, "agree_on_call raised this rank's error"
     layout = _global_ids(layout, plan, implicit_labels=labels is None)
     graph_anchor = None
     if plan.any_requires_grad and torch.is_grad_enabled() and not (
             layout.rows.requires_grad or (contrast is not None and contrast.requires_grad)):
         graph_anchor = torch.zeros((), device=features.device, requires_grad=True)
-    focal = {"focal_gamma": focal_gamma, "memory": memory, "supervised": labels is not None} \
-        if strategy == "gather" else {}
+    focal: Dict[str, Any] = {"focal_gamma": focal_gamma, "memory": memory,
+                             "supervised": labels is not None} if strategy == "gather" else {}
     per_anchor, num_positives = _STRATEGY_FUNCTIONS[strategy](
         layout, temperature, normalize, chosen, plan, group, graph_anchor, **focal)
     return _global_reduction(per_anchor, num_positives, reduction, plan, group, gradients_averaged)

@@ -14,18 +14,22 @@ gradient, linear like the true positives', is replaced by the true one in closed
 """
 import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from ..backends.fused_ops import loss_dtype
 from ..backends import Backend
+from ..functional import Layout
 from .agreement import CallPlan
 from .collectives import RingShift
 
+_Shape = Tuple[int, ...]
 
-def _unit_rows(rows, normalize, dtype):
+
+def _unit_rows(rows: torch.Tensor, normalize: bool, dtype: torch.dtype) -> torch.Tensor:
     rows = rows.to(dtype)
     return F.normalize(rows, dim=1, eps=1e-12) if normalize else rows
 
@@ -33,32 +37,33 @@ def _unit_rows(rows, normalize, dtype):
 class AnchorClasses:
     """The classes of this rank's anchors (sorted), and which of them a block row belongs to."""
 
-    def __init__(self, anchor_labels):
+    def __init__(self, anchor_labels: torch.Tensor) -> None:
         self.classes = torch.unique(anchor_labels[anchor_labels >= 0])
         self.anchor_index, self.anchor_member = self.locate(anchor_labels)
 
-    def locate(self, labels):
+    def locate(self, labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(index of each label among the classes, whether it is one of them)."""
         if self.classes.numel() == 0:
             return torch.zeros_like(labels), torch.zeros_like(labels, dtype=torch.bool)
         index = torch.searchsorted(self.classes, labels).clamp_max_(self.classes.numel() - 1)
         return index, (self.classes[index] == labels) & (labels >= 0)
 
-    def sums(self, unit_rows, labels):
+    def sums(self, unit_rows: torch.Tensor,
+             labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Per anchor class: the sum of the unit rows of that class, and their number."""
         index, member = self.locate(labels)
         sums = unit_rows.new_zeros((self.classes.numel(), unit_rows.shape[1]))
         sums = sums.index_add(0, index[member], unit_rows[member])
         return sums, torch.bincount(index[member], minlength=self.classes.numel())
 
-    def anchor_counts(self, class_counts):
+    def anchor_counts(self, class_counts: torch.Tensor) -> torch.Tensor:
         """Each anchor's entry of a per-class count, 0 for an anchor without a class."""
         if self.classes.numel() == 0:
             return torch.zeros_like(self.anchor_index)
         return torch.where(self.anchor_member, class_counts[self.anchor_index],
                            torch.zeros_like(self.anchor_index))
 
-    def positive_dot(self, unit_anchors, class_sums):
+    def positive_dot(self, unit_anchors: torch.Tensor, class_sums: torch.Tensor) -> torch.Tensor:
         """z_i . (sum of the block's rows of anchor i's class), 0 for an anchor without one."""
         if self.classes.numel() == 0:
             return unit_anchors.new_zeros(unit_anchors.shape[0])
@@ -75,57 +80,69 @@ class RingCall:
     normalize: bool
     backend: Backend
     plan: CallPlan
-    group: object
+    group: Optional[dist.ProcessGroup]
 
     @functools.cached_property
-    def classes(self):
+    def classes(self) -> AnchorClasses:
         return AnchorClasses(self.labels[: self.num_anchors])
 
     @property
-    def single_set(self):
+    def single_set(self) -> bool:
         return self.contrast_labels is None
 
     @property
-    def block_sizes(self):
+    def block_sizes(self) -> List[int]:
         return self.plan.rows if self.single_set else self.plan.contrast_rows
 
-    def compute_dtype(self, dtype):
+    def compute_dtype(self, dtype: torch.dtype) -> torch.dtype:
         return torch.float64 if self.backend.computes_in(dtype) == torch.float64 else torch.float32
 
-    def _local_block(self, rows, contrast):
-        return (rows, self.labels) if self.single_set else (contrast, self.contrast_labels)
+    def _op(self, op: Optional[Callable[..., Any]]) -> Callable[..., Any]:
+        assert op is not None, "the ring runs a fused backend (supcon_loss checks it)"
+        return op
 
-    def _incoming_shapes(self, step, dim):
+    def _local_block(self, rows: torch.Tensor,
+                     contrast: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+        if self.contrast_labels is None:  # single set
+            return rows, self.labels
+        assert contrast is not None, "a cross-set call has contrast rows"
+        return contrast, self.contrast_labels
+
+    def _incoming_shapes(self, step: int, dim: int) -> Tuple[_Shape, _Shape]:
         """Shapes of the block (rows, labels) that arrives after ``step``."""
         size = self.block_sizes[(self.plan.rank - step - 1) % self.plan.world]
         return (size, dim), (size,)
 
-    def _shift(self, tensors, shapes):
+    def _shift(self, tensors: Sequence[torch.Tensor], shapes: Sequence[_Shape]) -> RingShift:
         return RingShift(tensors, shapes, self.group, self.plan.rank, self.plan.world)
 
-    def _same_labels(self, count, like):
+    def _same_labels(self, count: int, like: torch.Tensor) -> torch.Tensor:
         # All equal: see the module's docstring.
         return torch.zeros(count, dtype=torch.long, device=like.device)
 
-    def _block_lse(self, rows, block, own, temperature):
+    def _block_lse(self, rows: torch.Tensor, block: torch.Tensor, own: bool,
+                   temperature: torch.Tensor) -> torch.Tensor:
         """Log-sum-exp of the anchors over one block's columns (own block: self excluded)."""
         anchors = self.num_anchors
+        forward_op = self._op(self.backend.forward_op)
+        lse: torch.Tensor
         if own and self.single_set:
-            _, lse, _ = self.backend.forward_op(rows, self._same_labels(rows.shape[0], rows),
-                                                None, None, temperature, anchors, self.normalize)
+            _, lse, _ = forward_op(rows, self._same_labels(rows.shape[0], rows),
+                                   None, None, temperature, anchors, self.normalize)
         else:
-            _, lse, _ = self.backend.forward_op(
+            _, lse, _ = forward_op(
                 rows[:anchors], self._same_labels(anchors, rows), block,
                 self._same_labels(block.shape[0], rows), temperature, anchors, self.normalize)
         return lse
 
-    def forward(self, rows, contrast, temperature):
+    def forward(self, rows: torch.Tensor, contrast: Optional[torch.Tensor],
+                temperature: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(per-anchor loss, |P(i)|, global log-sum-exp) of this rank's anchors."""
         anchors, dtype = self.num_anchors, self.compute_dtype(rows.dtype)
         classes = self.classes
         class_sums = rows.new_zeros((classes.classes.numel(), rows.shape[1]), dtype=dtype)
         class_counts = torch.zeros(classes.classes.numel(), dtype=torch.long, device=rows.device)
-        lse_parts = []
+        lse_parts: List[torch.Tensor] = []
         block, block_labels = self._local_block(rows, contrast)
         for step in range(self.plan.world):
             shift = (self._shift([block, block_labels], self._incoming_shapes(step, rows.shape[1]))
@@ -150,7 +167,10 @@ class RingCall:
         loss = torch.where(positives > 0, loss, torch.zeros_like(loss))
         return loss.to(loss_dtype(rows.dtype)), positives, lse
 
-    def _linear_terms_grad(self, weights, rows, block, block_labels, own, temperature, dtype):
+    def _linear_terms_grad(self, weights: Tuple[torch.Tensor, torch.Tensor], rows: torch.Tensor,
+                           block: torch.Tensor, block_labels: torch.Tensor, own: bool,
+                           temperature: torch.Tensor, dtype: torch.dtype
+                           ) -> Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
         """Gradients (rows or anchors, block, temperature) of
         sum_i [g_i U_i - w_i S_i] / t: U_i is the op's uniform positive term (the mean of
         z_i . z_j over the block's columns), S_i the sum of z_i . z_p over the true positives."""
@@ -169,7 +189,8 @@ class RingCall:
                 unit_block = _unit_rows(leaves[1], self.normalize, dtype)
             excluded_self = own and self.single_set
             columns = unit_block.shape[0] - int(excluded_self)
-            self_dot = (unit_anchors * unit_anchors).sum(dim=1) if excluded_self else 0
+            self_dot: Union[torch.Tensor, int] = (
+                (unit_anchors * unit_anchors).sum(dim=1) if excluded_self else 0)
             class_sums, _ = classes.sums(unit_block, block_labels)
             positive_dot = classes.positive_dot(unit_anchors, class_sums)
             if excluded_self:
@@ -184,9 +205,13 @@ class RingCall:
             return grads[0], None, grads[1]
         return grads[0], grads[1], grads[2]
 
-    def backward(self, grad_loss, rows, contrast, temperature, lse, positives):
+    def backward(self, grad_loss: torch.Tensor, rows: torch.Tensor,
+                 contrast: Optional[torch.Tensor], temperature: torch.Tensor, lse: torch.Tensor,
+                 positives: torch.Tensor
+                 ) -> Tuple[torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
         """Gradients of (rows, contrast, temperature) for the per-anchor loss's gradient."""
         anchors, dtype = self.num_anchors, self.compute_dtype(rows.dtype)
+        backward_op = self._op(self.backend.backward_op)
         has_positive = positives > 0
         grad_loss = torch.where(has_positive, grad_loss, torch.zeros_like(grad_loss))
         uniform_weight = grad_loss.to(dtype)
@@ -201,13 +226,16 @@ class RingCall:
                      self._shift([block, block_labels], self._incoming_shapes(step, rows.shape[1])))
             own = step == 0
             if anchors and block.shape[0]:
+                op_rows: torch.Tensor
+                op_block: Optional[torch.Tensor]
+                op_temperature: torch.Tensor
                 if own and self.single_set:
-                    op_rows, _, op_temperature = self.backend.backward_op(
+                    op_rows, _, op_temperature = backward_op(
                         grad_loss, rows, self._same_labels(rows.shape[0], rows), None, None,
                         temperature, anchors, self.normalize, lse)
                     op_block = None
                 else:
-                    op_rows, op_block, op_temperature = self.backend.backward_op(
+                    op_rows, op_block, op_temperature = backward_op(
                         grad_loss, rows[:anchors], self._same_labels(anchors, rows), block,
                         self._same_labels(block.shape[0], rows), temperature, anchors,
                         self.normalize, lse)
@@ -215,21 +243,23 @@ class RingCall:
                     weights, rows, block, block_labels, own, temperature, dtype)
                 grad_rows[: op_rows.shape[0]] += op_rows.to(dtype) + fix_rows
                 if op_block is not None:
+                    assert fix_block is not None, "both have a block part, or neither"
                     accumulated += op_block.to(dtype) + fix_block
                 grad_temperature += op_temperature.to(device=rows.device, dtype=dtype).reshape(()) \
                     + fix_temperature
             # The accumulator goes on with its block; after the last step, home to its owner.
-            own_size = self.block_sizes[self.plan.rank] if last else None
-            accumulator_shape = ((own_size, rows.shape[1]) if last
+            accumulator_shape = ((self.block_sizes[self.plan.rank], rows.shape[1]) if last
                                  else self._incoming_shapes(step, rows.shape[1])[0])
             if self.plan.world > 1:
                 accumulated, = self._shift([accumulated], [accumulator_shape]).wait()
             if shift is not None:
                 block, block_labels = shift.wait()
+        grad_contrast: Optional[torch.Tensor]
         if self.single_set:
             grad_rows += accumulated
             grad_contrast = None
         else:
+            assert contrast is not None, "a cross-set call has contrast rows"
             grad_contrast = accumulated.to(contrast.dtype)
         grad_temperature = grad_temperature.to(temperature.dtype).reshape(temperature.shape)
         return grad_rows.to(rows.dtype), grad_contrast, grad_temperature.to(temperature.device)
@@ -237,7 +267,9 @@ class RingCall:
 
 class _RingSupCon(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, rows, contrast, temperature, _graph_anchor, call):
+    def forward(ctx: Any, rows: torch.Tensor, contrast: Optional[torch.Tensor],
+                temperature: torch.Tensor, _graph_anchor: Optional[torch.Tensor],
+                call: RingCall) -> Tuple[torch.Tensor, torch.Tensor]:
         loss, positives, lse = call.forward(rows, contrast, temperature)
         ctx.call = call
         ctx.save_for_backward(rows, contrast, temperature, lse, positives)
@@ -245,16 +277,22 @@ class _RingSupCon(torch.autograd.Function):
         return loss, positives
 
     @staticmethod
-    def backward(ctx, grad_loss, _grad_positives):
+    def backward(ctx: Any, grad_loss: torch.Tensor, _grad_positives: Optional[torch.Tensor]
+                 ) -> Tuple[Optional[torch.Tensor], ...]:
         rows, contrast, temperature, lse, positives = ctx.saved_tensors
         grads = ctx.call.backward(grad_loss.contiguous(), rows, contrast, temperature, lse,
                                   positives)
         return (*grads, None, None)
 
 
-def ring_supcon(layout, temperature, normalize, backend, plan: CallPlan, group, graph_anchor):
+def ring_supcon(layout: Layout, temperature: torch.Tensor, normalize: bool, backend: Backend,
+                plan: CallPlan, group: Optional[dist.ProcessGroup],
+                graph_anchor: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     """(per-anchor loss of this rank's anchors, their |P(i)|) against the global contrast set,
     which passes by in blocks."""
     call = RingCall(layout.labels, layout.contrast_labels, layout.num_anchors, normalize, backend,
                     plan, group)
-    return _RingSupCon.apply(layout.rows, layout.contrast, temperature, graph_anchor, call)
+    # torch leaves autograd.Function.apply unannotated.
+    result: Tuple[torch.Tensor, torch.Tensor] = _RingSupCon.apply(  # type: ignore[no-untyped-call]
+        layout.rows, layout.contrast, temperature, graph_anchor, call)
+    return result

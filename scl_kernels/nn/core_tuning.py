@@ -3,18 +3,20 @@ cross-entropy, a focal contrastive term over the batch and mixup-generated hard 
 classifier trained on the mixed embeddings with mixed labels."""
 import math
 from numbers import Real
-from typing import NamedTuple
+from typing import Any, Callable, Dict, Literal, NamedTuple, Optional, Tuple, cast, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._types import BackendName, Temperature
 from .._validation import (check_backend_name, check_focal_gamma, check_tensor,
                            check_temperature)
 from ..functional import supcon_loss
 from .supcon_cross_entropy import focal_options
 
-HEAD_INPUTS = ("auto", "embedding", "sequence")
+HeadInput = Literal["auto", "embedding", "sequence"]
+HEAD_INPUTS: Tuple[str, ...] = get_args(HeadInput)
 
 
 class CoreTuningParts(NamedTuple):
@@ -45,17 +47,19 @@ class GeneratedRows(NamedTuple):
     hard_positive: torch.Tensor  # [G] bool
 
 
-def _check_real(value, name, low, high=math.inf, *, low_open=False):
+def _check_real(value: object, name: str, low: float, high: float = math.inf, *,
+                low_open: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    below = value <= low if low_open else value < low
-    if not math.isfinite(value) or below or value > high:
+    number = cast(float, value)  # typeshed's numbers.Real declares no comparisons
+    below = number <= low if low_open else number < low
+    if not math.isfinite(number) or below or number > high:
         bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]" if high != math.inf else (
             f"{'>' if low_open else '>='} {low:g}")
         raise ValueError(f"{name} must be finite and {bounds}, got {value}")
 
 
-def _random_other_class_rows(labels, uniforms):
+def _random_other_class_rows(labels: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """For every row with a label >= 0, a row of another class (label >= 0) picked by its
     uniform draw in [0, 1), uniformly among them; -1 where there is none. O(N log N): rows
     sorted by class, the anchor's own class block skipped, no [N, N] mask."""
@@ -149,9 +153,17 @@ class CoreTuningLoss(nn.Module):
     global generator.
     """
 
-    def __init__(self, head, lam=0.3, temperature=0.07, *, focal_gamma=1.0, mixup_alpha=1.0,
-                 negative_weight_floor=0.8, ce=None, label_smoothing=0.0, head_input="auto",
-                 normalize=True, backend="auto", seed=None, generator=None):
+    head: Callable[[torch.Tensor], torch.Tensor]
+    ce: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
+    temperature: Temperature
+
+    def __init__(self, head: Callable[[torch.Tensor], torch.Tensor], lam: float = 0.3,
+                 temperature: Temperature = 0.07, *, focal_gamma: float = 1.0,
+                 mixup_alpha: float = 1.0, negative_weight_floor: float = 0.8,
+                 ce: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
+                 label_smoothing: float = 0.0, head_input: HeadInput = "auto",
+                 normalize: bool = True, backend: BackendName = "auto",
+                 seed: Optional[int] = None, generator: Optional[torch.Generator] = None) -> None:
         """
         Args:
             head: callable mapping ``[G, D]`` embeddings to ``[G, C]`` logits (see above).
@@ -209,25 +221,26 @@ class CoreTuningLoss(nn.Module):
             head_input = "sequence" if type(head).__name__.endswith("ClassificationHead") else "embedding"
         self.head = head
         self.ce = ce
-        self.lam = float(lam)
+        # Declared (mypy cannot infer them through the import cycle of nn and global_batch).
+        self.lam: float = float(lam)
         self.temperature = temperature
-        self.focal_gamma = float(focal_gamma)
-        self.mixup_alpha = float(mixup_alpha)
-        self.negative_weight_floor = float(negative_weight_floor)
-        self.label_smoothing = float(label_smoothing)
-        self.head_input = head_input
-        self.normalize = normalize
-        self.backend = backend
-        self.generator = generator
+        self.focal_gamma: float = float(focal_gamma)
+        self.mixup_alpha: float = float(mixup_alpha)
+        self.negative_weight_floor: float = float(negative_weight_floor)
+        self.label_smoothing: float = float(label_smoothing)
+        self.head_input: HeadInput = head_input
+        self.normalize: bool = normalize
+        self.backend: BackendName = backend
+        self.generator: Optional[torch.Generator] = generator
 
-    def get_extra_state(self):
+    def get_extra_state(self) -> Dict[str, Optional[torch.Tensor]]:
         return {"generator_state": None if self.generator is None else self.generator.get_state()}
 
-    def set_extra_state(self, state):
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
         if state.get("generator_state") is not None and self.generator is not None:
             self.generator.set_state(state["generator_state"])
 
-    def _draws(self, count):
+    def _draws(self, count: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(b_positive, b_negative, uniforms)``, ``count`` each, on the CPU."""
         seed = int(torch.randint(0, 2 ** 62, (), generator=self.generator))
         # torch.distributions takes no generator: the Beta draws run on a generator seeded from
@@ -239,7 +252,7 @@ class CoreTuningLoss(nn.Module):
         uniforms = torch.rand(count, generator=self.generator, dtype=torch.float64)
         return betas[0], betas[1], uniforms
 
-    def _check(self, logits, embeddings, labels):
+    def _check(self, logits: torch.Tensor, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
         check_tensor(logits, "logits", floating=True)
         check_tensor(embeddings, "embeddings", floating=True)
         check_tensor(labels, "labels", floating=False)
@@ -252,9 +265,19 @@ class CoreTuningLoss(nn.Module):
         if embeddings.dim() != 2 or embeddings.shape[0] != n:
             raise ValueError(f"embeddings must have shape [N, D] with N = {n} (the labels), "
                              f"got {tuple(embeddings.shape)}")
+        num_classes = logits.shape[1]
+        # Checked here, not left to torch: the mixed labels' one_hot would say only "Class
+        # values must be smaller than num_classes", naming neither the label nor the logits.
+        too_large = torch.nonzero(labels >= num_classes)
+        if too_large.numel() > 0:
+            row = int(too_large[0, 0])
+            raise ValueError(f"labels must be < {num_classes}, the number of classes (the width of "
+                             f"logits {tuple(logits.shape)}), got label {int(labels[row])} at row "
+                             f"{row}")
 
     @torch.no_grad()
-    def _mine(self, embeddings, labels):
+    def _mine(self, embeddings: torch.Tensor, labels: torch.Tensor
+              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The index pairs and weights of the generated rows (no graph)."""
         from .. import hard_pairs  # scl_kernels.nn is imported before the package's hard_pairs
 
@@ -287,7 +310,8 @@ class CoreTuningLoss(nn.Module):
                 torch.cat([torch.ones_like(anchors[has_pair], dtype=torch.bool),
                            torch.zeros_like(anchors[has_other], dtype=torch.bool)]))
 
-    def generate(self, embeddings, labels, num_classes):
+    def generate(self, embeddings: torch.Tensor, labels: torch.Tensor,
+                 num_classes: int) -> GeneratedRows:
         """The generated rows of a batch (:class:`GeneratedRows`): hard positives first, in
         anchor order, then semi-hard negatives. Draws from the generator."""
         anchor, first, second, weight, hard_positive = self._mine(embeddings, labels)
@@ -299,12 +323,13 @@ class CoreTuningLoss(nn.Module):
         return GeneratedRows(rows, contrast_labels, targets, anchor, first, second, weight,
                              hard_positive)
 
-    def _cross_entropy(self, logits, labels):
+    def _cross_entropy(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.ce is not None:
             return self.ce(logits, labels)
         return F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
 
-    def _supcon(self, embeddings, labels, generated):
+    def _supcon(self, embeddings: torch.Tensor, labels: torch.Tensor,
+                generated: GeneratedRows) -> torch.Tensor:
         n = labels.shape[0]
         rows = torch.cat([embeddings, generated.embeddings])
         row_labels = torch.cat([labels, generated.contrast_labels])
@@ -314,20 +339,38 @@ class CoreTuningLoss(nn.Module):
         # Hard positives exist only for anchors with a positive in the batch, so the anchors
         # with a positive are those whose class holds another batch row.
         valid = labels >= 0
+        inverse: torch.Tensor
+        counts: torch.Tensor
         _, inverse, counts = torch.unique(torch.where(valid, labels, -1), return_inverse=True,
                                           return_counts=True)
         with_positive = valid & (counts[inverse] > 1)
         return per_anchor.sum() / with_positive.sum().clamp_min(1)
 
-    def _mixed_cross_entropy(self, generated, like):
+    def _mixed_cross_entropy(self, generated: GeneratedRows, like: torch.Tensor) -> torch.Tensor:
         if generated.embeddings.shape[0] == 0:
             return like.new_zeros(())
         inputs = generated.embeddings
-        logits = self.head(inputs.unsqueeze(1) if self.head_input == "sequence" else inputs)
+        num_classes = generated.soft_targets.shape[1]
+        expected = (f"head must map rows of the embeddings' width ({inputs.shape[1]}"
+                    + (", passed as [rows, 1, width] with head_input='sequence'"
+                       if self.head_input == "sequence" else "")
+                    + f") to logits of the logits' width ({num_classes})")
+        try:
+            logits = self.head(inputs.unsqueeze(1) if self.head_input == "sequence" else inputs)
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as error:
+            # torch's own words ("mat1 and mat2 shapes cannot be multiplied") name neither the
+            # head nor which width is wrong.
+            raise ValueError(f"{expected}; applied to {tuple(inputs.shape)} it raised: "
+                             f"{' '.join(str(error).split())}") from error
+        if logits.dim() != 2 or logits.shape[1] != num_classes:
+            raise ValueError(f"{expected}, got {tuple(logits.shape)}")
         return F.cross_entropy(logits, generated.soft_targets.to(logits.dtype),
                                label_smoothing=self.label_smoothing)
 
-    def parts(self, logits, embeddings, labels):
+    def parts(self, logits: torch.Tensor, embeddings: torch.Tensor,
+              labels: torch.Tensor) -> CoreTuningParts:
         """The objective and its three terms (unweighted): a :class:`CoreTuningParts`
         ``(loss, cross_entropy, supcon, mixed_cross_entropy)``. Takes the arguments of
         :meth:`forward` and draws from the generator as it does."""
@@ -338,7 +381,8 @@ class CoreTuningLoss(nn.Module):
         mixed = self._mixed_cross_entropy(generated, cross_entropy)
         return CoreTuningParts(cross_entropy + self.lam * supcon + mixed, cross_entropy, supcon, mixed)
 
-    def forward(self, logits, embeddings, labels):
+    def forward(self, logits: torch.Tensor, embeddings: torch.Tensor,
+                labels: torch.Tensor) -> torch.Tensor:
         """The objective of one batch (a 0-dim tensor).
 
         Args:
@@ -350,8 +394,8 @@ class CoreTuningLoss(nn.Module):
         """
         return self.parts(logits, embeddings, labels).loss
 
-    def extra_repr(self):
-        temperature = self.temperature
+    def extra_repr(self) -> str:
+        temperature: object = self.temperature
         if isinstance(temperature, torch.Tensor):
             temperature = f"{type(temperature).__name__}(...)"
         return (f"lam={self.lam:g}, temperature={temperature}, focal_gamma={self.focal_gamma:g}, "

@@ -3,6 +3,7 @@ alternative aimed at F1 on imbalanced tasks."""
 import torch
 from torch import nn
 
+from .._types import Reduction
 from .._validation import check_non_negative
 from ._classification_targets import (check_logits_and_labels, check_reduction,
                                       gold_log_probabilities, reduce_examples)
@@ -35,7 +36,8 @@ class SelfAdjustingDiceLoss(nn.Module):
     mean over the kept examples.
     """
 
-    def __init__(self, alpha=1.0, smoothing=1.0, reduction="mean"):
+    def __init__(self, alpha: float = 1.0, smoothing: float = 1.0,
+                 reduction: Reduction = "mean") -> None:
         """
         Args:
             alpha: the self-adjusting exponent, a float >= 0 (default 1.0, the paper's DSC
@@ -55,7 +57,7 @@ class SelfAdjustingDiceLoss(nn.Module):
         self.smoothing = float(smoothing)
         self.reduction = reduction
 
-    def forward(self, logits, labels):
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of ``[N, C]`` logits against ``[N]`` integer labels."""
         check_logits_and_labels(logits, labels)
         log_p, kept = gold_log_probabilities(logits, labels)
@@ -66,5 +68,5 @@ class SelfAdjustingDiceLoss(nn.Module):
         dice = (2.0 * weighted + self.smoothing) / (weighted + 1.0 + self.smoothing)
         return reduce_examples((1.0 - dice) * kept, kept, self.reduction)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"alpha={self.alpha:g}, smoothing={self.smoothing:g}, reduction={self.reduction!r}"

@@ -1,8 +1,11 @@
 """FocalLoss: multi-class focal loss (Lin et al., ICCV 2017), a cross-entropy alternative."""
 
+from typing import Optional
+
 import torch
 from torch import nn
 
+from .._types import Reduction
 from .._validation import check_non_negative, check_tensor
 from ._classification_targets import (check_logits_and_labels, check_reduction,
                                       gold_log_probabilities, reduce_examples)
@@ -30,7 +33,10 @@ class FocalLoss(nn.Module):
     :class:`CoreTuningLoss` (their ``ce=`` argument).
     """
 
-    def __init__(self, gamma=2.0, alpha=None, reduction="mean"):
+    alpha: Optional[torch.Tensor]  # a buffer
+
+    def __init__(self, gamma: float = 2.0, alpha: Optional[torch.Tensor] = None,
+                 reduction: Reduction = "mean") -> None:
         """
         Args:
             gamma: the focusing exponent, a float >= 0 (default 2.0, Lin et al.'s).
@@ -56,7 +62,7 @@ class FocalLoss(nn.Module):
         self.reduction = reduction
         self.register_buffer("alpha", None if alpha is None else alpha.detach().clone())
 
-    def forward(self, logits, labels):
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of ``[N, C]`` logits against ``[N]`` integer labels (float32, or float64 for
         float64 logits)."""
         check_logits_and_labels(logits, labels)
@@ -73,6 +79,6 @@ class FocalLoss(nn.Module):
             per_example = per_example * weights
         return reduce_examples(per_example * kept, kept, self.reduction)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         alpha = None if self.alpha is None else f"tensor of {self.alpha.shape[0]} weights"
         return f"gamma={self.gamma:g}, alpha={alpha}, reduction={self.reduction!r}"

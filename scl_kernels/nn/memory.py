@@ -1,15 +1,18 @@
 """A cross-batch memory (XBM, Wang et al. 2020; the MoCo queue): past batches' embeddings as
 extra contrast rows, and the loss of a batch against (batch ∪ memory)."""
+from typing import Optional, Tuple, Union
+
 import torch
 from torch import nn
 
+from .._types import BackendName, ContrastMode, Reduction, Temperature
 from .._validation import (check_focal_gamma, check_inputs, check_options, check_tensor,
                            temperature_tensor)
 from ..backends import resolve_backend
 from ..functional import build_layout, reduce_per_anchor
 
 
-def _check_positive_int(value, name):
+def _check_positive_int(value: object, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a positive int, got {type(value).__name__}")
     if value < 1:
@@ -38,7 +41,14 @@ class SupConMemory(nn.Module):
     the host at each call (one synchronisation per step on a GPU, next to the step's own).
     """
 
-    def __init__(self, size, dim, *, dtype=torch.float32, device=None):
+    # The buffers.
+    rows: torch.Tensor
+    row_labels: torch.Tensor
+    next_slot: torch.Tensor
+    filled: torch.Tensor
+
+    def __init__(self, size: int, dim: int, *, dtype: torch.dtype = torch.float32,
+                 device: Optional[Union[torch.device, str, int]] = None) -> None:
         """
         Args:
             size: the number of rows kept (positive int); older rows are overwritten first.
@@ -64,23 +74,23 @@ class SupConMemory(nn.Module):
         self.register_buffer("next_slot", torch.zeros((), dtype=torch.long, device=device))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long, device=device))
 
-    def __len__(self):
+    def __len__(self) -> int:
         """The number of rows held (at most ``size``)."""
         return int(self.filled)
 
-    def reset(self):
+    def reset(self) -> None:
         """Empties the memory (the storage is kept)."""
         self.row_labels.fill_(-1)
         self.next_slot.zero_()
         self.filled.zero_()
 
-    def contrast(self):
+    def contrast(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(rows [len, D], labels [len])``: the rows held, in slot order (slot ``k`` holds the
         row enqueued ``k`` mod ``size``-th), as views that the next enqueue overwrites."""
         count = len(self)
         return self.rows[:count], self.row_labels[:count]
 
-    def check_embeddings(self, embeddings, name="embeddings"):
+    def check_embeddings(self, embeddings: torch.Tensor, name: str = "embeddings") -> None:
         """Raises unless ``embeddings`` is a ``[N, dim]`` floating tensor on the memory's device."""
         check_tensor(embeddings, name, floating=True)
         if embeddings.dim() != 2:
@@ -92,7 +102,7 @@ class SupConMemory(nn.Module):
                              f"{self.rows.device}; move the memory with .to()")
 
     @torch.no_grad()
-    def enqueue(self, embeddings, labels):
+    def enqueue(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
         """Appends the rows of ``embeddings`` (detached, cast to the memory's dtype) and their
         ``labels``, overwriting the oldest rows once full; of a batch larger than ``size`` only
         its last ``size`` rows are kept.
@@ -127,24 +137,27 @@ class SupConMemory(nn.Module):
         self.next_slot.fill_((start + count) % self.size)
         self.filled.fill_(min(int(self.filled) + count, self.size))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"size={self.size}, dim={self.dim}, dtype={self.rows.dtype}, held={len(self)}"
 
 
-def check_memory(memory):
+def check_memory(memory: object) -> None:
     """Raises TypeError unless ``memory`` is None or a :class:`SupConMemory`."""
     if memory is not None and not isinstance(memory, SupConMemory):
         raise TypeError(f"memory must be a SupConMemory or None, got {type(memory).__name__}")
 
 
-def memory_labels(memory_labels_held, supervised):
+def memory_labels(memory_labels_held: torch.Tensor, supervised: bool) -> torch.Tensor:
     """The memory rows' labels for a call: without batch labels (SimCLR / MoCo) the batch's ids
     are its sample indices, which say nothing about memory rows, so these are negatives (-1)."""
     return memory_labels_held if supervised else torch.full_like(memory_labels_held, -1)
 
 
-def supcon_loss_with_memory(features, labels, memory, temperature=0.1, *, contrast_mode="all",
-                            normalize=True, focal_gamma=0.0, reduction="mean", backend="auto"):
+def supcon_loss_with_memory(features: torch.Tensor, labels: Optional[torch.Tensor],
+                            memory: SupConMemory, temperature: Temperature = 0.1, *,
+                            contrast_mode: ContrastMode = "all", normalize: bool = True,
+                            focal_gamma: float = 0.0, reduction: Reduction = "mean",
+                            backend: BackendName = "auto") -> torch.Tensor:
     """:func:`~scl_kernels.supcon_loss` of a batch whose anchors contrast against the batch and
     the rows of ``memory``, followed by enqueueing the batch's rows (all views) into ``memory``.
 
@@ -162,15 +175,15 @@ def supcon_loss_with_memory(features, labels, memory, temperature=0.1, *, contra
     check_memory(memory)
     focal_gamma = check_focal_gamma(focal_gamma)
     run = resolve_backend(backend, features.device, focal_gamma).run
-    temperature = temperature_tensor(temperature, features.device)
+    temperature_value = temperature_tensor(temperature, features.device)
     layout = build_layout(features, labels, None, None, contrast_mode)
     memory.check_embeddings(layout.rows, "features")
     held_rows, held_labels = memory.contrast()
     batch_labels = layout.labels.long()
     rows = torch.cat([layout.rows, held_rows.to(layout.rows.dtype)])
     row_labels = torch.cat([batch_labels, memory_labels(held_labels, labels is not None)])
-    per_anchor, num_positives = run(rows, row_labels, None, None, temperature, layout.num_anchors,
-                                    normalize, focal_gamma=focal_gamma)
+    per_anchor, num_positives = run(rows, row_labels, None, None, temperature_value,
+                                    layout.num_anchors, normalize, focal_gamma=focal_gamma)
     memory.enqueue(layout.rows, batch_labels if labels is not None
                    else torch.full_like(batch_labels, -1))
     return reduce_per_anchor(per_anchor, num_positives, reduction)

@@ -2,14 +2,17 @@
 label mixed with cross-entropy against the model's own prediction, the gold weight annealed."""
 import math
 from numbers import Real
+from typing import Literal, Optional, Tuple, cast, get_args
 
 import torch
 from torch import nn
 
+from .._types import Reduction
 from ._classification_targets import (IGNORE_INDEX, check_logits_and_labels, check_reduction,
                                       gold_log_probabilities, reduce_examples)
 
-SCHEDULES = ("linear", "cosine")
+Schedule = Literal["linear", "cosine"]
+SCHEDULES: Tuple[str, ...] = get_args(Schedule)
 
 
 class MixedCrossEntropyLoss(nn.Module):
@@ -43,8 +46,11 @@ class MixedCrossEntropyLoss(nn.Module):
     Labels equal to -100 are ignored, as in :class:`FocalLoss`.
     """
 
-    def __init__(self, total_steps, final_weight=0.5, schedule="linear", *, auto_step=True,
-                 reduction="mean"):
+    step_count: torch.Tensor  # a buffer
+
+    def __init__(self, total_steps: int, final_weight: float = 0.5,
+                 schedule: Schedule = "linear", *, auto_step: bool = True,
+                 reduction: Reduction = "mean") -> None:
         """
         Args:
             total_steps: the step at which the gold weight reaches ``final_weight``, a positive
@@ -66,21 +72,23 @@ class MixedCrossEntropyLoss(nn.Module):
             raise ValueError(f"total_steps must be positive, got {total_steps}")
         if isinstance(final_weight, bool) or not isinstance(final_weight, Real):
             raise TypeError(f"final_weight must be a float in [0, 1], got {type(final_weight).__name__}")
-        if not (math.isfinite(final_weight) and 0.0 <= final_weight <= 1.0):
+        # typeshed's numbers.Real declares no comparisons: a real number compares as a float does.
+        if not (math.isfinite(final_weight) and 0.0 <= cast(float, final_weight) <= 1.0):
             raise ValueError(f"final_weight must be in [0, 1], got {final_weight}")
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
         if not isinstance(auto_step, bool):
             raise TypeError(f"auto_step must be a bool, got {type(auto_step).__name__}")
         check_reduction(reduction)
-        self.total_steps = total_steps
-        self.final_weight = float(final_weight)
-        self.schedule = schedule
-        self.auto_step = auto_step
-        self.reduction = reduction
+        # Declared (mypy cannot infer them through the import cycle of nn and global_batch).
+        self.total_steps: int = total_steps
+        self.final_weight: float = float(final_weight)
+        self.schedule: Schedule = schedule
+        self.auto_step: bool = auto_step
+        self.reduction: Reduction = reduction
         self.register_buffer("step_count", torch.zeros((), dtype=torch.long))
 
-    def gold_weight(self, step=None):
+    def gold_weight(self, step: Optional[int] = None) -> float:
         """``w(t)`` at ``step`` (default: the current step)."""
         step = int(self.step_count) if step is None else step
         progress = min(step / self.total_steps, 1.0)
@@ -88,11 +96,11 @@ class MixedCrossEntropyLoss(nn.Module):
                      else 0.5 * (1.0 + math.cos(math.pi * progress)))
         return self.final_weight + (1.0 - self.final_weight) * remaining
 
-    def step(self):
+    def step(self) -> None:
         """Advances the schedule by one step."""
         self.step_count += 1
 
-    def forward(self, logits, labels):
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of ``[N, C]`` logits against ``[N]`` integer labels at the current step
         (then, in training mode with ``auto_step``, the step advances)."""
         check_logits_and_labels(logits, labels)
@@ -106,7 +114,7 @@ class MixedCrossEntropyLoss(nn.Module):
             self.step()
         return reduce_examples(per_example, kept, self.reduction)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"total_steps={self.total_steps}, final_weight={self.final_weight:g}, "
                 f"schedule={self.schedule!r}, auto_step={self.auto_step}, "
                 f"reduction={self.reduction!r}, step={int(self.step_count)}")

@@ -1,11 +1,14 @@
 """SupConLoss: supcon_loss as an nn.Module with its options fixed."""
+from typing import Optional
+
 import torch
 from torch import nn
 
 from .._docstrings import fill_arguments
+from .._types import BackendName, ContrastMode, Reduction, Temperature
 from .._validation import check_focal_gamma, check_options, has_values
 from ..functional import supcon_loss
-from .memory import check_memory, supcon_loss_with_memory
+from .memory import SupConMemory, check_memory, supcon_loss_with_memory
 
 
 class SupConLoss(nn.Module):
@@ -25,9 +28,13 @@ class SupConLoss(nn.Module):
     used nor changed.
     """
 
+    temperature: Temperature
+    memory: Optional[SupConMemory]
+
     @fill_arguments
-    def __init__(self, temperature=0.1, *, contrast_mode="all", normalize=True, focal_gamma=0.0,
-                 reduction="mean", backend="auto", memory=None):
+    def __init__(self, temperature: Temperature = 0.1, *, contrast_mode: ContrastMode = "all",
+                 normalize: bool = True, focal_gamma: float = 0.0, reduction: Reduction = "mean",
+                 backend: BackendName = "auto", memory: Optional[SupConMemory] = None) -> None:
         """Checks and stores the options of every call.
 
         Args:
@@ -60,7 +67,9 @@ class SupConLoss(nn.Module):
         self.memory = memory
 
     @fill_arguments
-    def forward(self, features, labels=None, contrast=None, contrast_labels=None):
+    def forward(self, features: torch.Tensor, labels: Optional[torch.Tensor] = None,
+                contrast: Optional[torch.Tensor] = None,
+                contrast_labels: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The loss of one batch, with the options given to the constructor.
 
         Args:
@@ -91,8 +100,8 @@ class SupConLoss(nn.Module):
                            normalize=self.normalize, focal_gamma=self.focal_gamma,
                            reduction=self.reduction, backend=self.backend)
 
-    def extra_repr(self):
-        temperature = self.temperature
+    def extra_repr(self) -> str:
+        temperature: object = self.temperature
         if isinstance(temperature, torch.Tensor):  # one line, not the tensor's own repr
             value = f"{float(temperature.detach()):g}" if has_values(temperature) else "..."
             kind = "Parameter" if isinstance(temperature, nn.Parameter) else "tensor"

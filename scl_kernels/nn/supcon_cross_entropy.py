@@ -1,17 +1,18 @@
 """The fine-tuning objective of Gunel et al. (ICLR 2021): (1 - lam) * CE + lam * SCL."""
 import math
 from numbers import Real
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Optional, Tuple, TypedDict, cast, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .._types import BackendName, SclReduction, Strategy, Temperature
 from .._validation import check_focal_gamma, check_options, check_tensor
 from ..functional import supcon_loss
-from .memory import check_memory, supcon_loss_with_memory
+from .memory import SupConMemory, check_memory, supcon_loss_with_memory
 
-SCL_REDUCTIONS = ("mean", "sum")
+SCL_REDUCTIONS: Tuple[str, ...] = get_args(SclReduction)
 
 
 class SupConCrossEntropyParts(NamedTuple):
@@ -21,16 +22,22 @@ class SupConCrossEntropyParts(NamedTuple):
     supcon: torch.Tensor
 
 
-def focal_options(gamma):
+class FocalOptions(TypedDict, total=False):
+    """What focal_options gives: supcon_loss's keyword focal_gamma, or nothing."""
+    focal_gamma: float
+
+
+def focal_options(gamma: float) -> FocalOptions:
     """supcon_loss's focal argument for ``gamma``: none at 0, which is plain SupCon, so that
     the call stays the plain one (the distributed loss takes no focal_gamma)."""
     return {"focal_gamma": gamma} if gamma else {}
 
 
-def _check_lam(lam):
+def _check_lam(lam: object) -> None:
     if isinstance(lam, bool) or not isinstance(lam, Real):
         raise TypeError(f"lam must be a float in [0, 1], got {type(lam).__name__}")
-    if not (math.isfinite(lam) and 0.0 <= lam <= 1.0):
+    # typeshed's numbers.Real declares no comparisons: a real number compares as a float does.
+    if not (math.isfinite(lam) and 0.0 <= cast(float, lam) <= 1.0):
         raise ValueError(f"lam must be in [0, 1], got {lam}")
 
 
@@ -79,9 +86,18 @@ class SupConCrossEntropyLoss(nn.Module):
     loss is called once per step on the whole batch, so the memory sees each batch once.
     """
 
-    def __init__(self, lam=0.9, temperature=0.3, *, scl_reduction="mean", normalize=True,
-                 backend="auto", distributed=False, strategy="gather", group=None, ce=None,
-                 label_smoothing=0.0, focal_gamma=0.0, memory=None):
+    temperature: Temperature
+    ce: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
+    memory: Optional[SupConMemory]
+
+    def __init__(self, lam: float = 0.9, temperature: Temperature = 0.3, *,
+                 scl_reduction: SclReduction = "mean", normalize: bool = True,
+                 backend: BackendName = "auto", distributed: bool = False,
+                 strategy: Strategy = "gather",
+                 group: Optional[torch.distributed.ProcessGroup] = None,
+                 ce: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
+                 label_smoothing: float = 0.0, focal_gamma: float = 0.0,
+                 memory: Optional[SupConMemory] = None) -> None:
         """Checks and stores the options.
 
         Args:
@@ -144,7 +160,7 @@ class SupConCrossEntropyLoss(nn.Module):
         if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, Real):
             raise TypeError(f"label_smoothing must be a float in [0, 1), got "
                             f"{type(label_smoothing).__name__}")
-        if not 0.0 <= label_smoothing < 1.0:
+        if not 0.0 <= cast(float, label_smoothing) < 1.0:  # a Real compares as a float
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if ce is not None and label_smoothing:
             raise ValueError("label_smoothing applies to the default cross-entropy (ce=None); "
@@ -159,20 +175,21 @@ class SupConCrossEntropyLoss(nn.Module):
         if memory is not None and distributed and strategy != "gather":
             raise ValueError(f"memory needs strategy='gather' (got {strategy!r}): the memory "
                              "enqueues the gathered global batch, which the ring never holds")
-        self.lam = float(lam)
+        # Declared (mypy cannot infer them through the import cycle of nn and global_batch).
+        self.lam: float = float(lam)
         self.ce = ce
-        self.label_smoothing = float(label_smoothing)
-        self.focal_gamma = float(focal_gamma)
+        self.label_smoothing: float = float(label_smoothing)
+        self.focal_gamma: float = float(focal_gamma)
         self.temperature = temperature
-        self.scl_reduction = scl_reduction
-        self.normalize = normalize
-        self.backend = backend
-        self.distributed = distributed
-        self.strategy = strategy
-        self.group = group
+        self.scl_reduction: SclReduction = scl_reduction
+        self.normalize: bool = normalize
+        self.backend: BackendName = backend
+        self.distributed: bool = distributed
+        self.strategy: Strategy = strategy
+        self.group: Optional[torch.distributed.ProcessGroup] = group
         self.memory = memory
 
-    def _cross_entropy(self, logits, labels):
+    def _cross_entropy(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         check_tensor(logits, "logits", floating=True)
         if logits.dim() != 2 or logits.shape[0] != labels.shape[0]:
             raise ValueError(f"logits must have shape [N, num_classes] with N = {labels.shape[0]} "
@@ -181,7 +198,7 @@ class SupConCrossEntropyLoss(nn.Module):
             return self.ce(logits, labels)
         return F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
 
-    def _supcon(self, embeddings, labels):
+    def _supcon(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if embeddings.dim() != 2:
             raise ValueError(f"embeddings must have shape [N, D], got {tuple(embeddings.shape)}")
         memory = self.memory if self.training else None
@@ -203,12 +220,13 @@ class SupConCrossEntropyLoss(nn.Module):
                            reduction=self.scl_reduction, backend=self.backend,
                            **focal_options(self.focal_gamma))
 
-    def _check_labels(self, labels):
+    def _check_labels(self, labels: torch.Tensor) -> None:
         check_tensor(labels, "labels", floating=False)
         if labels.dim() != 1:
             raise ValueError(f"labels must have shape [N], got {tuple(labels.shape)}")
 
-    def parts(self, logits, embeddings, labels):
+    def parts(self, logits: torch.Tensor, embeddings: torch.Tensor,
+              labels: torch.Tensor) -> SupConCrossEntropyParts:
         """The objective and both of its terms (unweighted), for logging.
 
         Takes the arguments of :meth:`forward`; returns a :class:`SupConCrossEntropyParts`
@@ -223,7 +241,8 @@ class SupConCrossEntropyLoss(nn.Module):
         loss = (1.0 - self.lam) * cross_entropy + self.lam * supcon
         return SupConCrossEntropyParts(loss, cross_entropy, supcon)
 
-    def forward(self, logits, embeddings, labels):
+    def forward(self, logits: torch.Tensor, embeddings: torch.Tensor,
+                labels: torch.Tensor) -> torch.Tensor:
         """The objective of one batch (a 0-dim tensor).
 
         Args:
@@ -238,16 +257,17 @@ class SupConCrossEntropyLoss(nn.Module):
         graph (and with ``lam`` = 0 no rank communicates).
         """
         self._check_labels(labels)
-        loss = None
+        loss: Optional[torch.Tensor] = None
         if self.lam < 1.0:
             loss = (1.0 - self.lam) * self._cross_entropy(logits, labels)
         if self.lam > 0.0:
             scl = self.lam * self._supcon(embeddings, labels)
             loss = scl if loss is None else loss + scl
+        assert loss is not None, "lam is in [0, 1]: one of the terms is computed"
         return loss
 
-    def extra_repr(self):
-        temperature = self.temperature
+    def extra_repr(self) -> str:
+        temperature: object = self.temperature
         if isinstance(temperature, torch.Tensor):
             temperature = f"{type(temperature).__name__}(...)"
         text = (f"lam={self.lam}, temperature={temperature}, scl_reduction={self.scl_reduction!r}, "
