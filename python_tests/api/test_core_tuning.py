@@ -262,3 +262,25 @@ def test_bad_inputs_name_the_argument():
         criterion(torch.randn(9, 3, dtype=torch.float64), embeddings, labels)
     with pytest.raises(ValueError, match="embeddings must have shape"):
         criterion(torch.randn(10, 3, dtype=torch.float64), embeddings[:, None], labels)
+
+
+def test_a_label_beyond_the_logits_names_the_label_and_its_row():
+    criterion = CoreTuningLoss(linear_head(), seed=0)
+    embeddings, labels = batch()
+    labels[4] = 3  # three classes: 0, 1, 2
+    with pytest.raises(ValueError, match=r"labels must be < 3, the number of classes \(the width of "
+                                         r"logits \(10, 3\)\), got label 3 at row 4"):
+        criterion(torch.randn(10, 3, dtype=torch.float64), embeddings, labels)
+
+
+@needs_hard_pairs
+@pytest.mark.parametrize("head, got", [
+    (linear_head(dim=5), "applied to \\(\\d+, 6\\) it raised: mat1 and mat2 shapes"),  # reads 5, not 6
+    (linear_head(classes=4), "got \\(\\d+, 4\\)"),  # 4 logits for 3 classes
+])
+def test_a_head_of_the_wrong_width_names_both_widths(head, got):
+    criterion = CoreTuningLoss(head, seed=0)
+    embeddings, labels = batch()
+    with pytest.raises(ValueError, match="head must map rows of the embeddings' width \\(6\\) to "
+                                         f"logits of the logits' width \\(3\\).*{got}"):
+        criterion(torch.randn(10, 3, dtype=torch.float64), embeddings, labels)
