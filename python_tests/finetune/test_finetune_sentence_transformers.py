@@ -182,7 +182,8 @@ def test_cached_update_in_the_trainer_equals_uncached(model_dirs, tmp_path):
 def test_config_and_citation(model_dirs):
     model = tiny_model(model_dirs)
     loss_fn = SupConSentenceTransformerLoss(model, temperature=0.05)
-    assert loss_fn.get_config_dict() == {"temperature": 0.05, "mini_batch_size": None, "normalize": True}
+    assert loss_fn.get_config_dict() == {"temperature": 0.05, "mini_batch_size": None, "normalize": True,
+                                         "gather_across_devices": True}
     assert "khosla2020supervised" in loss_fn.citation and "gao2021scaling" not in loss_fn.citation
     assert not loss_fn.uses_gradient_cache
     cached = SupConSentenceTransformerLoss(model, mini_batch_size=8)
@@ -192,7 +193,8 @@ def test_config_and_citation(model_dirs):
 @pytest.mark.parametrize("options, error, match", [
     ({"temperature": 0.0}, ValueError, "temperature"), ({"temperature": "0.1"}, TypeError, "temperature"),
     ({"mini_batch_size": 0}, ValueError, "mini_batch_size"), ({"mini_batch_size": 2.0}, ValueError, "mini_batch_size"),
-    ({"normalize": 1}, TypeError, "normalize"), ({"backend": "gpu"}, ValueError, "backend")])
+    ({"normalize": 1}, TypeError, "normalize"), ({"backend": "gpu"}, ValueError, "backend"),
+    ({"gather_across_devices": 1}, TypeError, "gather_across_devices")])
 def test_bad_arguments_raise(model_dirs, options, error, match):
     with pytest.raises(error, match=match):
         SupConSentenceTransformerLoss(tiny_model(model_dirs), **options)

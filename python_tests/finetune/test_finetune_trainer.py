@@ -82,7 +82,9 @@ def sgd_trainer(model, args, train_dataset, lr=0.5, **kwargs):
 
 
 def by_hand(model, batch, kind):
-    """The sentence embedding, written out from the model's parts."""
+    """The logits and the sentence embedding, written out from the model's parts: with "mean"
+    the classifier reads the mean (RoBERTa: its whole head, BERT: dropout and the linear layer,
+    skipping the pooler), as the command line's does."""
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                 output_hidden_states=True)
     last = out.hidden_states[-1]
@@ -90,7 +92,10 @@ def by_hand(model, batch, kind):
         return out.logits, last[:, 0]
     if kind == "mean":
         mask = batch["attention_mask"][:, :, None].float()
-        return out.logits, (last * mask).sum(1) / mask.sum(1)
+        mean = (last * mask).sum(1) / mask.sum(1)
+        if isinstance(model, transformers.RobertaForSequenceClassification):
+            return model.classifier.out_proj(torch.tanh(model.classifier.dense(mean))), mean
+        return model.classifier(mean), mean
     if isinstance(model, transformers.RobertaForSequenceClassification):
         return out.logits, torch.tanh(model.classifier.dense(last[:, 0]))
     return out.logits, torch.tanh(model.bert.pooler.dense(last[:, 0]))
@@ -204,6 +209,69 @@ def test_predict_and_evaluate_see_plain_logits(tmp_path):
     assert prediction.metrics["test_loss"] == pytest.approx(float(F.cross_entropy(logits, batch["labels"])), rel=1e-5)
     metrics = trainer.evaluate()
     assert "eval_accuracy" in metrics and seen[-1].shape == (len(labels), CLASSES)
+
+
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+def test_predict_without_labels_reads_the_mean(tmp_path, model_name):
+    """With scl_embedding="mean", predict() returns the logits of the classifier on the mean,
+    the one the training loss trained, with labels (through compute_loss) and without (the
+    Trainer's own step would call the model's forward, whose head reads the first token)."""
+    labels = [0, 1, 2, 0, 1, 2, 1]
+    model = MODELS[model_name]()
+    trainer = SupConTrainer(model=model, args=arguments(tmp_path, scl_embedding="mean"))
+    batch = examples(labels)
+    with torch.no_grad():
+        want, _ = by_hand(model.eval(), batch, "mean")
+        first_token, _ = by_hand(model, batch, "first_token")
+    assert not torch.allclose(want, first_token, atol=1e-3)
+    labelled = hf_dataset(labels)
+    for dataset in (labelled, labelled.remove_columns("label")):
+        prediction = trainer.predict(dataset)
+        torch.testing.assert_close(torch.as_tensor(prediction.predictions), want, rtol=1e-5, atol=1e-6)
+    assert prediction.label_ids is None
+
+
+def _save_tokenizer_and_classifier(directory, architecture):
+    """A tiny dropout-free classifier with a word-level BERT tokenizer, as the command line loads
+    them from a folder."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "great", "bad", "awful", "the",
+             "film", "was", "very"]
+    directory.mkdir()
+    (directory / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    tokenizer = transformers.BertTokenizer.from_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    tiny_classifier(architecture, 2, vocab_size=len(words), max_position_embeddings=34,
+                    pad_token_id=0).save_pretrained(str(directory))
+    return tokenizer
+
+
+@pytest.mark.parametrize("architecture", ["bert", "roberta"])
+@pytest.mark.parametrize("kind", ["first_token", "mean", "head"])
+def test_training_loss_is_the_command_lines(tmp_path, architecture, kind):
+    """One training batch of the same model: the Trainer's loss is the one the command line
+    (scl-finetune's training loop, objective scl) logs for its first step."""
+    pytest.importorskip("sklearn")  # the command line's evaluation
+    from scl_kernels.finetune.data import TextClassificationData
+    from scl_kernels.finetune.objectives import ObjectiveOptions
+    from scl_kernels.finetune.training_loop import TrainingOptions, load_model, train_and_evaluate
+
+    tokenizer = _save_tokenizer_and_classifier(tmp_path / "model", architecture)
+    texts = ["good film", "the film was great", "very good", "great great film",
+             "bad film", "the film was awful", "very bad", "awful bad film"]
+    labels = [1, 1, 1, 1, 0, 0, 0, 0]
+    data = TextClassificationData(texts, labels, ["negative", "positive"])
+    # One step over one batch of every example: the logged loss is that batch's, in any order.
+    options = TrainingOptions(embedding=kind, batch_size=len(texts), max_steps=1, eval_every=1,
+                              max_length=16, progress=False)
+    run = train_and_evaluate(str(tmp_path / "model"), tokenizer, data, data, objective="scl",
+                             seed=0, options=options,
+                             objective_options=ObjectiveOptions(lam=0.6, temperature=0.2))
+    model = load_model(str(tmp_path / "model"), 2).train()
+    trainer = SupConTrainer(model=model, args=arguments(tmp_path, scl_lambda=0.6,
+                                                        scl_temperature=0.2, scl_embedding=kind))
+    batch = dict(tokenizer(texts, truncation=True, max_length=16, padding=True, return_tensors="pt"))
+    loss = trainer.compute_loss(model, {**batch, "labels": torch.tensor(labels)})
+    assert float(loss.detach()) == pytest.approx(run.history[0]["train_loss"], rel=1e-5)
 
 
 class Recorder(transformers.TrainerCallback):

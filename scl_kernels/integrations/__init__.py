@@ -1,7 +1,8 @@
 """Training integrations: the Hugging Face Trainer (:class:`SupConTrainer`,
 :class:`SupConTrainingArguments`), sentence-transformers (:class:`SupConSentenceTransformerLoss`,
 :class:`SimCSELoss`)
-and the pooling they share (:func:`sentence_embedding`).
+and the pooling and classifier they share (:func:`sentence_embedding`,
+:func:`classifier_logits`).
 
 They need the optional dependencies: ``pip install "scl_kernels[finetune]"``. ``import
 scl_kernels`` never imports this package, and its names load on first use::
@@ -12,10 +13,12 @@ The torch-only pieces live in the library: :class:`scl_kernels.nn.SupConCrossEnt
 :class:`scl_kernels.GradientCache` and :class:`scl_kernels.ClassBalancedBatchSampler`.
 """
 import importlib
+from typing import Any
 
 _EXPORTS = {
     "EMBEDDINGS": "embeddings",
     "classification_head": "embeddings",
+    "classifier_logits": "embeddings",
     "sentence_embedding": "embeddings",
     "SupConTrainer": "hf_trainer",
     "SupConTrainingArguments": "hf_trainer",
@@ -27,7 +30,7 @@ _INSTALL_HINT = 'the training integrations need their optional dependencies: pip
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     module_name = _EXPORTS.get(name)
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -40,5 +43,5 @@ def __getattr__(name):
     return getattr(module, name)
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))

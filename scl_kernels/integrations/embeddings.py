@@ -1,10 +1,16 @@
 """Which vector of a Hugging Face sequence classifier the contrastive term sees."""
+from typing import Any
+
 import torch
+from torch import nn
 
 EMBEDDINGS = ("first_token", "mean", "head")
 
 
-def sentence_embedding(model, outputs, attention_mask=None, kind="first_token"):
+# outputs: Any, a transformers ModelOutput, whose type would import transformers with the
+# command line (scl_kernels.finetune imports this module).
+def sentence_embedding(model: nn.Module, outputs: Any, attention_mask: torch.Tensor | None = None,
+                       kind: str = "first_token") -> torch.Tensor:
     """The ``[N, hidden]`` sentence embedding for the contrastive term.
 
     Args:
@@ -35,7 +41,7 @@ def sentence_embedding(model, outputs, attention_mask=None, kind="first_token"):
     if not hidden_states:
         raise ValueError("the model outputs have no hidden states: call the model with "
                          "output_hidden_states=True")
-    last = hidden_states[-1]
+    last: torch.Tensor = hidden_states[-1]
     if kind == "first_token":
         return last[:, 0]
     if kind == "mean":
@@ -51,7 +57,8 @@ def sentence_embedding(model, outputs, attention_mask=None, kind="first_token"):
         return torch.relu(pre_classifier(last[:, 0]))
     pooler = getattr(getattr(model, "base_model", None), "pooler", None)
     if pooler is not None:
-        return pooler(last)
+        pooled: torch.Tensor = pooler(last)
+        return pooled
     raise ValueError(f"{type(model).__name__} has no classification head with a hidden layer "
                      "(RoBERTa's classifier.dense, DistilBERT's pre_classifier) and no pooler "
                      "(BERT-style): use kind='first_token' or 'mean'")
@@ -61,38 +68,41 @@ class _FirstTokenHead(torch.nn.Module):
     """A head that reads token 0 of ``[B, T, H]`` hidden states (RoBERTa's
     ``RobertaClassificationHead``, BERT's pooler path), fed one embedding per example."""
 
-    def __init__(self, read_sequence):
+    def __init__(self, read_sequence: nn.Module) -> None:
         super().__init__()
         self.read_sequence = read_sequence
 
-    def forward(self, embeddings):
-        return self.read_sequence(embeddings.unsqueeze(1))
+    def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.read_sequence(embeddings.unsqueeze(1))
+        return logits
 
 
 class _BertHead(torch.nn.Module):
     """BERT's logits from a pooled vector: ``classifier(dropout(pooled))``."""
 
-    def __init__(self, dropout, classifier, pooler=None):
+    def __init__(self, dropout: nn.Module, classifier: nn.Module, pooler: nn.Module | None = None) -> None:
         super().__init__()
         self.dropout, self.classifier, self.pooler = dropout, classifier, pooler
 
-    def forward(self, embeddings):
+    def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
         pooled = embeddings if self.pooler is None else self.pooler(embeddings.unsqueeze(1))
-        return self.classifier(self.dropout(pooled))
+        logits: torch.Tensor = self.classifier(self.dropout(pooled))
+        return logits
 
 
 class _RobertaOutput(torch.nn.Module):
     """RoBERTa's logits from the head's dense + tanh vector: ``out_proj(dropout(x))``."""
 
-    def __init__(self, head):
+    def __init__(self, head: nn.Module) -> None:
         super().__init__()
-        self.head = head
+        self.head: Any = head  # a RobertaClassificationHead, read by its attributes' names
 
-    def forward(self, embeddings):
-        return self.head.out_proj(self.head.dropout(embeddings))
+    def forward(self, embeddings: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.head.out_proj(self.head.dropout(embeddings))
+        return logits
 
 
-def classification_head(model, kind="first_token"):
+def classification_head(model: nn.Module, kind: str = "first_token") -> nn.Module:
     """The part of ``model`` that maps the ``kind`` embedding of :func:`sentence_embedding` to
     logits, as a module sharing the model's parameters (for
     :class:`~scl_kernels.nn.CoreTuningLoss`, whose classifier sees mixed embeddings, and for a
@@ -117,7 +127,8 @@ def classification_head(model, kind="first_token"):
     if kind not in EMBEDDINGS:
         raise ValueError(f"kind must be one of {EMBEDDINGS}, got {kind!r}")
     classifier = getattr(model, "classifier", None)
-    if getattr(classifier, "dense", None) is not None and getattr(classifier, "out_proj", None) is not None:
+    if (isinstance(classifier, nn.Module) and getattr(classifier, "dense", None) is not None
+            and getattr(classifier, "out_proj", None) is not None):
         return _RobertaOutput(classifier) if kind == "head" else _FirstTokenHead(classifier)
     pooler = getattr(getattr(model, "base_model", None), "pooler", None)
     dropout = getattr(model, "dropout", None)
@@ -128,12 +139,15 @@ def classification_head(model, kind="first_token"):
                      "linear classifier")
 
 
-def classifier_logits(model, outputs, embeddings, kind="first_token"):
+def classifier_logits(model: nn.Module, outputs: Any, embeddings: torch.Tensor | None,
+                      kind: str = "first_token") -> torch.Tensor:
     """The logits a fine-tuned classifier predicts with when the sentence vector is ``kind``:
     the model's own (``outputs.logits``, read from the first token) for ``"first_token"`` and
     ``"head"``, and its head applied to the mean over tokens (``embeddings``, from
     :func:`sentence_embedding`) for ``"mean"``, so that the cross-entropy and the contrastive
     term train one sentence vector."""
     if kind == "mean":
-        return classification_head(model, "mean")(embeddings)
-    return outputs.logits
+        mean_logits: torch.Tensor = classification_head(model, "mean")(embeddings)
+        return mean_logits
+    logits: torch.Tensor = outputs.logits
+    return logits

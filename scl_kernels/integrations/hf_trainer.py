@@ -8,28 +8,38 @@ computed by :class:`~scl_kernels.nn.SupConCrossEntropyLoss`. Optional: class-bal
 activations would allow.
 """
 import math
+import os
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from numbers import Real
+from typing import Any
 
+import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
 from transformers.modeling_outputs import SequenceClassifierOutput
-from transformers.utils import is_datasets_available
+from transformers.utils.import_utils import is_datasets_available
 
 from ..distributed import STRATEGIES
 from ..grad_cache import GradientCache
 from ..nn import SCL_REDUCTIONS, SupConCrossEntropyLoss, SupConMemory
 from ..sampling import ClassBalancedBatchSampler
-from .embeddings import EMBEDDINGS, sentence_embedding
+from .embeddings import EMBEDDINGS, classifier_logits, sentence_embedding
 
 # Where a data set keeps its class labels: the Trainer's name and the two that its data collators
 # rename to it.
 _LABEL_COLUMNS = ("labels", "label", "label_ids")
+# The cross-batch memory's file in a checkpoint folder, beside the optimizer's; "{}" is the
+# process index where each process holds a memory of its own.
+MEMORY_NAME = "supcon_memory.pt"
+PROCESS_MEMORY_NAME = "supcon_memory_{}.pt"
 
 
-def _check_optional_int(value, name, minimum):
+def _check_optional_int(value: object, name: str, minimum: int) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -57,7 +67,10 @@ class SupConTrainingArguments(TrainingArguments):
             The vector SCL sees, from the last layer: `"first_token"` ([CLS] / ``<s>``, the
             paper's), `"mean"` (attention-masked mean of the tokens) or `"head"` (the
             classification head's dense + tanh, or the pooler of BERT-style models). See
-            [`~scl_kernels.integrations.sentence_embedding`].
+            [`~scl_kernels.integrations.sentence_embedding`]. The classifier reads the same
+            vector ([`~scl_kernels.integrations.classifier_logits`], as ``scl-finetune
+            --embedding``): with `"mean"` its logits, in training, evaluation and ``predict()``,
+            are those of its head on the mean, not of the model's forward.
         gradient_cache_chunk_size (`int`, *optional*):
             Encode each training batch in chunks of this many examples through a gradient cache:
             the contrastive set is the whole batch while the encoder holds one chunk's
@@ -82,8 +95,10 @@ class SupConTrainingArguments(TrainingArguments):
             Rows of a cross-batch memory ([`~scl_kernels.nn.SupConMemory`], XBM): SCL also
             contrasts each training batch against the last this many training embeddings (under
             `scl_global_batch`, of the global batches; needs `scl_lambda` > 0 and the `"gather"`
-            strategy). The memory is not saved in the Trainer's checkpoints: a resumed run
-            starts it empty. 0 (default): none. See docs/FINETUNING.md.
+            strategy). Each checkpoint holds the memory (``supcon_memory.pt`` beside the
+            optimizer's state, one ``supcon_memory_{process}.pt`` per process when each process
+            contrasts its own batch), and ``train(resume_from_checkpoint=...)`` restores it.
+            0 (default): none. See docs/FINETUNING.md.
     """
 
     scl_lambda: float = field(
@@ -109,7 +124,7 @@ class SupConTrainingArguments(TrainingArguments):
         default=0, metadata={"help": "Rows of a cross-batch memory of past training embeddings that "
                                      "SCL also contrasts against (0: none)."})
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.scl_lambda, bool) or not isinstance(self.scl_lambda, Real) or not (
                 math.isfinite(self.scl_lambda) and 0.0 <= self.scl_lambda <= 1.0):
             raise ValueError(f"scl_lambda must be a number in [0, 1], got {self.scl_lambda!r}")
@@ -140,14 +155,14 @@ class SupConTrainingArguments(TrainingArguments):
         super().__post_init__()
 
 
-def _is_hf_dataset(dataset):
+def _is_hf_dataset(dataset: object) -> bool:
     if not is_datasets_available():
         return False
     import datasets
     return isinstance(dataset, datasets.Dataset)
 
 
-def _dataset_labels(dataset):
+def _dataset_labels(dataset: Any) -> list[int]:
     """The class label of every example of ``dataset``, in its index order."""
     if _is_hf_dataset(dataset):  # read the column, not every row
         for name in _LABEL_COLUMNS:
@@ -158,11 +173,11 @@ def _dataset_labels(dataset):
     labels = []
     for index in range(len(dataset)):
         example = dataset[index]
-        name = next((n for n in _LABEL_COLUMNS if n in example), None) if hasattr(example, "keys") else None
-        if name is None:
+        column = next((n for n in _LABEL_COLUMNS if n in example), None) if hasattr(example, "keys") else None
+        if column is None:
             raise ValueError("samples_per_class needs every training example to be a mapping with a "
                              f"label ({' or '.join(_LABEL_COLUMNS)}); example {index} is {type(example).__name__}")
-        labels.append(int(example[name]))
+        labels.append(int(example[column]))
     return labels
 
 
@@ -192,8 +207,14 @@ class SupConTrainer(Trainer):
     * **Evaluation.** ``evaluate()`` reports the plain cross-entropy of the classifier as
       ``eval_loss`` (comparable across ``scl_lambda`` values and independent of how the
       evaluation set is batched); ``predict()`` returns the logits ``[N, num_labels]``. Hidden
-      states are requested only for training batches, so they never reach ``predict()`` or
-      ``compute_metrics``.
+      states never reach ``predict()`` or ``compute_metrics``.
+    * **One sentence vector.** The classifier reads the vector SCL sees, as ``scl-finetune
+      --embedding`` does: with ``scl_embedding="mean"`` its logits, in training and evaluation,
+      come from its head applied to the mean over tokens
+      ([`~scl_kernels.integrations.classifier_logits`]), not from the model's own forward.
+    * **Checkpoints.** The cross-batch memory (``supcon_memory_size``) is saved in every
+      resumable checkpoint, beside the optimizer's state, and restored by
+      ``train(resume_from_checkpoint=...)``: a resumed run continues as an unbroken one would.
 
     Attributes:
         criterion ([`~scl_kernels.nn.SupConCrossEntropyLoss`]): the training objective.
@@ -208,12 +229,15 @@ class SupConTrainer(Trainer):
     ```
     """
 
+    args: SupConTrainingArguments
+
     # transformers >= 5: the loss of compute_loss is a per-batch mean, which the Trainer must
     # divide by the number of accumulated batches (it assumes models that take **kwargs already
     # did, which doubled the loss at gradient_accumulation_steps=2).
     loss_is_scaled_for_ga = False
 
-    def __init__(self, model=None, args=None, **kwargs):
+    def __init__(self, model: nn.Module | None = None, args: SupConTrainingArguments | None = None,
+                 **kwargs: Any) -> None:
         """
         Args:
             model: the ``*ForSequenceClassification`` model (or use ``model_init``).
@@ -247,7 +271,7 @@ class SupConTrainer(Trainer):
             strategy=args.scl_distributed_strategy if distributed else "gather",
             memory=self._memory())
 
-    def _memory(self):
+    def _memory(self) -> SupConMemory | None:
         """The cross-batch memory of ``args.supcon_memory_size`` rows (None for 0), of the
         model's hidden size (every ``scl_embedding`` has it), on the training device."""
         if not self.args.supcon_memory_size:
@@ -258,7 +282,7 @@ class SupConTrainer(Trainer):
                              "model.config.hidden_size, which this model does not have")
         return SupConMemory(self.args.supcon_memory_size, dim, device=self.args.device)
 
-    def _contrasts_global_batch(self):
+    def _contrasts_global_batch(self) -> bool:
         """Whether SCL contrasts the batches of all processes: a distributed run (more than one
         process in an initialised process group) with ``scl_global_batch``."""
         if not self.args.scl_global_batch or self.args.world_size <= 1:
@@ -279,7 +303,7 @@ class SupConTrainer(Trainer):
         return True
 
     @staticmethod
-    def _pop_labels(inputs):
+    def _pop_labels(inputs: Mapping[str, Any]) -> tuple[dict[str, Any], torch.Tensor]:
         inputs = dict(inputs)
         labels = inputs.pop("labels", None)
         if labels is None:
@@ -287,16 +311,32 @@ class SupConTrainer(Trainer):
                              f"'labels' column); the batch has {sorted(inputs)}")
         return inputs, labels
 
-    def _encode(self, model, inputs):
-        """The model outputs and sentence embeddings of a training batch (hidden states are asked
-        for here only, never in evaluation)."""
+    def _logits_and_embeddings(self, model: nn.Module, inputs: Mapping[str, Any]
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The embeddings SCL sees and the logits of the classifier on them
+        (:func:`~scl_kernels.integrations.classifier_logits`, as the command line's)."""
+        kind = self.args.scl_embedding
         outputs = model(**inputs, output_hidden_states=True)
-        embeddings = sentence_embedding(self.accelerator.unwrap_model(model), outputs,
-                                        inputs.get("attention_mask"), self.args.scl_embedding)
-        return outputs, embeddings
+        unwrapped = self.accelerator.unwrap_model(model)
+        embeddings = sentence_embedding(unwrapped, outputs, inputs.get("attention_mask"), kind)
+        return classifier_logits(unwrapped, outputs, embeddings, kind), embeddings
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None, **kwargs):
+    def _evaluation_logits(self, model: nn.Module, inputs: Mapping[str, Any]) -> torch.Tensor:
+        """The logits of the classifier that training trains. Hidden states are requested only
+        where it reads the mean over tokens, and never returned, so they never reach
+        ``predict()``."""
+        if self.args.scl_embedding == "mean":
+            return self._logits_and_embeddings(model, inputs)[0]
+        logits: torch.Tensor = model(**inputs).logits
+        return logits
+
+    def compute_loss(self, model: nn.Module, inputs: Mapping[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: Any = None, **kwargs: Any
+                     ) -> torch.Tensor | tuple[torch.Tensor, SequenceClassifierOutput]:
         """The SupCon objective of a training batch, or the cross-entropy of an evaluation batch.
+
+        The logits are those of the classifier on the ``scl_embedding`` vector (see
+        [`SupConTrainingArguments`]), so cross-entropy and SCL train one sentence vector.
 
         With ``args.gradient_cache_chunk_size``, a training batch goes through the gradient cache
         (:meth:`~scl_kernels.grad_cache.GradientCache.loss`): its chunks are encoded without a
@@ -309,7 +349,7 @@ class SupConTrainer(Trainer):
         Args:
             model (`nn.Module`): the (possibly wrapped) model.
             inputs (`dict[str, torch.Tensor]`): the batch, with integer ``labels``.
-            return_outputs (`bool`, *optional*, defaults to `False`): also return the model outputs.
+            return_outputs (`bool`, *optional*, defaults to `False`): also return the logits.
             num_items_in_batch (*optional*): ignored: the objective is a per-batch mean (see the
                 class docstring); accepted for the Trainer's signature.
             **kwargs: ignored, for other transformers versions' signatures.
@@ -319,24 +359,22 @@ class SupConTrainer(Trainer):
         cross-entropy term is this process's batch mean.
 
         Returns:
-            The 0-dim loss, or ``(loss, outputs)``. In training mode the loss is
-            ``criterion(logits, embeddings, labels)`` and the outputs carry hidden states (only
-            the logits through the gradient cache); in evaluation mode it is
-            ``F.cross_entropy(logits, labels)`` and they do not.
+            The 0-dim loss, or ``(loss, outputs)`` with the logits alone in ``outputs``. In
+            training mode the loss is ``criterion(logits, embeddings, labels)``, in evaluation
+            mode ``F.cross_entropy(logits, labels)``.
         """
         inputs, labels = self._pop_labels(inputs)
         if not model.training:
-            outputs = model(**inputs)
-            loss = F.cross_entropy(outputs.logits, labels)
+            logits = self._evaluation_logits(model, inputs)
+            loss = F.cross_entropy(logits, labels)
         elif self.args.gradient_cache_chunk_size is None:
-            outputs, embeddings = self._encode(model, inputs)
-            loss = self.criterion(outputs.logits, embeddings, labels)
+            logits, embeddings = self._logits_and_embeddings(model, inputs)
+            loss = self.criterion(logits, embeddings, labels)
         else:
-            def encode(chunk):
+            def encode(chunk: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
                 # Also called from the backward pass, outside compute_loss's autocast context.
                 with self.compute_loss_context_manager():
-                    chunk_outputs, embeddings = self._encode(model, chunk)
-                return chunk_outputs.logits, embeddings
+                    return self._logits_and_embeddings(model, chunk)
 
             # Under DDP the chunks' re-encoding passes (in the backward pass) accumulate their
             # gradients locally and only the last chunk's backward all-reduces them: one
@@ -344,10 +382,81 @@ class SupConTrainer(Trainer):
             cache = GradientCache(encode, self.criterion, self.args.gradient_cache_chunk_size,
                                   sync_context=lambda: self.accelerator.no_sync(model))
             loss, (logits, _) = cache.loss(inputs, labels, return_outputs=True)
-            outputs = SequenceClassifierOutput(logits=logits)
-        return (loss, outputs) if return_outputs else loss
+        return (loss, SequenceClassifierOutput(logits=logits)) if return_outputs else loss
 
-    def get_train_dataloader(self):
+    def prediction_step(self, model: nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None
+                        ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """The Trainer's evaluation step; with ``scl_embedding="mean"`` and a batch without
+        labels, the logits of the classifier on the mean, which the Trainer's own step (a plain
+        forward of the model, whose head reads the first token) would not give.
+
+        Returns:
+            ``(loss, logits, labels)``, each None where there is none.
+        """
+        if self.args.scl_embedding != "mean" or inputs.get("labels") is not None:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+        if prediction_loss_only:
+            return None, None, None
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            logits = self._evaluation_logits(model, inputs)
+        return None, logits, None
+
+    def _memory_per_process(self) -> bool:
+        """Whether each process holds a memory of its own: several processes that contrast
+        their own batches. One process, or SCL of the global batch (which enqueues the gathered
+        batch on every process), holds one memory."""
+        return self.args.world_size > 1 and not self.criterion.distributed
+
+    def _memory_file(self, checkpoint: str) -> str:
+        """This process's memory file in the folder ``checkpoint``."""
+        if self._memory_per_process():
+            return os.path.join(checkpoint, PROCESS_MEMORY_NAME.format(self.args.process_index))
+        return os.path.join(checkpoint, MEMORY_NAME)
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """Saves the optimizer's and scheduler's states and the cross-batch memory.
+
+        The memory is training state like the optimizer's: this hook receives the checkpoint
+        folder, runs on every process, only where the checkpoint is resumable (not with
+        ``save_only_model``), and before the Trainer pushes the checkpoint or rotates old ones,
+        which ``on_save`` callbacks run after."""
+        super()._save_optimizer_and_scheduler(output_dir)
+        memory = self.criterion.memory
+        if memory is None:
+            return
+        if not (self._memory_per_process() or self.args.should_save):
+            return  # the saving process writes the memory every process holds
+        os.makedirs(output_dir, exist_ok=True)
+        torch.save(memory.state_dict(), self._memory_file(output_dir))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """Loads the optimizer's and scheduler's states and the cross-batch memory, once per
+        resumed run, before its first step (for every model wrapping, DeepSpeed and FSDP
+        included, unlike ``_load_from_checkpoint``). A checkpoint without a memory file (saved
+        by an earlier version, or without a memory) leaves the memory empty, with a warning.
+
+        Raises:
+            ValueError: the checkpoint's memory has another size or width than this run's.
+        """
+        super()._load_optimizer_and_scheduler(checkpoint)
+        memory = self.criterion.memory
+        if memory is None or checkpoint is None:
+            return
+        path = self._memory_file(checkpoint)
+        if not os.path.isfile(path):
+            warnings.warn(f"{checkpoint} holds no cross-batch memory ({os.path.basename(path)}): "
+                          "the resumed run starts with an empty memory", UserWarning, stacklevel=2)
+            return
+        state = torch.load(path, map_location=memory.rows.device, weights_only=True)
+        if state["rows"].shape != memory.rows.shape:
+            raise ValueError(f"the checkpoint's cross-batch memory holds {tuple(state['rows'].shape)} "
+                             f"rows x dim, this run's supcon_memory_size and model "
+                             f"{tuple(memory.rows.shape)}: resume with the same supcon_memory_size")
+        memory.load_state_dict(state)
+
+    def get_train_dataloader(self) -> DataLoader[Any]:
         """The training DataLoader; class-balanced batches when ``args.samples_per_class`` is set.
 
         The batches then come from a
@@ -372,11 +481,12 @@ class SupConTrainer(Trainer):
             dataset = self._remove_unused_columns(dataset, description="Training")
         else:
             collator = self._get_collator_with_removed_columns(collator, description="Training")
-        options = {}
+        options: dict[str, Any] = {}
         if self.args.dataloader_num_workers > 0:
             options = {"persistent_workers": self.args.dataloader_persistent_workers,
                        "prefetch_factor": self.args.dataloader_prefetch_factor}
         loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collator,
                             num_workers=self.args.dataloader_num_workers,
                             pin_memory=self.args.dataloader_pin_memory, **options)
-        return self.accelerator.prepare(loader)
+        prepared: DataLoader[Any] = self.accelerator.prepare(loader)
+        return prepared

@@ -1,8 +1,13 @@
 """The fused SupCon loss as a sentence-transformers loss, for ``SentenceTransformerTrainer``."""
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from .. import distributed as scl_distributed
 from ..grad_cache import GradientCache
 from .._validation import check_backend_name, check_normalize, check_temperature
 from ..functional import supcon_loss
@@ -69,6 +74,13 @@ class SupConSentenceTransformerLoss(nn.Module):
     does not compose with losses that patch the model's forward for the forward pass only
     (``MatryoshkaLoss``, ``AdaptiveLayerLoss``).
 
+    Several processes (``torchrun`` / ``accelerate launch``, DDP): with
+    ``gather_across_devices`` (the default) the contrastive set is the global batch, every
+    process's rows in rank order, through :func:`scl_kernels.distributed.supcon_loss`, which
+    gathers the embeddings with their gradients: the loss is the global batch's, the same on
+    every process, and once DDP has averaged the parameters' gradients they are those of one
+    process on the global batch. ``False``: each process contrasts its own rows.
+
     Example::
 
         from datasets import Dataset
@@ -82,7 +94,9 @@ class SupConSentenceTransformerLoss(nn.Module):
         SentenceTransformerTrainer(model=model, train_dataset=train, loss=loss).train()
     """
 
-    def __init__(self, model, temperature=0.1, mini_batch_size=None, *, normalize=True, backend="auto"):
+    def __init__(self, model: nn.Module, temperature: float | torch.Tensor = 0.1,
+                 mini_batch_size: int | None = None, *, normalize: bool = True,
+                 backend: str = "auto", gather_across_devices: bool = True) -> None:
         """
         Args:
             model (`SentenceTransformer`): the model whose ``sentence_embedding`` is trained.
@@ -94,12 +108,19 @@ class SupConSentenceTransformerLoss(nn.Module):
                 first (cosine similarities), as SupCon does.
             backend (`str`, *optional*, defaults to `"auto"`): the SupCon backend, see
                 :func:`scl_kernels.supcon_loss`.
+            gather_across_devices (`bool`, *optional*, defaults to `True`): in an initialised
+                ``torch.distributed`` group of several processes, contrast the global batch
+                (sentence-transformers' name for the option; its own losses default to `False`,
+                SupCon's contrastive set is the whole batch, as in
+                :class:`~scl_kernels.integrations.SupConTrainer`). Ignored in one process.
 
         Raises:
             TypeError / ValueError naming the argument.
         """
         super().__init__()
         check_temperature(temperature, check_tensor_value=True)
+        if not isinstance(gather_across_devices, bool):
+            raise TypeError(f"gather_across_devices must be a bool, got {type(gather_across_devices).__name__}")
         if mini_batch_size is not None and (isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int)
                                             or mini_batch_size < 1):
             raise ValueError(f"mini_batch_size must be None or a positive int, got {mini_batch_size!r}")
@@ -111,23 +132,39 @@ class SupConSentenceTransformerLoss(nn.Module):
         self.mini_batch_size = mini_batch_size
         self.normalize = normalize
         self.backend = backend
+        self.gather_across_devices = gather_across_devices
 
     @property
-    def uses_gradient_cache(self):
+    def uses_gradient_cache(self) -> bool:
         """Whether the backward pass re-runs the model (sentence-transformers' protocol, read by
         its ``AdaptiveLayerLoss`` and ``MatryoshkaLoss``)."""
         return self.mini_batch_size is not None
 
-    def _supcon(self, embeddings, labels):
+    def _gathers(self) -> bool:
+        """Whether this call contrasts the global batch: ``gather_across_devices`` in an
+        initialised process group of several processes (read at each call: the trainer starts
+        the group after the loss may have been built)."""
+        return (self.gather_across_devices and dist.is_available() and dist.is_initialized()
+                and dist.get_world_size() > 1)
+
+    def _supcon(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self._gathers():
+            # gradients_averaged: the trainer's DDP averages the parameters' gradients over the
+            # processes, so this process's share of the global loss's gradient is scaled up by
+            # the world size.
+            return scl_distributed.supcon_loss(embeddings, labels, self.temperature,
+                                               normalize=self.normalize, backend=self.backend,
+                                               gradients_averaged=True)
         return supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize, backend=self.backend)
 
-    def _embed_views(self, batch):
+    def _embed_views(self, batch: Mapping[tuple[int, str], Any]) -> torch.Tensor:
         """``[n, views, dim]`` embeddings of a (chunk of a) batch keyed ``(view, feature name)``."""
         views = sorted({view for view, _ in batch})
         return torch.stack([self.model({name: value for (view, name), value in batch.items() if view == v})
                             ["sentence_embedding"] for v in views], dim=1)
 
-    def forward(self, sentence_features, labels):
+    def forward(self, sentence_features: Iterable[Mapping[str, torch.Tensor]],
+                labels: torch.Tensor) -> torch.Tensor:
         """The loss of a batch.
 
         Args:
@@ -136,7 +173,8 @@ class SupConSentenceTransformerLoss(nn.Module):
             labels (`torch.Tensor`): integer class labels ``[batch]``, one per row.
 
         Returns:
-            `torch.Tensor`: the 0-dim loss, the mean over anchors that have a positive.
+            `torch.Tensor`: the 0-dim loss, the mean over anchors that have a positive (of the
+            global batch when it gathers across processes).
         """
         sentence_features = list(sentence_features)
         if not sentence_features:
@@ -146,7 +184,8 @@ class SupConSentenceTransformerLoss(nn.Module):
                             f"'label' column), got labels={labels!r}")
         return self._loss_of_views(sentence_features, self._supcon, labels)
 
-    def _loss_of_views(self, sentence_features, loss_fn, *loss_args):
+    def _loss_of_views(self, sentence_features: list[Mapping[str, torch.Tensor]],
+                       loss_fn: Callable[..., torch.Tensor], *loss_args: Any) -> torch.Tensor:
         """``loss_fn(embeddings [n, views, dim], *loss_args)`` of the text columns, one view
         each, through the gradient cache when ``mini_batch_size`` is set."""
         batch = {(view, name): value for view, features in enumerate(sentence_features)
@@ -159,19 +198,21 @@ class SupConSentenceTransformerLoss(nn.Module):
                               sync_context=model.no_sync if isinstance(model, DistributedDataParallel) else None)
         return cache.loss(batch, *loss_args)
 
-    def get_config_dict(self):
+    def get_config_dict(self) -> dict[str, Any]:
         """The options shown in the model card.
 
         Returns:
-            `dict`: ``temperature``, ``mini_batch_size`` and ``normalize``.
+            `dict`: ``temperature``, ``mini_batch_size``, ``normalize`` and
+            ``gather_across_devices``.
         """
         temperature = self.temperature
         if isinstance(temperature, torch.Tensor):
             temperature = float(temperature.detach())
-        return {"temperature": temperature, "mini_batch_size": self.mini_batch_size, "normalize": self.normalize}
+        return {"temperature": temperature, "mini_batch_size": self.mini_batch_size, "normalize": self.normalize,
+                "gather_across_devices": self.gather_across_devices}
 
     @property
-    def citation(self):
+    def citation(self) -> str:
         """BibTeX of SupCon (and of the gradient cache when ``mini_batch_size`` is set), for the
         model card."""
         return _SUPCON_CITATION + (_GRADIENT_CACHE_CITATION if self.mini_batch_size is not None else "")

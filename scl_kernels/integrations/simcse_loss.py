@@ -1,7 +1,12 @@
 """SimCSE (Gao, Yao and Chen, EMNLP 2021) on the fused op: :func:`simcse_loss`, and
 :class:`SimCSELoss` for ``SentenceTransformerTrainer``."""
-import torch
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+import torch
+from torch import nn
+
+from .. import distributed as scl_distributed
 from ..functional import supcon_loss
 from .sentence_transformers_loss import _GRADIENT_CACHE_CITATION, SupConSentenceTransformerLoss
 
@@ -15,8 +20,9 @@ _SIMCSE_CITATION = """
 """
 
 
-def simcse_loss(anchors, positives, negatives=None, temperature=0.05, *, distributed=False,
-                gradients_averaged=False, backend="auto"):
+def simcse_loss(anchors: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor | None = None,
+                temperature: float | torch.Tensor = 0.05, *, distributed: bool = False,
+                gradients_averaged: bool = False, backend: str = "auto") -> torch.Tensor:
     """SimCSE's loss: the cross-entropy of anchor i's cosine similarities to every positive (and
     hard negative), divided by ``temperature``, with positive i as the target::
 
@@ -48,7 +54,6 @@ def simcse_loss(anchors, positives, negatives=None, temperature=0.05, *, distrib
     """
     contrast = positives if negatives is None else torch.cat([positives, negatives])
     if distributed:
-        from .. import distributed as scl_distributed  # not imported with the library
         return scl_distributed.supcon_loss(anchors, temperature=temperature, contrast=contrast,
                                            backend=backend, gradients_averaged=gradients_averaged)
     return supcon_loss(anchors, temperature=temperature, contrast=contrast, backend=backend)
@@ -79,6 +84,11 @@ class SimCSELoss(SupConSentenceTransformerLoss):
     batch is a negative of every anchor, while the model holds the activations of
     ``chunk_size`` texts; each chunk's second pass replays its dropout masks.
 
+    Several processes (DDP): with ``gather_across_devices`` (the default) every process's
+    positives and negatives are negatives of every anchor (``simcse_loss(distributed=True)``,
+    the gathered negatives of the paper's multi-GPU runs); the loss and, once DDP has averaged
+    them, the gradients are those of one process on the global batch.
+
     Example::
 
         from datasets import Dataset
@@ -91,7 +101,9 @@ class SimCSELoss(SupConSentenceTransformerLoss):
                                    loss=SimCSELoss(model, chunk_size=64)).train()
     """
 
-    def __init__(self, model, temperature=0.05, chunk_size=None, *, backend="auto"):
+    def __init__(self, model: nn.Module, temperature: float | torch.Tensor = 0.05,
+                 chunk_size: int | None = None, *, backend: str = "auto",
+                 gather_across_devices: bool = True) -> None:
         """
         Args:
             model (`SentenceTransformer`): the model whose ``sentence_embedding`` is trained.
@@ -101,21 +113,29 @@ class SimCSELoss(SupConSentenceTransformerLoss):
                 `None` (default) encodes the batch in one pass, with a graph.
             backend (`str`, *optional*, defaults to `"auto"`): see
                 :func:`scl_kernels.supcon_loss`.
+            gather_across_devices (`bool`, *optional*, defaults to `True`): in an initialised
+                ``torch.distributed`` group of several processes, every process's rows are
+                negatives of every anchor. Ignored in one process.
 
         Raises:
             TypeError / ValueError naming the argument.
         """
         try:
-            super().__init__(model, temperature, chunk_size, normalize=True, backend=backend)
+            super().__init__(model, temperature, chunk_size, normalize=True, backend=backend,
+                             gather_across_devices=gather_across_devices)
         except ValueError as error:
             raise ValueError(str(error).replace("mini_batch_size", "chunk_size")) from None
 
-    def _simcse(self, embeddings):
+    def _simcse(self, embeddings: torch.Tensor) -> torch.Tensor:
         views = embeddings.unbind(dim=1)
+        gathers = self._gathers()
+        # gradients_averaged: the trainer's DDP averages the parameters' gradients.
         return simcse_loss(views[0], views[1], views[2] if len(views) == 3 else None,
-                           self.temperature, backend=self.backend)
+                           self.temperature, distributed=gathers, gradients_averaged=gathers,
+                           backend=self.backend)
 
-    def forward(self, sentence_features, labels=None):
+    def forward(self, sentence_features: Iterable[Mapping[str, torch.Tensor]],
+                labels: torch.Tensor | None = None) -> torch.Tensor:
         """The loss of a batch.
 
         Args:
@@ -134,12 +154,12 @@ class SimCSELoss(SupConSentenceTransformerLoss):
             sentence_features = sentence_features * 2
         return self._loss_of_views(sentence_features, self._simcse)
 
-    def get_config_dict(self):
+    def get_config_dict(self) -> dict[str, Any]:
         """The options shown in the model card: ``temperature`` and ``chunk_size``."""
         config = super().get_config_dict()
         return {"temperature": config["temperature"], "chunk_size": config["mini_batch_size"]}
 
     @property
-    def citation(self):
+    def citation(self) -> str:
         """BibTeX of SimCSE (and of the gradient cache when ``chunk_size`` is set)."""
         return _SIMCSE_CITATION + (_GRADIENT_CACHE_CITATION if self.mini_batch_size is not None else "")
