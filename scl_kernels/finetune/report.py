@@ -6,8 +6,15 @@ import os
 import statistics
 from pathlib import Path
 
+from .calibration import ECE_BINS
+
 # (key, label, whether higher is better)
 METRICS = (("accuracy", "accuracy", True), ("macro_f1", "macro-F1", True), ("ece", "ECE", False))
+# Under every table: a reader meets the ECE column here, not in the docs.
+ECE_EXPLAINED = (f"ECE: expected calibration error, how far the model's confidence is from its "
+                 f"accuracy: the test predictions in {ECE_BINS} equal-width bins of their largest "
+                 "softmax probability, the bins' |accuracy − mean confidence| weighted by their "
+                 "share of the predictions (lower is better).")
 
 
 def _mean_sd(values):
@@ -75,7 +82,7 @@ def _wins_sentence(entry):
 
 def format_table(summary, *, runs=()):
     """The summary as markdown: one row per arm and one per paired difference with the first
-    arm, then (given ``runs``) one row per seed."""
+    arm, a line saying what ECE is, then (given ``runs``) one row per seed."""
     lines = ["| run | " + " | ".join(f"{label} (%)" for _, label, _ in METRICS) + " | seeds |",
              "|---|" + "---|" * len(METRICS) + "---|"]
     for arm in summary["arms"]:
@@ -87,6 +94,7 @@ def format_table(summary, *, runs=()):
                  for k, _, _ in METRICS]
         lines.append(f"| paired Δ ({entry['arm']} − {entry['baseline']}) | " + " | ".join(cells)
                      + f" | {len(entry['seeds'])} |")
+    lines += ["", ECE_EXPLAINED]
     if paired and runs:
         baseline = paired[0]["baseline"]
         others = [entry["arm"] for entry in paired]

@@ -7,8 +7,8 @@ from .data import InputError
 
 # Options that may differ between the command that wrote a directory and the one resuming it:
 # where and how it reports, and which runs it asks for (added seeds or objectives just run).
-FREE_OPTIONS = frozenset({"output_dir", "resume", "no_progress", "no_plot", "save_models",
-                          "save_splits", "seeds", "seed", "objectives", "runs"})
+FREE_OPTIONS = frozenset({"output_dir", "resume", "overwrite", "no_progress", "no_plot",
+                          "save_models", "save_splits", "seeds", "seed", "objectives", "runs"})
 
 
 def resume_key(run):

@@ -22,7 +22,7 @@ from ..grad_cache import GradientCache
 from ..nn import SupConCrossEntropyLoss
 from ..sampling import ClassBalancedBatchSampler
 from .calibration import expected_calibration_error
-from .data import InputError, hub_offline, hub_reachable
+from .data import INSTALL_FINETUNE_EXTRA, InputError, hub_offline, hub_reachable
 from .objectives import ObjectiveOptions, build_criterion
 from .progress import progress_bar
 from ..integrations.embeddings import classification_head, classifier_logits, sentence_embedding
@@ -245,8 +245,7 @@ def import_transformers():
     try:
         import transformers
     except ModuleNotFoundError:
-        raise InputError("the fine-tuning script needs transformers: "
-                         'pip install "scl_kernels[finetune]"') from None
+        raise InputError(f"the fine-tuning script needs transformers: {INSTALL_FINETUNE_EXTRA}") from None
     return transformers
 
 
@@ -255,12 +254,26 @@ def _looks_like_path(model):
     return model.startswith((".", "~")) or Path(model).is_absolute()
 
 
+MODEL_FOLDER_CONTENTS = ("what save_pretrained writes: config.json, the weights (model.safetensors "
+                         "or pytorch_model.bin) and the tokenizer's files (tokenizer.json or its "
+                         "vocabulary)")
+
+
+def _one_line(error):
+    # transformers' messages run over several lines (a numbered list of what it tried): the
+    # command line's errors are one line.
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 def from_pretrained_or_explain(load, model, **kwargs):
-    """``load(model, **kwargs)`` (a ``from_pretrained``) with the errors of a missing directory
-    or an unreachable Hub said in one line."""
+    """``load(model, **kwargs)`` (a ``from_pretrained``) with the errors of a missing directory,
+    a directory that is not a model, or an unreachable Hub said in one line."""
     path = Path(model).expanduser()
     if not path.is_dir() and (_looks_like_path(model) or path.exists()):
         raise InputError(f"no such model directory: {model}")
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise InputError(f"{model} is not a Hugging Face model directory: it has no config.json; "
+                         f"expected {MODEL_FOLDER_CONTENTS}")
     try:
         with _quiet_transformers():
             if path.is_dir() or hub_offline():
@@ -277,9 +290,10 @@ def from_pretrained_or_explain(load, model, **kwargs):
     except (OSError, ValueError) as error:
         if isinstance(error, InputError):
             raise
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = _one_line(error)
         if path.is_dir():
-            raise InputError(f"{model} is not a Hugging Face model directory: {reason}") from None
+            raise InputError(f"cannot load the model in {model}: expected {MODEL_FOLDER_CONTENTS}; "
+                             f"transformers says: {reason}") from None
         where = ("HF_HUB_OFFLINE is set and it is not in the local cache" if hub_offline()
                  else "the Hugging Face Hub has no such model")
         raise InputError(f"cannot load model {model!r}: {where} ({reason}); pass a local "
@@ -302,12 +316,24 @@ def _quiet_transformers():
             logging.enable_progress_bar()
 
 
+# Files of which tokenizer.save_pretrained writes at least one (tokenizer_config.json always).
+TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "vocab.txt", "vocab.json",
+                   "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+
+
 def load_tokenizer(model):
     """The tokenizer of ``model`` (a local directory or a Hub name).
 
     Raises:
-        InputError: an unknown path, or a Hub name that cannot be reached.
+        InputError: an unknown path, a directory without a tokenizer, or a Hub name that cannot
+            be reached.
     """
+    path = Path(model).expanduser()
+    # Without these files transformers builds a tokenizer of 5 special tokens from config.json
+    # alone, and every word becomes [UNK]: the run would train on nothing, silently.
+    if (path / "config.json").is_file() and not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise InputError(f"{model} has no tokenizer: expected one of {', '.join(TOKENIZER_FILES)} "
+                         "(tokenizer.save_pretrained writes them; model.save_pretrained does not)")
     return from_pretrained_or_explain(import_transformers().AutoTokenizer.from_pretrained, model)
 
 
@@ -480,7 +506,9 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, o
         validation: a :class:`~scl_kernels.finetune.data.TextClassificationData` for model
             selection and early stopping, or None.
         keep_embeddings: keep the test embeddings after training in the result (for a plot).
-        save_dir: if given, save the trained model and tokenizer there.
+        save_dir: if given, save the trained model and tokenizer there; its config.json also
+            holds the class names (``id2label``) and ``scl_finetune_embedding``, the sentence
+            vector its classifier reads (see :func:`classifier_logits`).
         desc: the progress bar's label.
 
     Returns:
@@ -597,6 +625,11 @@ def train_and_evaluate(model_path, tokenizer, train, test, *, objective, seed, o
                                                         metrics["ece"])
         result.test_embeddings = vectors
     if save_dir is not None and rank == 0:
+        # The folder says what its classes are called and which sentence vector its classifier
+        # reads (with "mean", not the model's own forward): it predicts without this run's files.
+        model.config.id2label = dict(enumerate(train.label_names))
+        model.config.label2id = {name: index for index, name in enumerate(train.label_names)}
+        model.config.scl_finetune_embedding = options.embedding
         model.save_pretrained(save_dir)
         tokenizer.save_pretrained(save_dir)
     result.seconds = time.perf_counter() - started
