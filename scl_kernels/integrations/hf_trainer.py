@@ -24,6 +24,7 @@ from transformers import Trainer, TrainingArguments
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils.import_utils import is_datasets_available
 
+from .._types import SclReduction, Strategy
 from ..distributed import STRATEGIES
 from ..grad_cache import GradientCache
 from ..nn import SCL_REDUCTIONS, SupConCrossEntropyLoss, SupConMemory
@@ -105,7 +106,7 @@ class SupConTrainingArguments(TrainingArguments):
         default=0.9, metadata={"help": "Weight of the supervised contrastive term, in [0, 1]."})
     scl_temperature: float = field(
         default=0.3, metadata={"help": "Temperature of the supervised contrastive term."})
-    scl_reduction: str = field(
+    scl_reduction: SclReduction = field(
         default="mean", metadata={"help": "Reduction of SCL over anchors: 'mean' or 'sum' (the paper's).",
                                   "choices": list(SCL_REDUCTIONS)})
     scl_embedding: str = field(
@@ -117,7 +118,7 @@ class SupConTrainingArguments(TrainingArguments):
     scl_global_batch: bool = field(
         default=True, metadata={"help": "In distributed training, SCL contrasts the batches of all "
                                         "processes together (False: each process's batch on its own)."})
-    scl_distributed_strategy: str = field(
+    scl_distributed_strategy: Strategy = field(
         default="gather", metadata={"help": "How SCL contrasts the global batch: 'gather' or 'ring'.",
                                     "choices": list(STRATEGIES)})
     supcon_memory_size: int = field(

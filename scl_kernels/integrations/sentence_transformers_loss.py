@@ -9,6 +9,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .. import distributed as scl_distributed
 from ..grad_cache import GradientCache
+from .._types import BackendName
 from .._validation import check_backend_name, check_normalize, check_temperature
 from ..functional import supcon_loss
 
@@ -96,7 +97,7 @@ class SupConSentenceTransformerLoss(nn.Module):
 
     def __init__(self, model: nn.Module, temperature: float | torch.Tensor = 0.1,
                  mini_batch_size: int | None = None, *, normalize: bool = True,
-                 backend: str = "auto", gather_across_devices: bool = True) -> None:
+                 backend: BackendName = "auto", gather_across_devices: bool = True) -> None:
         """
         Args:
             model (`SentenceTransformer`): the model whose ``sentence_embedding`` is trained.

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from .. import distributed as scl_distributed
+from .._types import BackendName
 from ..functional import supcon_loss
 from .sentence_transformers_loss import _GRADIENT_CACHE_CITATION, SupConSentenceTransformerLoss
 
@@ -22,7 +23,7 @@ _SIMCSE_CITATION = """
 
 def simcse_loss(anchors: torch.Tensor, positives: torch.Tensor, negatives: torch.Tensor | None = None,
                 temperature: float | torch.Tensor = 0.05, *, distributed: bool = False,
-                gradients_averaged: bool = False, backend: str = "auto") -> torch.Tensor:
+                gradients_averaged: bool = False, backend: BackendName = "auto") -> torch.Tensor:
     """SimCSE's loss: the cross-entropy of anchor i's cosine similarities to every positive (and
     hard negative), divided by ``temperature``, with positive i as the target::
 
@@ -102,7 +103,7 @@ class SimCSELoss(SupConSentenceTransformerLoss):
     """
 
     def __init__(self, model: nn.Module, temperature: float | torch.Tensor = 0.05,
-                 chunk_size: int | None = None, *, backend: str = "auto",
+                 chunk_size: int | None = None, *, backend: BackendName = "auto",
                  gather_across_devices: bool = True) -> None:
         """
         Args:
