@@ -421,7 +421,7 @@ def test_sentence_transformers_trainer_step(sentence_model, tmp_path):
     model = sentence_model(0.1)
     before = [p.detach().clone() for p in model.parameters()]
     loss = SimCSELoss(model, chunk_size=4)
-    assert loss.get_config_dict() == {"temperature": 0.05, "chunk_size": 4}
+    assert loss.get_config_dict() == {"temperature": 0.05, "chunk_size": 4, "gather_across_devices": True}
     assert "gao2021simcse" in loss.citation and "gao2021scaling" in loss.citation
     args = SentenceTransformerTrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=8, max_steps=1, report_to=[],

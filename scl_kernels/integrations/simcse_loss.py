@@ -156,9 +156,11 @@ class SimCSELoss(SupConSentenceTransformerLoss):
         return self._loss_of_views(sentence_features, self._simcse)
 
     def get_config_dict(self) -> dict[str, Any]:
-        """The options shown in the model card: ``temperature`` and ``chunk_size``."""
+        """The options shown in the model card: ``temperature``, ``chunk_size`` and
+        ``gather_across_devices``."""
         config = super().get_config_dict()
-        return {"temperature": config["temperature"], "chunk_size": config["mini_batch_size"]}
+        return {"temperature": config["temperature"], "chunk_size": config["mini_batch_size"],
+                "gather_across_devices": config["gather_across_devices"]}
 
     @property
     def citation(self) -> str:
