@@ -9,6 +9,16 @@
 #              bench/gpu/sanitizer_case.py, to the end (a failing case is reported, the rest run),
 #              in SCL_SANITIZER_GROUPS (6) groups of cases side by side, a process each;
 #              SCL_SANITIZER_CASES="14,15 1,2" takes only those groups (case numbers as printed)
+#   walks      M0 of the tile kernels' work (issue 40; rules written before the run in
+#              bench/decisions/2026-11-28-walks-m0-rules.md): bench/gpu/walks.py times the CUDA C++
+#              triangle backward, its full-row walk (SCL_CUDA_SYMMETRIC_BACKWARD=rows) and Triton at
+#              N = 65,536, D = 64 / 128 / 256, bf16, one set, synchronised, back to back and as a
+#              graph replay, per kernel, with the SM clock sampled by nvidia-smi under load; then
+#              Nsight Compute over the tile kernels of one step of each CUDA C++ walk at D = 128
+#              (warp state, source counters, pipes) and bench/gpu/ncu_pages.py's reading of its
+#              pages: the stalls at each fence and wait line, and the numbers each rule reads
+#              (walks_rules.txt). One device call: SCL_CUDA_ARCH_LIST=9.0a
+#              SCL_GPU_PHASES="build walks" (budget below, about 4.5 minutes predicted, 6 allowed)
 #   profile    bench/gpu/profile.py at N = 16,384 and 65,536, D = 128, 100 classes, single set:
 #              wall, host issue time, tile-kernel time apart from the rest, launches, host waits,
 #              the same step replayed from a CUDA graph, the Triton autotuner's choices
@@ -23,9 +33,10 @@
 #              N = 4,096 .. 65,536)
 #   probe      (not by default) bench/static/l2_reduce_probe.cu: fp32 reduction bandwidth into L2
 # SCL_GPU_PHASES picks phases (default: all but probe, in the order below: what the GPU targets
-# need first); a failing phase is reported and the next one runs. The phases' limits add up to 25
-# minutes; the device tool's 10-minute calls take them in two or three calls
-# (SCL_GPU_PHASES="build profile kernels sweep" first, then "build tests sanitize"). Measured on an H100 on 2026-11-26 (bench/results/gpu_h100_2026-11-26): build 74 s
+# need first); a failing phase is reported and the next one runs. The phases' limits add up to
+# 28.5 minutes; the device tool's 10-minute calls take them in two or three calls
+# (SCL_GPU_PHASES="build walks" first, then "build profile kernels sweep", then "build tests
+# sanitize"). Measured on an H100 on 2026-11-26 (bench/results/gpu_h100_2026-11-26): build 74 s
 # (sm_90a only, SCL_CUDA_ARCH_LIST=9.0a), the whole test selection 348 s on 16 workers, profile
 # 32 s, a one-size sweep 30 s, a four-size fit 11 s: everything but sanitize fits one 10-minute
 # call with that architecture list. On 2026-11-27 (bench/results/gpu_h100_2026-11-27): build 71 s,
@@ -43,7 +54,7 @@ cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export out="${OUT:-bench/results/local}" python="${PYTHON:-python3}"
-phases="${SCL_GPU_PHASES:-build profile kernels sweep tests sanitize size_fit}"
+phases="${SCL_GPU_PHASES:-build walks profile kernels sweep tests sanitize size_fit}"
 mkdir -p "$out" build
 failed=()
 
@@ -147,25 +158,51 @@ sanitize() {
 profile() {
   "$python" -m bench.gpu.profile --out "$out" --sizes 16384,65536 --dims 128 --layouts single
 }
-kernels() {
+tile_kernels_ncu() {  # tile_kernels_ncu REPORT KERNEL_PROFILE_ARGS...
+  # Nsight Compute over the tile kernels of one step per backend (bench/gpu/kernel_profile.py);
+  # the report and its details, raw and source pages as text, and the details' main lines.
   # --profile-from-start off: only the step inside kernel_profile's range; --clock-control none:
   # the clocks a timed run has, not ncu's base-clock lock. The source page needs ncu 2023 or later:
   # a version without it loses that file, not the phase.
-  local regex report="$out/tile_kernels"
+  local regex report=$1
+  shift
   regex=$("$python" -m bench.gpu.kernel_profile --print-tile-kernel-regex) || return 1
   "$ncu" --profile-from-start off --clock-control none --kernel-name-base demangled \
     --kernel-name "regex:$regex" --section SpeedOfLight --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
     --section SchedulerStats --section WarpStateStats --section InstructionStats \
     --section SourceCounters --export "$report" --force-overwrite \
-    "$python" -m bench.gpu.kernel_profile --sizes "${SCL_NCU_SIZES:-65536}" --dims 128 \
-    > "$report.log" 2>&1 || { tail -n 40 "$report.log"; return 1; }
+    "$python" -m bench.gpu.kernel_profile "$@" > "$report.log" 2>&1 || { tail -n 40 "$report.log"; return 1; }
   "$ncu" --import "$report.ncu-rep" --page details > "$report.details.txt" || return 1
   "$ncu" --import "$report.ncu-rep" --page raw --csv > "$report.raw.csv" || return 1
   "$ncu" --import "$report.ncu-rep" --page source --print-source sass --csv > "$report.sass.csv" \
     2> "$report.sass.err" || echo "no SASS source page: $(head -n 3 "$report.sass.err")"
   grep -E "^  [^ ]|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued Instruction" \
-    "$report.details.txt"
+    "$report.details.txt" || echo "no summary lines in $report.details.txt"
+}
+kernels() {
+  tile_kernels_ncu "$out/tile_kernels" --sizes "${SCL_NCU_SIZES:-65536}" --dims 128
+}
+walks() {
+  # Budget of the one device call (H100, 16 cores), predicted from the sessions of 2026-11-26/27:
+  # build 71-88 s measured (sm_90a only); the timings about 100 s (9 rows of about 3 s each at
+  # 5-18 ms a step, plus Triton's compilation and autotuning at each D, 20-30 s, and the process's
+  # start); Nsight Compute about 60 s (start and warm-up, 4 tile kernels of 1.4-6 ms replayed
+  # about 40 passes each, three pages read back); so about 270 s of the call's 360. The limits
+  # below (150 + 110 s) keep the walks phase inside 260 s, and a timing part that overruns still
+  # leaves the profile its own time. SCL_WALKS_ARGS and SCL_WALKS_NCU_ARGS are appended to the two
+  # commands (the later of two equal options wins), e.g. for the script's CPU test.
+  local status=0 extra ncu_extra
+  read -ra extra <<< "${SCL_WALKS_ARGS:-}"
+  read -ra ncu_extra <<< "${SCL_WALKS_NCU_ARGS:-}"
+  timeout 150 "$python" -m bench.gpu.walks --out "$out" "${extra[@]}" || status=1
+  # ncu_pages prints the numbers each rule reads; its exit status says whether the raw page held
+  # any kernel.
+  timeout 110 bash -c 'tile_kernels_ncu "$@"' _ "$out/walks_kernels" --backends cuda:triangle,cuda:rows \
+    --sizes 65536 --dims 128 "${ncu_extra[@]}" \
+    && "$python" -m bench.gpu.ncu_pages --raw "$out/walks_kernels.raw.csv" \
+      --sass "$out/walks_kernels.sass.csv" | tee "$out/walks_rules.txt" || status=1
+  return $status
 }
 size_fit() {
   "$python" -m bench.gpu.size_fit --out "$out" --sizes 4096,8192,16384,24576,32768,49152,65536 --dims 128
@@ -181,9 +218,10 @@ sweep() {
   "$python" -m bench.gpu_sweep --out "$out" "$@"
 }
 
-export -f build raises_cleanly gpu_tests sanitize profile kernels size_fit sweep probe
-# Limits: 25 minutes in all (probe apart).
+export -f build raises_cleanly gpu_tests sanitize profile tile_kernels_ncu kernels walks size_fit sweep probe
+# Limits: 28.5 minutes in all (probe apart).
 wanted build && phase build 240 build
+wanted walks && phase walks 270 walks
 wanted profile && phase profile 120 profile
 wanted kernels && phase kernels 180 kernels
 wanted sweep && phase sweep 240 sweep "$@"

@@ -5,8 +5,10 @@ the caching allocator) runs outside the profiled range and one step inside it, s
         --print-tile-kernel-regex)" python -m bench.gpu.kernel_profile --sizes 65536
 
 reads the counters of each tile kernel of one step once, per backend, and nothing of the warm-up
-(bench/gpu/gpu_session.sh, phase "kernels"). Off CUDA the step runs without a range: that run
-exists so that the script is tested without a GPU.
+(bench/gpu/gpu_session.sh, phases "kernels" and "walks"). A backend may name the CUDA C++
+symmetric backward's walk, `--backends cuda:triangle,cuda:rows`: one step of each walk is
+profiled, in this order. Off CUDA the step runs without a range: that run exists so that the
+script is tested without a GPU.
 """
 import contextlib
 import itertools
@@ -15,7 +17,7 @@ import torch
 
 from bench.gpu import options
 from bench.gpu.profile import TILE_KERNELS
-from bench.gpu.step import supcon_step, warm_up
+from bench.gpu.step import split_backend, supcon_step, walk_of, warm_up
 from bench.harness import cli
 from bench.harness.timing import synchronize
 
@@ -45,15 +47,17 @@ def main(argv=None):
         return []
     device = torch.device(args.device)
     done = []
-    for backend, layout, d, n in itertools.product(args.backends, args.layouts, args.dims,
-                                                    args.sizes):
-        step = supcon_step(backend, layout, n, d, options.DTYPES[args.dtype], device)
-        warm_up(step, device)
-        with profiled_range(device):
-            step()
-            synchronize(device)
-        print(f"{backend} {layout} N={n} D={d} {args.dtype}: one step profiled", flush=True)
-        done.append((backend, layout, n, d))
+    for spec, layout, d, n in itertools.product(args.backends, args.layouts, args.dims,
+                                                 args.sizes):
+        with walk_of(spec):
+            step = supcon_step(split_backend(spec)[0], layout, n, d, options.DTYPES[args.dtype],
+                               device)
+            warm_up(step, device)
+            with profiled_range(device):
+                step()
+                synchronize(device)
+        print(f"{spec} {layout} N={n} D={d} {args.dtype}: one step profiled", flush=True)
+        done.append((spec, layout, n, d))
     return done
 
 

@@ -1,15 +1,20 @@
 """Command-line options that the GPU scripts timing one fused forward + backward share."""
+import argparse
+
 import torch
 
+from bench.gpu.step import split_backend
 from bench.harness import cli
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def add_step_options(parser):
-    """--backends (the fused backends to time) and --dtype (of the features)."""
-    parser.add_argument("--backends", default="triton,cuda", type=cli.name_list,
-                        help="fused backends, comma-separated (default %(default)s)")
+def add_step_options(parser, backends="triton,cuda"):
+    """--backends (the fused backends to time; "cuda:rows" / "cuda:triangle" name the CUDA C++
+    symmetric backward's walk, bench.gpu.step.walk_of) and --dtype (of the features)."""
+    parser.add_argument("--backends", default=backends, type=walk_specs,
+                        help="fused backends, comma-separated; cuda:triangle and cuda:rows name "
+                             "the CUDA C++ symmetric backward's walk (default %(default)s)")
     parser.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
 
 
@@ -18,3 +23,14 @@ def add_layout_option(parser, default):
     other rows, the plain schedule)."""
     parser.add_argument("--layouts", default=default, type=cli.name_list,
                         help="single and / or cross (default %(default)s)")
+
+
+def walk_specs(text):
+    """--backends' type: names, each checked by split_backend."""
+    specs = cli.name_list(text)
+    for spec in specs:
+        try:
+            split_backend(spec)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return specs

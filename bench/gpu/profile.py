@@ -9,6 +9,7 @@ first GPU session's open question: about 3 ms per call that does not grow with N
     python -m bench.gpu.profile                 # CUDA: triton and cuda, single and cross set,
                                                 # N = 16,384 / 65,536, D = 128
     python -m bench.gpu.profile --device cpu --backends cpu --sizes 512 --dims 64
+    python -m bench.gpu.profile --backends cuda:triangle,cuda:rows   # both CUDA C++ backward walks
 
 Writes gpu_profile_<device>_<date>.md to --out (bench/results/local/ by default). On the CPU there
 are no kernel rows: that run exists so that the script is tested without a GPU.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from bench.gpu import options
-from bench.gpu.step import TEMPERATURE, supcon_step, warm_up
+from bench.gpu.step import TEMPERATURE, split_backend, supcon_step, walk_of, walk_that_ran, warm_up
 from bench.harness import cli, report
 from bench.harness.machine import machine_description
 from bench.harness.timing import median_seconds, synchronize
@@ -100,8 +101,14 @@ def back_to_back_ms(run, device):
 
 
 def profile_backend(backend, layout, n, d, dtype, device, steps):
-    """One row of the report (``supcon_step``'s problem)."""
-    step = supcon_step(backend, layout, n, d, dtype, device)
+    """One row of the report (``supcon_step``'s problem); ``backend`` may name the CUDA C++
+    symmetric backward's walk ("cuda:rows", bench.gpu.step.walk_of)."""
+    with walk_of(backend):
+        return _profile_step(backend, supcon_step(split_backend(backend)[0], layout, n, d, dtype,
+                                                  device), layout, n, d, device, steps)
+
+
+def _profile_step(backend, step, layout, n, d, device, steps):
     warm_up(step, device)
     walls, issues = [], []
     for _ in range(steps):
@@ -119,7 +126,7 @@ def profile_backend(backend, layout, n, d, dtype, device, steps):
         step()
         synchronize(device)
     summary = summarise(events_of(prof))
-    summary.update(backend=backend, layout=layout, n=n, d=d, wall_ms=1e3 * statistics.median(walls),
+    summary.update(backend=backend, walk_ran=walk_that_ran(name for name, _, _ in summary["top"]), layout=layout, n=n, d=d, wall_ms=1e3 * statistics.median(walls),
                    wall_spread_ms=1e3 * (max(walls) - min(walls)),
                    issue_ms=1e3 * statistics.median(issues),
                    back_to_back_ms=back_to_back_ms(step, device),
@@ -234,7 +241,8 @@ def main(argv=None):
     dtype = options.DTYPES[args.dtype]
     # Rows are labelled by backend ("reference" runs as itself): one that cannot run is skipped,
     # saying why, and a run left with none would be an empty profile.
-    why_not = {b: None if b == "reference" else scl_kernels.backends.why_not_fused(b, device)
+    why_not = {b: None if b == "reference"
+               else scl_kernels.backends.why_not_fused(split_backend(b)[0], device)
                for b in args.backends}
     if all(why_not.values()):
         raise SystemExit(f"python -m bench.gpu.profile: none of the backends {args.backends} runs "

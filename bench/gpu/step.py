@@ -1,12 +1,66 @@
 """The step the GPU scripts time and profile: one forward + backward of ``supcon_loss`` on issue
 23's problem (100 classes, temperature 0.1), after the warm-up that compiles, autotunes and fills
-the caching allocator."""
+the caching allocator. A backend may name the CUDA C++ symmetric backward's walk after a colon
+("cuda:triangle", "cuda:rows"): the step then runs inside ``walk_of(spec)``."""
+import contextlib
+import os
+import re
+
 import torch
 
 from bench.harness.timing import synchronize
 
 TEMPERATURE = 0.1
 CLASSES = 100
+# The CUDA C++ library reads this at every call (csrc/cuda/supcon_cuda.cpp,
+# symmetric_backward_by_triangle), so one process can time both walks.
+WALK_VARIABLE = "SCL_CUDA_SYMMETRIC_BACKWARD"
+WALKS = ("triangle", "rows")
+# The sm90 walk_kernel's Walk argument, as the profiler and Nsight Compute print it in the
+# demangled name ("(scl::cuda::Walk)5"), by value (csrc/cuda/walk_terms.h).
+WALK_KINDS = ("kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric", "kGradColumns",
+              "kGradTriangle")
+WALK_KERNEL_TAGS = {"triangle": f"Walk){WALK_KINDS.index('kGradTriangle')}",
+                    "rows": f"Walk){WALK_KINDS.index('kGradRowsSymmetric')}"}
+
+
+def short_kernel(name):
+    """"kGradTriangle" of an sm90 walk_kernel's demangled name; other names up to their template
+    or argument list."""
+    match = re.search(r"Walk\)(\d)", name)
+    return WALK_KINDS[int(match.group(1))] if match else name.split("(")[0].split("<")[0]
+
+
+def split_backend(spec):
+    """("cuda", "rows") of "cuda:rows"; (backend, None) of a spec without a walk."""
+    backend, _, walk = spec.partition(":")
+    if walk and (backend != "cuda" or walk not in WALKS):
+        raise ValueError(f"{spec!r}: only the cuda backend takes a walk, one of {WALKS}")
+    return backend, walk or None
+
+
+@contextlib.contextmanager
+def walk_of(spec):
+    """The environment a backend spec asks for while its steps are made (and captured)."""
+    _, walk = split_backend(spec)
+    before = os.environ.get(WALK_VARIABLE)
+    if walk:
+        os.environ[WALK_VARIABLE] = walk
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(WALK_VARIABLE, None)
+        else:
+            os.environ[WALK_VARIABLE] = before
+
+
+def walk_that_ran(kernel_names):
+    """Which CUDA C++ symmetric backward walk the profiled kernels show, or None (no sm90 walk
+    kernel of either: another backend, or the mma.sync family)."""
+    ran = {walk for walk, tag in WALK_KERNEL_TAGS.items()
+           if any(tag in name for name in kernel_names)}
+    return ran.pop() if len(ran) == 1 else None
 
 
 def supcon_step(backend, layout, n, d, dtype, device):

@@ -225,10 +225,16 @@ def weighted_counts(instructions, loop, inner_trips):
     return counts
 
 
+def tensor_loops(instructions):
+    """The outermost loops holding matrix instructions: a kernel's tile loops (its lean steady
+    state and any fuller copies, e.g. for masked tiles)."""
+    return [loop for loop in loops(instructions) if _uses_tensor_cores(instructions, loop)]
+
+
 def outside_counts(instructions):
-    """{opcode: count} of what runs once per program: everything outside the tile loops (the
-    outermost loops holding matrix instructions, whose trips are counted as tiles)."""
-    tile_loops = [loop for loop in loops(instructions) if _uses_tensor_cores(instructions, loop)]
+    """{opcode: count} of what runs once per program: everything outside the tile loops (whose
+    trips are counted as tiles)."""
+    tile_loops = tensor_loops(instructions)
     counts = {}
     for ins in instructions:
         if not any(loop.contains(ins.address) for loop in tile_loops):

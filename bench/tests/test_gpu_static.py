@@ -195,6 +195,8 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
         if r["kernel"].startswith("sm90"):
             assert r["arch"] == "sm_90a" and r["loop_hgmma"] and r["tma"] and r["loop_turns"], r
+            # GPU-scope fences in the triangle's tile loop only, and there until step 1
+            assert bool(r["loop_gpu_fences"]) == ("kGradTriangle" in r["kernel"]), r
         elif r["kernel"].startswith("sm80"):
             assert r["loop_hmma"], r
     assert lines[-1].startswith("predicted fwd+bwd CUDA N=65536 D=128 bf16: ")
@@ -229,6 +231,47 @@ def test_cuda_listings_are_read_per_kernel():
                                  "loop_turns": False}) == [
         "spills 4 B (0 STL/LDL)", "no UTMALDG (TMA)",
         "no consumer turns (256-thread named barriers) in its tile loop"]
+
+
+# A tile loop (0x0100 .. 0x01a0) with a wgmma waited for at once and one left in flight, the
+# cluster pair's fences and acquire wait; the exit's fence and cluster barrier outside it.
+SASS_FENCES = """
+        /*0000*/                   S2R R0, SR_TID.X ;
+        /*0100*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0110*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;
+        /*0120*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0130*/                   REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU desc[UR10][R82.64], R44 ;
+        /*0140*/                   MEMBAR.ALL.CTA ;
+        /*0150*/                   MEMBAR.ALL.GPU ;
+        /*0160*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R19+URZ+0x17ff8], R20 ;
+        /*0170*/               @P0 CCTL.IVALL ;
+        /*0180*/                   ISETP.GE.AND P0, PT, R4, R6, PT ;
+        /*0190*/              @!P0 BRA 0x100 ;
+        /*01a0*/                   MEMBAR.ALL.GPU ;
+        /*01b0*/                   UCGABAR_WAIT ;
+        /*01c0*/                   CCTL.IVALL ;
+        /*01d0*/                   EXIT ;
+"""
+
+
+def test_fences_and_wgmma_waits_are_counted_in_the_tile_loop():
+    """The check "no GPU-scope MEMBAR inside a tile loop": the fences after the loop (the exit's
+    cluster barrier) do not count; the wgmma waits are told apart by what they leave in flight;
+    a walk known to hold fences is an expected failure until they go, and then a problem until
+    the record is updated."""
+    sys.path.insert(0, ROOT)
+    from bench.static import cuda_static, sass
+    counted = cuda_static.synchronisation_in_tile_loops(sass.parse_sass(SASS_FENCES))
+    assert counted == {"loop_gpu_fences": 1, "loop_cache_invalidations": 1,
+                       "loop_wgmma_waits": {"at once": 1, "deferred": 1}}
+    base = {"spill_bytes": 0, "spill_instructions": 0, "loop_hgmma": True, "tma": True,
+            "loop_turns": True}
+    rows = {**base, "kernel": "sm90 walk_kernel<bf16, kGradRowsSymmetric, 128>"}
+    triangle = {**base, "kernel": "sm90 walk_kernel<bf16, kGradTriangle, 128>"}
+    assert cuda_static.problems({**rows, **counted}) == ["1 GPU-scope MEMBAR in its tile loop"]
+    assert cuda_static.problems({**triangle, **counted}) == []
+    assert cuda_static.problems({**triangle, "loop_gpu_fences": 0})[0].startswith(
+        "no GPU-scope MEMBAR in its tile loop any more")
 
 
 def test_l2_reduce_probe_compiles_to_vector_and_bulk_reductions(tmp_path):
