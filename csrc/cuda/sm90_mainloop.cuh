@@ -172,9 +172,11 @@ __device__ __forceinline__ void load_tiles(const Params<T, kWidth>& params, Stor
 
 // The consumers' turns at issuing a tile's logits wgmma: 0, 1, 0, 1, ... Left alone, both wait
 // for the same stage, and when they issue together a tile's tensor and exp phases add up
-// instead of overlapping; the first GPU session measured the kernels at 1.7x the issue-slot
-// model, which assumes the overlap, close to what lockstep would cost (bench/DECISIONS.md,
-// "After the GPU session").
+// instead of overlapping. A two-point fit over the first GPU session's step times (a fit, not a
+// measurement of the kernels) put them at about 1.7x the issue-slot model, which assumes the
+// overlap: about what lockstep would cost
+// (bench/decisions/2026-11-23-after-first-gpu-session.md). Whether the turns overlap them now
+// is not measured yet (bench/decisions/2026-11-28-walks-m0-rules.md).
 // Two named barriers of both consumers' 256 threads: a consumer waits on its own, then arrives
 // on the other's once its wgmma is issued. Consumer 1 opens (an arrive for consumer 0's first
 // turn) and consumer 0 closes (a wait for consumer 1's last arrive), so every barrier
