@@ -13,9 +13,16 @@ stage op's first outputs instead of running its Python: the step's cost outside 
     python -m bench.triton_glue_time --against 7e9aeeb   # and that revision, in the same run
 
 --against checks the revision out into a temporary git worktree and measures its package in
-child processes of its own, with this checkout's built library (SCL_KERNELS_LIBRARY: the
-revision must share its ops' schemas), alternating with this checkout's children round by
-round, so that both see the same machine load. Medians of all rounds' timings.
+child processes of its own, alternating with this checkout's children round by round, so that
+both see the same machine load. Medians of all rounds' timings. The revision's package loads
+its own ops' library (SCL_KERNELS_LIBRARY): this checkout's where the revision's C++ sources are
+this checkout's, else the one --against-library names, built from the revision's sources (a test
+build: SCL_BUILD_TESTS=1 python setup.py build_ext --inplace in a checkout of it).
+
+    python -m bench.triton_glue_time --against c05debd --against-library /tmp/c05debd/_C.so
+
+The table's last line counts the step's crossings from the shared core into Python: its calls of
+the ops whose kernels the Triton backend registers in Python.
 
 Below the table, for this checkout only, what the interpreter leaves out: one GPU launch's
 dispatch of the symmetric backward's tile kernel, its arguments as grad_symmetric passes them,
@@ -43,11 +50,7 @@ from bench.harness.report import REPO_ROOT
 LAUNCHERS = ("lse launcher (symmetric)", "grad launcher (symmetric)",
              "forward + backward of supcon_loss")
 REPLAYED = "forward + backward, stage ops replayed"
-# The Python of the Triton stage ops, by module of scl_kernels.backends.triton (the same names at
-# every revision since the ops took their present form).
-STAGE_OPS = {"tiles": ("lse_tiles", "grad_tiles"), "row_preparation": ("prepare_rows",),
-             "anchor_losses": ("anchor_losses",), "anchor_weights": ("anchor_weights",),
-             "backward_assembly": ("assemble_backward",)}
+CROSSINGS = "crossings into Python a step"
 
 
 def timings_per_call(fn, calls, repeats):
@@ -63,18 +66,47 @@ def timings_per_call(fn, calls, repeats):
 
 
 def replay_stage_ops():
-    """Each Triton stage op returns its first call's outputs from then on; done before the
-    backend registers them (on the first call of supcon_loss)."""
-    for module_name, names in STAGE_OPS.items():
-        module = importlib.import_module(f"scl_kernels.backends.triton.{module_name}")
-        for name in names:
-            first = []
+    """Each Python kernel that the Triton backend registers (its stage ops, whichever a revision
+    has) returns its first call's outputs from then on; done before the backend registers them
+    (on the first call of supcon_loss)."""
+    register = torch_library().Library.impl
 
-            def replay(*args, _run=getattr(module, name), _first=first):
-                if not _first:
-                    _first.append(_run(*args))
-                return _first[0]
-            setattr(module, name, replay)
+    def impl_replaying(library, name, fn, *args, **kwargs):
+        first = []
+
+        def replay(*op_args):
+            if not first:
+                first.append(fn(*op_args))
+            return first[0]
+        return register(library, name, replay, *args, **kwargs)
+    torch_library().Library.impl = impl_replaying
+
+
+def python_kernel_names():
+    """The set that the names of the ops the Triton backend registers Python kernels for are
+    added to, as it registers them (set before, as replay_stage_ops): the step's crossings into
+    Python are its calls of these ops."""
+    register = torch_library().Library.impl
+    names = set()
+
+    def impl_named(library, name, *args, **kwargs):
+        names.add(f"{library.ns}::{name}")
+        return register(library, name, *args, **kwargs)
+    torch_library().Library.impl = impl_named
+    return names
+
+
+def crossings(step, python_kernels):
+    """How many times one call of step() calls an op with a Python kernel (profiler events)."""
+    from torch.profiler import profile
+    with profile() as recorded:
+        step()
+    return sum(event.name in python_kernels for event in recorded.events())
+
+
+def torch_library():
+    import torch.library
+    return torch.library
 
 
 def measure(n, d, calls, repeats, replayed):
@@ -102,6 +134,7 @@ def measure(n, d, calls, repeats, replayed):
         replay_stage_ops()
         timed = {REPLAYED: step}
     else:
+        python_kernels = python_kernel_names()
         timed = dict(zip(LAUNCHERS, (
             lambda: tiles.lse_tiles(x, x, inv_norm, inv_norm, 10.0, host_temperature, 0, True),
             lambda: tiles.grad_tiles(x, x, inv_norm, inv_norm, 10.0, host_temperature, 0, True,
@@ -111,7 +144,10 @@ def measure(n, d, calls, repeats, replayed):
     interpreter.InterpretedFunction.run = lambda self, *args, grid, warmup, **kwargs: None
     try:
         with test_hooks(device_preparation=True):
-            return {name: timings_per_call(fn, calls, repeats) for name, fn in timed.items()}
+            timings = {name: timings_per_call(fn, calls, repeats) for name, fn in timed.items()}
+            if not replayed:
+                timings[CROSSINGS] = [crossings(step, python_kernels)]
+            return timings
     finally:
         interpreter.InterpretedFunction.run = original
 
@@ -193,6 +229,21 @@ def built_library():
     return library
 
 
+def revision_library(revision, given):
+    """The library the revision's package runs with: `given` (--against-library), else this
+    checkout's where the revision's C++ sources are this checkout's (its ops' schemas are then
+    the same)."""
+    if given is not None:
+        return os.path.realpath(given)
+    same_sources = subprocess.run(["git", "-C", REPO_ROOT, "diff", "--quiet", revision, "--",
+                                   "csrc", "setup.py"], check=False).returncode == 0
+    if not same_sources:
+        raise SystemExit(f"{revision}'s C++ sources differ from this checkout's: name a library "
+                         f"built from them with --against-library (SCL_BUILD_TESTS=1 python "
+                         f"setup.py build_ext --inplace in a checkout of {revision})")
+    return built_library()
+
+
 @contextlib.contextmanager
 def revision_tree(revision):
     """A temporary git worktree of `revision`, removed afterwards."""
@@ -242,7 +293,7 @@ def collect(args, package_root=None, library=None, into=None):
 
 def report(args, columns):
     """The table: one column of medians per measured package, and old / new where two."""
-    names = [*LAUNCHERS, REPLAYED]
+    names = [*LAUNCHERS, REPLAYED, CROSSINGS]
     medians = {label: {name: statistics.median(t[name]) for name in names}
                for label, t in columns.items()}
     print(f"N = {args.n}, D = {args.d}, kernels stubbed, Triton's interpreter, one thread: "
@@ -254,7 +305,9 @@ def report(args, columns):
         header += f"{labels[1] + ' / ' + labels[0]:>24}"
     print(header)
     for name in names:
-        line = f"{name:<42}" + "".join(f"{medians[label][name]:>13.0f} us" for label in labels)
+        unit = "" if name == CROSSINGS else " us"
+        line = f"{name:<42}" + "".join(f"{medians[label][name]:>{16 - len(unit)}.0f}{unit}"
+                                       for label in labels)
         if len(labels) == 2:
             line += f"{medians[labels[1]][name] / medians[labels[0]][name]:>23.2f}x"
         print(line)
@@ -278,6 +331,9 @@ def main(argv=None):
                         help="child processes per package and measurement (default %(default)s)")
     parser.add_argument("--against", metavar="REV",
                         help="also measure this git revision's package, in the same run")
+    parser.add_argument("--against-library", metavar="PATH",
+                        help="the library built from --against's revision (needed where its C++ "
+                             "sources differ from this checkout's)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--replayed", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--package-root", help=argparse.SUPPRESS)
@@ -298,7 +354,7 @@ def main(argv=None):
             collect(args, into=columns["this checkout"])
     else:
         columns[args.against] = {}
-        library = built_library()
+        library = revision_library(args.against, args.against_library)
         with revision_tree(args.against) as tree:
             for _ in range(args.rounds):
                 collect(args, into=columns["this checkout"])

@@ -53,12 +53,14 @@ TORCH_LIBRARY(scl, m) {
         "float inv_t, int self_offset, Tensor anchor_class, Tensor contrast_class, "
         "Tensor lse_hi, Tensor lse_lo, float gamma, Tensor grad_weight) -> "
         "(Tensor loss_sum, Tensor hterm_sum, Tensor dq, Tensor dz)");
-  // The forward's per-anchor losses from the log-sum-exp in one kernel, or, given the mean's
-  // zeroed accumulators (mean_sums, else empty), their mean, the accumulators left holding the
-  // totals (scl::TileKernels::anchor_losses; registered from Python like the tiles).
-  m.def("supcon_triton_anchor_losses(Tensor q, Tensor q_inv_norm, Tensor class_sums, "
-        "Tensor anchor_class, Tensor num_positives, Tensor lse, float inv_t, "
-        "Tensor? temperature, bool single_set, Tensor(a!) mean_sums) -> Tensor loss");
+  // The forward's tiles and its per-anchor losses in one op (scl::TileKernels::
+  // lse_and_anchor_losses; registered from Python like the tiles): the log-sum-exp as
+  // supcon_triton_lse_tiles gives it, and the losses from it in one kernel, or, given the
+  // mean's zeroed accumulators (mean_sums), their mean, the accumulators left holding the totals.
+  m.def("supcon_triton_lse_and_losses(Tensor q, Tensor z, Tensor q_inv_norm, "
+        "Tensor z_inv_norm, float inv_t, Tensor? temperature, int self_offset, bool symmetric, "
+        "Tensor class_sums, Tensor anchor_class, Tensor num_positives, bool single_set, "
+        "Tensor(a!)? mean_sums) -> (Tensor lse, Tensor loss)");
   // The backward's assembly for one output's rows in one kernel
   // (scl::TileKernels::assemble_backward; registered from Python like the tiles). An empty
   // extra, anchor_weight or row_class leaves its term out.
@@ -74,15 +76,19 @@ TORCH_LIBRARY(scl, m) {
         "bool normalize, bool self_in_class, bool class_sums, bool check_values, "
         "bool mean_sums) -> (Tensor inv_norm, Tensor row_class, Tensor num_positives, "
         "Tensor class_sums, Tensor non_finite, Tensor mean_sums)");
-  // The backward's per-anchor weights in one kernel (scl::TileKernels::anchor_weights;
-  // registered from Python like the tiles); lse_hi and lse_lo are empty for the symmetric
-  // schedule; anchors_with_positives is empty unless grad_loss is the mean's (0-dim);
-  // weighted_sums is [0, d] for classes 0.
-  m.def("supcon_triton_anchor_weights(Tensor grad_loss, Tensor anchors_with_positives, "
-        "Tensor lse, Tensor num_positives, "
-        "Tensor q, Tensor q_inv_norm, Tensor anchor_class, int classes, float inv_t, "
-        "Tensor? temperature, bool symmetric) -> (Tensor weight, Tensor weighted_sums, "
-        "Tensor coef, Tensor lse_hi, Tensor lse_lo)");
+  // The backward's per-anchor weights, its gradient tiles and the assembly of each output in
+  // one op (scl::TileKernels::weights_grads_and_assembly; registered from Python like the
+  // tiles): anchors_with_positives is given where grad_loss is the mean's (0-dim); with
+  // class_shares_weight no weighted class sums are formed; the contrast's gradient and unit
+  // dots are empty in single set.
+  m.def("supcon_triton_weights_grads_and_assembly(Tensor grad_loss, "
+        "Tensor? anchors_with_positives, Tensor lse, Tensor q, Tensor z, Tensor q_inv_norm, "
+        "Tensor z_inv_norm, float inv_t, Tensor? temperature, int self_offset, bool symmetric, "
+        "Tensor num_positives, Tensor anchor_class, Tensor contrast_class, Tensor class_sums, "
+        "bool single_set, int anchor_offset, bool class_shares_weight, bool normalize, "
+        "float max_inv_norm, ScalarType features_dtype, ScalarType contrast_dtype) -> "
+        "(Tensor grad_features, Tensor unit_dot_features, Tensor grad_contrast, "
+        "Tensor unit_dot_contrast)");
   // Whether the host may wait for values on `like`'s device now (false while a CUDA graph is
   // being captured): TileKernels::host_may_wait, answered in Python because csrc/triton is
   // compiled without CUDA.

@@ -45,6 +45,13 @@ def test_times_each_launcher_and_the_step():
     _check_dispatch(stdout)
 
 
+def test_counts_the_crossings_into_python():
+    """A single set's step crosses from the shared core into Python three times: the
+    preparation, the forward's tiles and losses, the backward's weights, tiles and assembly."""
+    stdout, _ = _run()
+    assert re.search(r"^crossings into Python a step\s+3$", stdout, re.MULTILINE), stdout
+
+
 @pytest.mark.skipif(not _in_a_git_checkout(),
                     reason="--against needs a git checkout (CI tests a copy of the files)")
 def test_times_a_revision_in_the_same_run():

@@ -28,6 +28,16 @@ bool runs_serially(const SupConArgs& a) {
   return work < kSerialWork || c10::ParallelGuard::is_enabled();
 }
 
+// Whether the backend has the fused per-anchor losses, alone or grouped with the tiles.
+bool has_fused_losses(const TileKernels& kernels) {
+  return kernels.anchor_losses || kernels.lse_and_anchor_losses;
+}
+
+// Whether it has the fused anchor weights, alone or grouped with the tiles and the assembly.
+bool has_fused_weights(const TileKernels& kernels) {
+  return kernels.anchor_weights || kernels.weights_grads_and_assembly;
+}
+
 bool host_may_wait(const TileKernels& kernels, const at::Tensor& like) {
   return !kernels.host_may_wait || kernels.host_may_wait(like);
 }
@@ -43,7 +53,7 @@ bool temperature_stays_in_memory(const TileKernels& kernels, const SupConArgs& a
   if (!kernels.reads_temperature) return false;  // a CPU backend: a host tensor, read in place
   const bool forced = test_hooks().temperature_in_memory;
   if (!forced && a.temperature.is_cpu()) return false;
-  const bool fused = kernels.prepare_rows && kernels.anchor_weights &&
+  const bool fused = kernels.prepare_rows && has_fused_weights(kernels) &&
                      a.features.scalar_type() != at::kDouble && a.focal_gamma == 0 &&
                      !deterministic;
   if (fused) return true;
@@ -87,6 +97,12 @@ const char* name(AssemblyPath b) {
     case AssemblyPath::kAten: return "aten";
   }
   return "";
+}
+
+const char* grouped_stages_name(bool forward, bool backward) {
+  if (forward && backward) return "forward and backward";
+  if (forward) return "forward";
+  return backward ? "backward" : "none";
 }
 
 const char* name(ValueChecks v) {
@@ -147,7 +163,7 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
   plan.mean = args.mean;
   if (plan.focal) {
     plan.forward_finish = ForwardFinish::kFocalWalk;
-  } else if (kernels.anchor_losses && float_compute) {
+  } else if (has_fused_losses(kernels) && float_compute) {
     // The mean by the fused step adds by atomics: reproducible results take the ATen sum.
     plan.forward_finish = args.mean && !plan.deterministic ? ForwardFinish::kFusedLossesAndMean
                                                            : ForwardFinish::kFusedLosses;
@@ -157,13 +173,18 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
   const bool fused_assembly = !plan.focal && kernels.assemble_backward && float_compute;
   if (plan.focal) {
     plan.backward_assembly = AssemblyPath::kFocalWalk;
-  } else if (fused_assembly && kernels.anchor_weights && !plan.deterministic) {
+  } else if (fused_assembly && has_fused_weights(kernels) && !plan.deterministic) {
     plan.backward_assembly = AssemblyPath::kFusedWeightsAndAssembly;
   } else if (fused_assembly) {
     plan.backward_assembly = AssemblyPath::kFusedAssembly;
   } else {
     plan.backward_assembly = AssemblyPath::kAten;
   }
+  plan.grouped_forward = kernels.lse_and_anchor_losses &&
+                         (plan.forward_finish == ForwardFinish::kFusedLosses ||
+                          plan.forward_finish == ForwardFinish::kFusedLossesAndMean);
+  plan.grouped_backward = kernels.weights_grads_and_assembly &&
+                          plan.backward_assembly == AssemblyPath::kFusedWeightsAndAssembly;
   // While a CUDA graph is captured even asking whether an earlier call's verdict has landed (an
   // event query) is refused and ends the capture: the verdicts wait for the next eager call.
   plan.value_checks = !host_may_wait(kernels, args.features) ? ValueChecks::kSkipped
@@ -185,6 +206,7 @@ std::string CallPlan::describe() const {
       << "forward_finish: " << name(forward_finish) << "\n"
       << "mean: " << (mean ? "inside the op" : "none") << "\n"
       << "backward_assembly: " << name(backward_assembly) << "\n"
+      << "grouped_stages: " << grouped_stages_name(grouped_forward, grouped_backward) << "\n"
       << "value_checks: " << name(value_checks) << "\n"
       << "threads: " << (serial ? "calling thread" : "parallel") << "\n"
       << "deterministic: " << (deterministic ? "yes" : "no") << "\n"

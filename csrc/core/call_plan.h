@@ -63,6 +63,11 @@ struct CallPlan {
   ForwardFinish forward_finish;
   bool mean;  // the loss is the mean over the anchors with positives, taken inside the op
   AssemblyPath backward_assembly;
+  // The fused stages go to the backend grouped (TileKernels::lse_and_anchor_losses,
+  // weights_grads_and_assembly), where it has the group: the forward's tiles with its fused
+  // losses, the backward's fused weights with its tiles and assembly.
+  bool grouped_forward;
+  bool grouped_backward;
   ValueChecks value_checks;
   bool serial;         // the call stays on the calling thread (no parallel_for)
   bool deterministic;  // torch.use_deterministic_algorithms(True): no atomics anywhere

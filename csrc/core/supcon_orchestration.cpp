@@ -89,9 +89,33 @@ bool class_shares_weight(const SupConProblem& p, const SupConArgs& args,
          (args.mean || (grad_loss.dim() == 1 && grad_loss.stride(0) == 0));
 }
 
+// The backward's outputs from the fused assembly of each (TileKernels::assemble_backward or
+// weights_grads_and_assembly): the temperature's gradient from the rows' unit dots (half their
+// sum: tile_kernels.h).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> finish_backward(const SupConProblem& p,
+                                                               const SupConArgs& args,
+                                                               const BackwardAssembly& features,
+                                                               const BackwardAssembly& contrast,
+                                                               bool temperature_grad) {
+  const at::Tensor& t = args.temperature;
+  at::Tensor grad_t;
+  if (temperature_grad) {
+    at::Tensor dots = features.unit_dot.sum(0, false, at::kDouble);
+    if (contrast.unit_dot.defined()) dots.add_(contrast.unit_dot.sum(0, false, at::kDouble));
+    // A temperature left unread scales on the device: (-0.5 / t) from its tensor.
+    dots = p.temperature.is_in_memory()
+               ? dots.mul_(p.temperature.tensor().reciprocal().mul_(-0.5).squeeze(0))
+               : dots.mul_(-0.5 * p.temperature.inv_t());
+    grad_t = dots.to(t.scalar_type()).reshape(t.sizes()).to(t.device());
+  } else {
+    grad_t = zero_temperature_grad(t);
+  }
+  return {features.grad,
+          p.single_set ? at::empty({0, p.d}, args.features.options()) : contrast.grad, grad_t};
+}
+
 // The backward's assembly by the backend's fused step (TileKernels::assemble_backward): one
-// call per output, from the anchors' positive weights w and the weighted class sums, and the
-// temperature's gradient from the rows' unit dots (half their sum: tile_kernels.h).
+// call per output, from the anchors' positive weights w and the weighted class sums.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
     const TileKernels& kernels, const SupConProblem& p, const SupConArgs& args,
     const at::Tensor& w, const at::Tensor& weighted, const TileGrads& tiles, Schedule schedule,
@@ -118,21 +142,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
     contrast = side(p.z, p.z_inv_norm, tiles.dz, at::Tensor(), false, true,
                     args.contrast->scalar_type());
   }
-  const at::Tensor& t = args.temperature;
-  at::Tensor grad_t;
-  if (temperature_grad) {
-    at::Tensor dots = features.unit_dot.sum(0, false, at::kDouble);
-    if (contrast.unit_dot.defined()) dots.add_(contrast.unit_dot.sum(0, false, at::kDouble));
-    // A temperature left unread scales on the device: (-0.5 / t) from its tensor.
-    dots = p.temperature.is_in_memory()
-               ? dots.mul_(p.temperature.tensor().reciprocal().mul_(-0.5).squeeze(0))
-               : dots.mul_(-0.5 * p.temperature.inv_t());
-    grad_t = dots.to(t.scalar_type()).reshape(t.sizes()).to(t.device());
-  } else {
-    grad_t = zero_temperature_grad(t);
-  }
-  return {features.grad,
-          p.single_set ? at::empty({0, p.d}, args.features.options()) : contrast.grad, grad_t};
+  return finish_backward(p, args, features, contrast, temperature_grad);
 }
 
 // A profiler range named after the call's plan, formed only while a profiler listens.
@@ -168,24 +178,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   SupConProblem p =
       prepare_problem(args, plan, check_values ? &value_checks : nullptr, kernels.prepare_rows);
   const TileInputs in = tile_inputs(p, plan.forward_schedule);
-  const at::Tensor lse = kernels.lse(in);
-  TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
-  at::Tensor losses;
-  if (plan.forward_finish == ForwardFinish::kFocalWalk) {
-    losses = focal_anchor_losses(kernels, p, in, lse, args.focal_gamma);
-  } else if (plan.forward_finish != ForwardFinish::kAtenLosses) {
+  at::Tensor lse, losses;
+  if (plan.forward_finish == ForwardFinish::kFusedLosses ||
+      plan.forward_finish == ForwardFinish::kFusedLossesAndMean) {
     const bool fused_mean = plan.forward_finish == ForwardFinish::kFusedLossesAndMean;
     // The fused preparation zeroed the accumulators with its class sums; the ATen one did not.
-    const at::Tensor mean_sums = !fused_mean              ? at::Tensor()
-                                 : p.mean_sums.defined() ? p.mean_sums
-                                                         : at::zeros({3}, lse.options());
-    losses = kernels.anchor_losses({p.q, p.q_inv_norm, p.class_sums, p.anchor_class,
-                                    p.num_positives, lse, p.temperature, p.single_set,
-                                    mean_sums});
+    const at::Tensor mean_sums =
+        !fused_mean             ? at::Tensor()
+        : p.mean_sums.defined() ? p.mean_sums
+                                : at::zeros({3}, p.q.options().dtype(at::kDouble));
+    AnchorLossInputs finish{p.q,      p.q_inv_norm,  p.class_sums,  p.anchor_class, p.num_positives,
+                            /*lse=*/{}, p.temperature, p.single_set, mean_sums};
+    if (plan.grouped_forward) {
+      LseAndLosses both = kernels.lse_and_anchor_losses(in, finish);
+      lse = std::move(both.lse);
+      losses = std::move(both.losses);
+    } else {
+      lse = finish.lse = kernels.lse(in);
+      losses = kernels.anchor_losses(finish);
+    }
     if (fused_mean) p.anchors_with_positives = mean_sums.select(0, 1);
   } else {
-    losses = anchor_losses(p, lse);
+    lse = kernels.lse(in);
+    losses = plan.forward_finish == ForwardFinish::kFocalWalk
+                 ? focal_anchor_losses(kernels, p, in, lse, args.focal_gamma)
+                 : anchor_losses(p, lse);
   }
+  TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
   if (args.mean && losses.dim() == 1) losses = mean_over_anchors_with_positives(p, losses);
   // Last, once all the work is queued (on the CPU the checks have already run).
   value_checks.finish_call();
@@ -220,11 +239,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
     // The mean's gradient: divided on the device by the forward's count where it kept one.
     const bool counted = args.mean && p.anchors_with_positives.defined();
     const bool shared = class_shares_weight(p, args, grad_loss);
-    const AnchorWeights weights = kernels.anchor_weights(
-        {args.mean && !counted ? per_anchor_grad_of_mean(p, grad_loss) : grad_loss,
-         counted ? p.anchors_with_positives : at::Tensor(), lse64, p.num_positives, p.q,
-         p.q_inv_norm, p.anchor_class, shared ? 0 : p.class_sums.size(0), p.temperature,
-         schedule});
+    const AnchorWeightInputs weight_inputs{
+        args.mean && !counted ? per_anchor_grad_of_mean(p, grad_loss) : grad_loss,
+        counted ? p.anchors_with_positives : at::Tensor(), lse64, p.num_positives, p.q,
+        p.q_inv_norm, p.anchor_class, shared ? 0 : p.class_sums.size(0), p.temperature,
+        schedule};
+    if (plan.grouped_backward) {
+      const at::ScalarType features_dtype = args.features.scalar_type();
+      const AssembledGradients sides = kernels.weights_grads_and_assembly(
+          in, {weight_inputs, p.contrast_class, p.class_sums, p.single_set,
+               p.single_set ? p.anchor_offset : 0, shared, p.normalize, 1.0 / kNormEps,
+               features_dtype, p.single_set ? features_dtype : args.contrast->scalar_type()});
+      return finish_backward(p, args, sides.features, sides.contrast, temperature_grad);
+    }
+    const AnchorWeights weights = kernels.anchor_weights(weight_inputs);
     const TileGrads tiles = kernels.grad(in, weights.coefficients);
     return assemble_backward(kernels, p, args, weights.weight,
                              shared ? at::Tensor() : weights.weighted_sums, tiles, schedule,

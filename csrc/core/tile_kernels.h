@@ -197,6 +197,35 @@ struct PreparedRows {
   at::Tensor mean_sums;      // [3] float64 zeros, or undefined when not asked for
 };
 
+// The forward's tiles and its fused finish as one call (TileKernels::lse_and_anchor_losses):
+// what `lse` and then `anchor_losses` give, AnchorLossInputs::lse left undefined (the call
+// computes it).
+struct LseAndLosses {
+  at::Tensor lse;     // as TileKernels::lse
+  at::Tensor losses;  // as TileKernels::anchor_losses
+};
+
+// The backward's weights, tiles and assembly as one call (TileKernels::weights_grads_and_assembly):
+// what anchor_weights, grad and assemble_backward for each output give, the assembly's inputs
+// as the core forms them from these.
+struct WeightsGradsAndAssemblyInputs {
+  AnchorWeightInputs weights;  // `classes` 0 exactly where class_shares_weight
+  at::Tensor contrast_class;   // [n] int64 the contrast rows' rows of the weighted sums
+  at::Tensor class_sums;       // [classes, d] compute dtype
+  bool single_set;             // one output: the contrast rows, holding the anchors
+  int64_t anchor_offset;       // the anchors' first row among the contrast rows (single set)
+  bool class_shares_weight;
+  bool normalize;
+  double max_inv_norm;
+  at::ScalarType features_dtype;
+  at::ScalarType contrast_dtype;  // cross set only
+};
+
+struct AssembledGradients {
+  BackwardAssembly features;
+  BackwardAssembly contrast;  // undefined in single set
+};
+
 struct TileKernels {
   // Precision the kernels compute in for an input dtype (float64 stays float64 only where the
   // kernels support it); it decides the fixed shift's range.
@@ -236,6 +265,15 @@ struct TileKernels {
   // ATen steps, effective_anchor_grads, grad_coefficients, positive_weights and
   // weighted_class_sums, about twenty launches on a GPU).
   std::function<AnchorWeights(const AnchorWeightInputs&)> anchor_weights;
+  // Grouped forms of the fused stages, for a backend whose every call is a crossing into
+  // Python (Triton): each stands for the separate stages it groups, which such a backend need
+  // not supply, and the call plan takes it wherever they would run (CallPlan::grouped_forward,
+  // grouped_backward). lse_and_anchor_losses: the log-sum-exp tiles and the fused losses;
+  // weights_grads_and_assembly: the anchor weights, the gradient tiles and every output's
+  // fused assembly.
+  std::function<LseAndLosses(const TileInputs&, const AnchorLossInputs&)> lse_and_anchor_losses;
+  std::function<AssembledGradients(const TileInputs&, const WeightsGradsAndAssemblyInputs&)>
+      weights_grads_and_assembly;
 };
 
 }  // namespace scl

@@ -1,9 +1,12 @@
 // scl::supcon_triton: the shared core (csrc/core) with tile kernels written in Triton. Triton
-// launches from Python, so the tiles (the focal loss's positive walk, the forward's per-anchor
-// losses, the backward's weights and assembly, the preparation) are the ops
-// scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk,anchor_losses,anchor_weights,
-// assemble_backward,prepare_rows}, whose kernels
-// scl_kernels/backends/triton registers; this file calls them through the dispatcher.
+// launches from Python, so the tiles and the fused stages (the focal loss's positive walk, the
+// preparation, the backward's assembly) are the ops
+// scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk,assemble_backward,prepare_rows}, whose
+// kernels scl_kernels/backends/triton registers; this file calls them through the dispatcher.
+// Each call is a crossing into Python, so the stages that run back to back go as one op, the
+// grouped forms of TileKernels: scl::supcon_triton_lse_and_losses (the tiles and the fused
+// losses) and scl::supcon_triton_weights_grads_and_assembly (the anchor weights, the gradient
+// tiles and every output's assembly).
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -83,18 +86,23 @@ PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs
   return {loss_sum, hterm_sum, dq, dz};
 }
 
-at::Tensor anchor_losses(const AnchorLossInputs& in) {
+// The forward's tiles and fused losses in one crossing (TileKernels::lse_and_anchor_losses).
+LseAndLosses lse_and_anchor_losses(const TileInputs& in, const AnchorLossInputs& finish) {
   static const auto op =
       c10::Dispatcher::singleton()
-          .findSchemaOrThrow("scl::supcon_triton_anchor_losses", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-                            OptionalTensor, bool, const at::Tensor&)>();
-  require_tile_kernel("scl::supcon_triton_anchor_losses", in.q);
-  // The schema has no optional tensors: without the mean its accumulators are empty.
-  return op.call(in.q, in.q_inv_norm, in.class_sums, in.anchor_class, in.num_positives, in.lse,
-                 in.temperature.kernel_inv_t(), in_memory(in.temperature), in.single_set,
-                 in.mean_sums.defined() ? in.mean_sums : at::empty({0}, in.lse.options()));
+          .findSchemaOrThrow("scl::supcon_triton_lse_and_losses", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
+              OptionalTensor, int64_t, bool, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, bool, const std::optional<at::Tensor>&)>();
+  require_tile_kernel("scl::supcon_triton_lse_and_losses", in.z);
+  auto [lse, losses] =
+      op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
+              in_memory(in.temperature), in.self_offset, in.schedule == Schedule::kSymmetric,
+              finish.class_sums, finish.anchor_class, finish.num_positives, finish.single_set,
+              finish.mean_sums.defined() ? std::optional<at::Tensor>(finish.mean_sums)
+                                         : std::nullopt);
+  return {lse, losses};
 }
 
 BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
@@ -138,24 +146,32 @@ PreparedRows prepare_rows(const RowPreparationInputs& in) {
           in.mean_sums ? mean_sums : at::Tensor()};
 }
 
-AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
+// The backward's weights, tiles and every output's assembly in one crossing
+// (TileKernels::weights_grads_and_assembly).
+AssembledGradients weights_grads_and_assembly(const TileInputs& in,
+                                              const WeightsGradsAndAssemblyInputs& stages) {
   static const auto op =
       c10::Dispatcher::singleton()
-          .findSchemaOrThrow("scl::supcon_triton_anchor_weights", "")
-          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, double,
-              OptionalTensor, bool)>();
-  require_tile_kernel("scl::supcon_triton_anchor_weights", in.q);
-  const bool symmetric = in.schedule == Schedule::kSymmetric;
-  const at::Tensor counted = in.anchors_with_positives.defined()
-                                 ? in.anchors_with_positives
-                                 : at::empty({0}, in.lse.options());
-  auto [weight, weighted_sums, coef, lse_hi, lse_lo] =
-      op.call(in.grad_loss, counted, in.lse, in.num_positives, in.q, in.q_inv_norm,
-              in.anchor_class, in.classes, in.temperature.kernel_inv_t(), in_memory(in.temperature), symmetric);
-  return {weight, weighted_sums,
-          {coef, symmetric ? at::Tensor() : lse_hi, symmetric ? at::Tensor() : lse_lo}};
+          .findSchemaOrThrow("scl::supcon_triton_weights_grads_and_assembly", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+              const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
+              OptionalTensor, int64_t, bool, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, const at::Tensor&, bool, int64_t, bool, bool, double,
+              at::ScalarType, at::ScalarType)>();
+  require_tile_kernel("scl::supcon_triton_weights_grads_and_assembly", in.z);
+  const AnchorWeightInputs& w = stages.weights;
+  auto [features, features_dot, contrast, contrast_dot] = op.call(
+      w.grad_loss,
+      w.anchors_with_positives.defined() ? std::optional<at::Tensor>(w.anchors_with_positives)
+                                         : std::nullopt,
+      w.lse, in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
+      in_memory(in.temperature), in.self_offset, in.schedule == Schedule::kSymmetric,
+      w.num_positives, w.anchor_class, stages.contrast_class, stages.class_sums,
+      stages.single_set, stages.anchor_offset, stages.class_shares_weight, stages.normalize,
+      stages.max_inv_norm, stages.features_dtype, stages.contrast_dtype);
+  if (stages.single_set) return {{features, features_dot}, {}};
+  return {{features, features_dot}, {contrast, contrast_dot}};
 }
 
 bool host_may_wait(const at::Tensor& like) {
@@ -172,8 +188,10 @@ const TileKernels& triton_kernels() {
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false,
                                    /*reads_temperature=*/true, lse_tiles,
-                                   grad_tiles, host_may_wait, positive_walk, anchor_losses,
-                                   assemble_backward, prepare_rows, anchor_weights};
+                                   grad_tiles, host_may_wait, positive_walk,
+                                   /*anchor_losses=*/{}, assemble_backward, prepare_rows,
+                                   /*anchor_weights=*/{}, lse_and_anchor_losses,
+                                   weights_grads_and_assembly};
   return kernels;
 }
 

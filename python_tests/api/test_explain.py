@@ -110,6 +110,30 @@ def test_fused_stage_plan(arguments, hooked, deterministic, expected, reproducib
     assert {k: plan[k] for k in expected} == expected
 
 
+TRITON_GROUPS = [
+    # (id, arguments, deterministic, grouped_stages)
+    ("fused forward and backward", {}, False, "forward and backward"),
+    # reproducible results: ATen weights, so the backward's stages go separately
+    ("deterministic", {}, True, "forward"),
+    ("float64 rows", dict(dtype=torch.float64), False, "none"),
+    ("focal", dict(focal_gamma=1.0), False, "none"),
+]
+
+
+@pytest.mark.parametrize("arguments,deterministic,grouped", [c[1:] for c in TRITON_GROUPS],
+                         ids=[c[0] for c in TRITON_GROUPS])
+def test_triton_plan_groups_the_fused_stages(arguments, deterministic, grouped, reproducible_if):
+    """Each Triton stage is a crossing into Python: where the fused stages run, the plan sends
+    them as one op each way (the CUDA C++ backend's dry run, below, never groups)."""
+    reproducible_if(deterministic)
+    assert plan_of(torch.ops.scl.supcon_triton_plan, **arguments)["grouped_stages"] == grouped
+
+
+@dry_run
+def test_cuda_plan_runs_the_fused_stages_separately():
+    assert plan_of(torch.ops.scl.supcon_cuda_dry_run_plan)["grouped_stages"] == "none"
+
+
 def test_explain_names_the_backend_the_reason_and_the_plan():
     x, y = torch.randn(30, 6), torch.randint(0, 3, (30,))
     explanation = scl_kernels.explain(x, y, 0.2)

@@ -4,7 +4,9 @@ the shared core (csrc/core/tile_kernels.h). kernels.py holds the tile kernels, l
 key), tiles.py serves the two tiled steps (the log-sum-exp and the softmax part of the gradient)
 from it; row_preparation.py, anchor_losses.py, anchor_weights.py, backward_assembly.py and
 positive_walk.py are the O(N D) stages and the focal loss's positive walk, one kernel each;
-hard_pairs.py is scl::hard_pairs_triton; registration.py registers them all as the ops' kernels.
+grouped_stages.py runs the stages that follow each other as one op each way (one crossing from
+the shared core instead of one a stage); hard_pairs.py is scl::hard_pairs_triton;
+registration.py registers them all as the ops' kernels.
 
 This module only answers whether the backend can run here and loads it on first use: importing it
 never imports triton, so the registry can ask it on every call.

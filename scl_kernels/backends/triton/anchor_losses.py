@@ -1,6 +1,7 @@
-"""The forward's finish in one Triton kernel (scl::TileKernels::anchor_losses, through the op
-scl::supcon_triton_anchor_losses): per anchor, l_i = lse_i - u_i . (C_{y_i} - [self] u_i) / (t
-|P(i)|), 0 without positives (docs/MATH.md, "Forward"). On a GPU the core's ATen form of the same
+"""The forward's finish in one Triton kernel (scl::TileKernels::anchor_losses, run after the
+tiles in the op scl::supcon_triton_lse_and_losses, grouped_stages.py): per anchor,
+l_i = lse_i - u_i . (C_{y_i} - [self] u_i) / (t |P(i)|), 0 without positives (docs/MATH.md,
+"Forward"). On a GPU the core's ATen form of the same
 step is a dozen launches (a gather of class-sum rows, a subtraction, a product, a row sum, the
 float64 arithmetic); here it is one. With mean (the caller's "mean" reduction inside the op) the
 same kernel also reduces: each program adds its anchors' loss and count of anchors with positives
@@ -12,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .handles import CompiledKernels
-from .launch import cdiv, float32_pair, next_power_of_2, temperature_of
+from .launch import cdiv, float32_pair, next_power_of_2
 
 BLOCK_M = 32
 MAX_BLOCK_D = 64
@@ -73,22 +74,19 @@ def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr
 ANCHOR_LOSSES = CompiledKernels(anchor_losses_kernel)
 
 
-def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, inv_t,
-                  temperature, single_set, mean_sums):
+def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, temperature,
+                  single_set, mean_sums):
     """[m] per-anchor losses in class_sums' dtype, or, given mean_sums (the zeroed float64
-    [loss sum, anchors with positives, programs done]; else empty), their 0-dim mean over the
-    anchors with positives, mean_sums left holding the totals; a temperature tensor ([1]
-    float64) gives t in memory, inv_t then unread (None: 1/t is inv_t); the op's schema:
-    csrc/scl_ops.cpp."""
+    [loss sum, anchors with positives, programs done]; else None), their 0-dim mean over the
+    anchors with positives, mean_sums left holding the totals; `temperature`: a
+    launch.Temperature."""
     m, d = q.shape
     q = q.contiguous()
-    lse = lse.contiguous()
-    mean = mean_sums.numel() > 0
+    mean = mean_sums is not None
     out = torch.empty(() if mean else m, dtype=class_sums.dtype, device=q.device)
     if mean and m == 0:  # no program would store the mean
         return out.zero_()
     # Without mean the kernel never touches mean_sums: lse stands in for its pointer.
-    temperature = temperature_of(temperature, inv_t, lse)
     ANCHOR_LOSSES[(cdiv(m, BLOCK_M),)](
         q, q_inv_norm.contiguous(), class_sums.contiguous(), anchor_class.contiguous(),
         num_positives.contiguous(), lse, out, mean_sums if mean else lse,

@@ -1,8 +1,9 @@
-"""The backward's per-anchor weights in one Triton kernel (scl::TileKernels::anchor_weights,
-through the op scl::supcon_triton_anchor_weights; csrc/core/tile_kernels.h states the formulas):
-each anchor's upstream gradient kept where it has positives, its positive weight, the tiles'
-coefficient for the schedule (and the log-sum-exp split for the plain one), and its weighted unit
-row added to its class's sum (where the assembly needs the weighted sums: classes > 0). On a GPU
+"""The backward's per-anchor weights in one Triton kernel (scl::TileKernels::anchor_weights, run
+before the tiles in the op scl::supcon_triton_weights_grads_and_assembly, grouped_stages.py;
+csrc/core/tile_kernels.h states the formulas): each anchor's upstream gradient kept where it has
+positives, its positive weight, the tiles' coefficient for the schedule (and the log-sum-exp split
+for the plain one), and its weighted unit row added to its class's sum (where the assembly needs
+the weighted sums: classes > 0). On a GPU
 the core's ATen form of these steps is about twenty launches (conversions, float64 arithmetic, an
 exp, the weighted class sums); here it is one, after the sums' zeroed buffer where there are
 sums.
@@ -12,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .handles import CompiledKernels
-from .launch import cdiv, float32_pair, next_power_of_2, temperature_of
+from .launch import cdiv, float32_pair, next_power_of_2
 from .row_preparation import add_rows_to_classes
 
 BLOCK_M = 32
@@ -73,28 +74,27 @@ ANCHOR_WEIGHTS = CompiledKernels(anchor_weights_kernel)
 
 
 def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_inv_norm,
-                   anchor_class, classes, inv_t, temperature, symmetric):
-    """(weight [m], weighted_sums [classes, d], coef [m], lse_hi, lse_lo), all float32 (the lse
-    parts empty for the symmetric schedule); anchors_with_positives empty, or the 0-dim count
-    that divides a 0-dim grad_loss (the mean's); classes 0: no weighted sums ([0, d], no fill);
-    a temperature tensor ([1] float64) gives t in memory, inv_t then unread; the op's
-    schema: csrc/scl_ops.cpp."""
-    mean = anchors_with_positives.numel() == 1
+                   anchor_class, classes, temperature, symmetric):
+    """(weight [m], weighted_sums [classes, d], coef [m], lse_hi, lse_lo), all float32, the lse
+    parts None for the symmetric schedule; anchors_with_positives None, or the 0-dim count that
+    divides a 0-dim grad_loss (the mean's); classes 0: no weighted sums (None); `temperature`: a
+    launch.Temperature."""
+    mean = anchors_with_positives is not None
     m, d = q.shape
     q = q.contiguous()
     weight, coef = (torch.empty(m, dtype=torch.float32, device=q.device) for _ in range(2))
-    weighted_sums = (torch.zeros if classes > 0 else torch.empty)(
-        classes, d, dtype=torch.float32, device=q.device)
-    parts = 0 if symmetric else m
-    lse_hi, lse_lo = (torch.empty(parts, dtype=torch.float32, device=q.device) for _ in range(2))
+    weighted_sums = (torch.zeros(classes, d, dtype=torch.float32, device=q.device)
+                     if classes > 0 else None)
+    lse_hi, lse_lo = (None, None) if symmetric else (
+        torch.empty(m, dtype=torch.float32, device=q.device) for _ in range(2))
     # grad_loss as it comes: one value (0-dim, or expanded with stride 0) for a mean's gradient.
-    # Placeholder pointers where a constexpr keeps the kernel off them: the symmetric
-    # schedule's lse parts, the count without MEAN, the temperature when 1/t comes as inv_t.
+    # Placeholder pointers where a constexpr keeps the kernel off them: the weighted sums
+    # without classes, the symmetric schedule's lse parts, the count without MEAN.
     lse = lse.double().contiguous()
-    temperature = temperature_of(temperature, inv_t, lse)
     ANCHOR_WEIGHTS[(cdiv(m, BLOCK_M),)](
         grad_loss, anchors_with_positives if mean else lse, lse, num_positives.contiguous(), q,
-        q_inv_norm.contiguous(), anchor_class.contiguous(), weighted_sums, weight, coef,
+        q_inv_norm.contiguous(), anchor_class.contiguous(),
+        coef if weighted_sums is None else weighted_sums, weight, coef,
         coef if symmetric else lse_hi, coef if symmetric else lse_lo,
         temperature.pointer, m, d, grad_loss.stride(0) if grad_loss.dim() else 0,
         *float32_pair(temperature.inv_t), SYMMETRIC=symmetric, MEAN=mean,

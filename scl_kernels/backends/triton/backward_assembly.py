@@ -1,5 +1,6 @@
 """The backward's assembly for one output's rows in one Triton kernel
-(scl::TileKernels::assemble_backward, through the op scl::supcon_triton_assemble_backward;
+(scl::TileKernels::assemble_backward, through the op scl::supcon_triton_assemble_backward, and
+after the tiles in scl::supcon_triton_weights_grads_and_assembly, grouped_stages.py;
 csrc/core/tile_kernels.h states the formula): the tiles' gradient w.r.t. the unit rows plus the
 positive pairs' part, then back through the normalisation, and each row's u . d for the
 temperature's gradient. On a GPU the core's ATen form of these steps is about three dozen
@@ -106,8 +107,22 @@ ASSEMBLE_BACKWARD = CompiledKernels(assemble_backward_kernel)
 def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight, anchor_class,
                       class_sums, self_in_class, row_class, weighted_sums, class_shares_weight,
                       inv_t, temperature, normalize, max_inv_norm, out_dtype):
-    """(grad [R, d] in out_dtype, unit_dot [R] float32); a temperature tensor ([1] float64)
-    gives t in memory, inv_t then unread; the op's schema: csrc/scl_ops.cpp."""
+    """The op: (grad [R, d] in out_dtype, unit_dot [R] float32); an empty extra, anchor_weight
+    or row_class leaves its term out; a temperature tensor ([1] float64) gives t in memory,
+    inv_t then unread; the schema: csrc/scl_ops.cpp."""
+    has_row_part = row_class.numel() > 0
+    return assemble(rows, inv_norm, grads, extra if extra.numel() > 0 else None, anchor_offset,
+                    anchor_weight if anchor_weight.numel() > 0 else None, anchor_class,
+                    class_sums, self_in_class, row_class if has_row_part else None,
+                    weighted_sums if has_row_part else None, class_shares_weight,
+                    temperature_of(temperature, inv_t, inv_norm), normalize, max_inv_norm,
+                    out_dtype)
+
+
+def assemble(rows, inv_norm, grads, extra, anchor_offset, anchor_weight, anchor_class,
+             class_sums, self_in_class, row_class, weighted_sums, class_shares_weight,
+             temperature, normalize, max_inv_norm, out_dtype):
+    """assemble_backward with None for a term left out and `temperature` a launch.Temperature."""
     r, d = rows.shape
     rows = rows.contiguous()
     grads = grads.float().contiguous()
@@ -115,12 +130,11 @@ def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight
     dots = torch.empty(r, dtype=torch.float32, device=rows.device)
     if r == 0 or d == 0:
         return out, dots.zero_()
-    has_extra, anchor_part = extra.numel() > 0, anchor_weight.numel() > 0
-    row_part = row_class.numel() > 0
-    # Empty terms get a placeholder pointer: their constexpr flag keeps the kernel off it.
+    # Terms left out get a placeholder pointer: their constexpr flag keeps the kernel off it.
+    has_extra, anchor_part = extra is not None, anchor_weight is not None
+    row_part = row_class is not None
     extra = extra.float().contiguous() if has_extra else grads
-    anchor_count = extra.shape[0] if has_extra else anchor_weight.numel()
-    temperature = temperature_of(temperature, inv_t, dots)
+    anchor_count = extra.shape[0] if has_extra else anchor_weight.numel() if anchor_part else 0
     ASSEMBLE_BACKWARD[(cdiv(r, BLOCK_R),)](
         rows, inv_norm.float().contiguous(), grads, extra,
         anchor_weight.float().contiguous() if anchor_part else grads,

@@ -1,15 +1,15 @@
-"""Registers the Triton tile kernels (the focal loss's positive walk, the forward's per-anchor
-losses, the backward's weights and assembly, the preparation) as the CUDA (and, under Triton's
-interpreter, CPU) kernels of the ops that csrc/triton/supcon_triton.cpp calls. Importing it is
+"""Registers the Triton tile kernels (the focal loss's positive walk, the forward's tiles with
+its per-anchor losses, the backward's weights with its tiles and assembly, the preparation) as the
+CUDA (and, under Triton's interpreter, CPU) kernels of the ops that csrc/triton/supcon_triton.cpp
+calls. Importing it is
 what makes torch.ops.scl.supcon_triton runnable: scl_kernels.backends.triton.load_triton_backend
 does."""
 import torch
 from triton.runtime.interpreter import InterpretedFunction
 
 from . import TRITON_CPU_NEEDS_INTERPRETER, triton_interpreter_enabled
-from .anchor_losses import anchor_losses
-from .anchor_weights import anchor_weights
 from .backward_assembly import assemble_backward
+from .grouped_stages import lse_and_losses, weights_grads_and_assembly
 from .hard_pairs import hard_pairs
 from .positive_walk import positive_walk
 from .row_preparation import prepare_rows
@@ -37,8 +37,8 @@ STAGE_OPS = {
     "supcon_triton_grad_tiles": grad_tiles,
     "hard_pairs_triton": hard_pairs,
     "supcon_triton_positive_walk": positive_walk,
-    "supcon_triton_anchor_losses": anchor_losses,
-    "supcon_triton_anchor_weights": anchor_weights,
+    "supcon_triton_lse_and_losses": lse_and_losses,
+    "supcon_triton_weights_grads_and_assembly": weights_grads_and_assembly,
     "supcon_triton_assemble_backward": assemble_backward,
     "supcon_triton_prepare_rows": prepare_rows,
 }

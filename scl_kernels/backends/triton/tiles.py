@@ -1,9 +1,9 @@
 """The two tiled steps of the shared core (csrc/core/tile_kernels.h) on the Triton backend: the
 ops scl::supcon_triton_lse_tiles (the log-sum-exp per anchor) and scl::supcon_triton_grad_tiles
 (the softmax part of the gradient), which csrc/triton/supcon_triton.cpp calls, each choosing the
-symmetric or the plain schedule's launchers (launch.py). The O(N D) stages around them are the
-other modules' ops (row_preparation.py, anchor_losses.py, anchor_weights.py,
-backward_assembly.py).
+symmetric or the plain schedule's launchers (launch.py); grouped_stages.py runs them between the
+fused stages around them in one op each way. The other O(N D) stages are the other modules'
+(row_preparation.py, anchor_losses.py, anchor_weights.py, backward_assembly.py).
 """
 import torch
 
@@ -20,27 +20,44 @@ def kernel_rows(x, name):
     return (x if x.dtype in KERNEL_DTYPES else x.float()).contiguous()
 
 
+def kernel_scale(inv_norm):
+    """Inverse norms as the kernels read them: contiguous float32 (a dtype test in Python instead
+    of a conversion call, since they mostly are)."""
+    return (inv_norm if inv_norm.dtype == torch.float32 else inv_norm.float()).contiguous()
+
+
 def _operands(q, z, q_inv_norm, z_inv_norm):
-    return (kernel_rows(q, "features"), kernel_rows(z, "contrast"),
-            q_inv_norm.float().contiguous(), z_inv_norm.float().contiguous())
+    return (kernel_rows(q, "features"), kernel_rows(z, "contrast"), kernel_scale(q_inv_norm),
+            kernel_scale(z_inv_norm))
 
 
 def lse_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric):
-    q, z, q_scale, z_scale = _operands(q, z, q_inv_norm, z_inv_norm)
-    if symmetric:
+    z, z_scale = kernel_rows(z, "contrast"), kernel_scale(z_inv_norm)
+    if symmetric:  # the anchors are the rows of z
         return launch.lse_symmetric(z, z_scale, inv_t)
+    q, q_scale = kernel_rows(q, "features"), kernel_scale(q_inv_norm)
     return launch.lse_plain(q, z, q_scale, z_scale,
                             launch.temperature_of(temperature, inv_t, q_scale), self_offset)
 
 
 def grad_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric, coef,
                lse_hi, lse_lo):
-    q, z, q_scale, z_scale = _operands(q, z, q_inv_norm, z_inv_norm)
+    """The op: (dq, dz), dq empty for the symmetric schedule (whose dz holds both sides)."""
+    dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset,
+                            symmetric, coef, lse_hi, lse_lo)
+    return dz.new_empty((0,)) if dq is None else dq, dz
+
+
+def tile_gradients(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric,
+                   coef, lse_hi, lse_lo):
+    """(dq, dz) of the tiles, dq None for the symmetric schedule; lse_hi and lse_lo unread
+    there."""
+    z, z_scale = kernel_rows(z, "contrast"), kernel_scale(z_inv_norm)
     deterministic = torch.are_deterministic_algorithms_enabled()
-    coef = coef.float().contiguous()
-    if symmetric:
-        dz = launch.grad_symmetric(z, z_scale, coef, inv_t, deterministic)
-        return dz.new_empty((0,)), dz
+    coef = kernel_scale(coef)
+    if symmetric:  # the anchors are the rows of z
+        return None, launch.grad_symmetric(z, z_scale, coef, inv_t, deterministic)
+    q, q_scale = kernel_rows(q, "features"), kernel_scale(q_inv_norm)
     return launch.grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo,
                              launch.temperature_of(temperature, inv_t, q_scale), self_offset,
                              deterministic)
