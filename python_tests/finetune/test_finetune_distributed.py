@@ -6,7 +6,6 @@ Two ranks are spawned once for the cases (``run_rank``); each case runs on both 
 None or its traceback, and one test per case reads the records. float64 cases agree to 1e-10;
 the Trainer's and the command line's (float32 transformers) to fp32 rounding."""
 import copy
-import datetime
 import os
 import socket
 
@@ -18,7 +17,8 @@ from torch import nn
 from scl_kernels.grad_cache import GradientCache
 from scl_kernels.nn import SupConCrossEntropyLoss
 from support import needs
-from support.spawned_ranks import assert_passed_on_every_rank, run_cases, spawn_ranks
+from support.spawned_ranks import assert_passed_on_every_rank, join_gloo_group, mean_over_ranks, run_cases, spawn_ranks
+from support.tiny_models import BatchRows, label_token_batch
 
 pytestmark = [
     pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
@@ -48,16 +48,6 @@ def _close(actual, expected, what, tolerance=F64):
 def _local(tensor, sizes, rank):
     start = sum(sizes[:rank])
     return tensor[start: start + sizes[rank]]
-
-
-def _averaged(tensors):
-    """The mean over the ranks, what DDP does to the gradients."""
-    out = []
-    for tensor in tensors:
-        tensor = tensor.clone()
-        dist.all_reduce(tensor)
-        out.append(tensor / dist.get_world_size())
-    return out
 
 
 class Encoder(nn.Module):
@@ -118,11 +108,11 @@ def gradient_cache_matches_uncached_and_one_process(rank, world):
             _close(cached_loss, loss, f"{what}: cached loss")
             for got, want in zip(_grads(cached), _grads(uncached)):
                 _close(got, want, f"{what}: cached vs uncached gradient on rank {rank}")
-            for got, want in zip(_averaged(_grads(cached)), _grads(single)):
+            for got, want in zip(mean_over_ranks(_grads(cached)), _grads(single)):
                 _close(got, want, f"{what}: averaged cached gradient vs one process")
             # The loss: SCL is the global batch's on every rank; its mean over the ranks is the
             # single-process objective (CE is each rank's mean over equal batches).
-            _close(_averaged([loss.detach()])[0], want_loss, f"{what}: mean loss over ranks")
+            _close(mean_over_ranks([loss.detach()])[0], want_loss, f"{what}: mean loss over ranks")
 
 
 def _count_all_reduces(model):
@@ -219,26 +209,8 @@ TRAINER_LABELS = [0, 0, 1, 1, 2, 1, 2, 0, 1, 2, 0, 2, 1, 0, 0, 2]
 SEQ, PAD, PER_DEVICE, STEPS, LAM, TEMPERATURE, LR = 8, 1, 4, 2, 0.6, 0.3, 0.5
 
 
-def _examples(labels, seed=0):
-    """Token ids that depend on the label, padded tails of random length."""
-    generator = torch.Generator().manual_seed(seed)
-    labels = torch.as_tensor(labels)
-    input_ids = 3 + 30 * labels[:, None] + torch.randint(0, 30, (len(labels), SEQ), generator=generator)
-    lengths = torch.randint(SEQ // 2, SEQ + 1, (len(labels),), generator=generator)
-    attention_mask = (torch.arange(SEQ)[None, :] < lengths[:, None]).long()
-    return {"input_ids": input_ids.masked_fill(attention_mask == 0, PAD),
-            "attention_mask": attention_mask, "labels": labels}
-
-
-class _Examples(torch.utils.data.Dataset):
-    def __init__(self, labels):
-        self.batch = _examples(labels)
-
-    def __len__(self):
-        return len(self.batch["labels"])
-
-    def __getitem__(self, index):
-        return {key: value[index] for key, value in self.batch.items()}
+def _examples(labels):
+    return label_token_batch(labels, seq_len=SEQ, pad_id=PAD)
 
 
 def _logits_and_first_token(model, batch):
@@ -284,7 +256,7 @@ def _train(initial, **options):
     optimiser = torch.optim.SGD(model.parameters(), lr=LR)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: 1.0)
     counter = CountAllReduces()
-    trainer = SupConTrainer(model=model, args=args, train_dataset=_Examples(TRAINER_LABELS),
+    trainer = SupConTrainer(model=model, args=args, train_dataset=BatchRows(_examples(TRAINER_LABELS)),
                             optimizers=(optimiser, schedule), callbacks=[counter])
     trainer.remove_callback(transformers.PrinterCallback)
     trainer.train()
@@ -377,9 +349,7 @@ def run_rank(rank, world, folder, port, names):
                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                       OMP_NUM_THREADS="1", SCL_TEST_TMP=os.path.join(folder, f"out{rank}"))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world,
-                            init_method=f"file://{os.path.join(folder, 'store')}",
-                            timeout=datetime.timedelta(seconds=60))
+    join_gloo_group(rank, world, os.path.join(folder, 'store'))
     run_cases(CASES, names, rank, folder)
 
 

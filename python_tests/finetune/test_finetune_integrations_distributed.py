@@ -12,7 +12,6 @@ one process computing the whole batch:
 
 float32 models: the values agree to float32 rounding."""
 import copy
-import datetime
 import os
 import random
 
@@ -21,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from support import needs
-from support.spawned_ranks import assert_passed_on_every_rank, run_cases, spawn_ranks
-from support.tiny_models import tiny_classifier, tiny_config
+from support.spawned_ranks import assert_passed_on_every_rank, join_gloo_group, run_cases, spawn_ranks
+from support.tiny_models import BatchRows, label_token_batch, tiny_classifier, tiny_config
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("sentence_transformers")
@@ -50,16 +49,6 @@ def _close(actual, expected, what):
         error = (actual - expected).abs().max().item() if actual.shape == expected.shape else None
         raise AssertionError(f"{what}: shapes {tuple(actual.shape)} / {tuple(expected.shape)}, "
                              f"largest difference {error}")
-
-
-def _averaged(tensors):
-    """The mean over the ranks, what DDP does to the gradients."""
-    out = []
-    for tensor in tensors:
-        tensor = tensor.clone()
-        dist.all_reduce(tensor)
-        out.append(tensor / dist.get_world_size())
-    return out
 
 
 def _grads(model):
@@ -175,24 +164,7 @@ TRAINER_LABELS = [0, 1, 0, 1, 2, 2, 1, 0, 2, 1, 2, 0]  # 2 steps of a global bat
 
 
 def _examples(labels):
-    generator = torch.Generator().manual_seed(0)
-    labels = torch.as_tensor(labels)
-    input_ids = 3 + 30 * labels[:, None] + torch.randint(0, 30, (len(labels), SEQ), generator=generator)
-    lengths = torch.randint(SEQ // 2, SEQ + 1, (len(labels),), generator=generator)
-    attention_mask = (torch.arange(SEQ)[None, :] < lengths[:, None]).long()
-    return {"input_ids": input_ids.masked_fill(attention_mask == 0, PAD),
-            "attention_mask": attention_mask, "labels": labels}
-
-
-class _Examples(torch.utils.data.Dataset):
-    def __init__(self, labels):
-        self.batch = _examples(labels)
-
-    def __len__(self):
-        return len(self.batch["labels"])
-
-    def __getitem__(self, index):
-        return {key: value[index] for key, value in self.batch.items()}
+    return label_token_batch(labels, seq_len=SEQ, pad_id=PAD)
 
 
 def _trainer(model, output_dir, **options):
@@ -208,7 +180,7 @@ def _trainer(model, output_dir, **options):
     args = SupConTrainingArguments(**{**settings, **options})
     optimiser = torch.optim.SGD(model.parameters(), lr=LR)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: 1.0)
-    trainer = SupConTrainer(model=model, args=args, train_dataset=_Examples(TRAINER_LABELS),
+    trainer = SupConTrainer(model=model, args=args, train_dataset=BatchRows(_examples(TRAINER_LABELS)),
                             optimizers=(optimiser, schedule))
     trainer.remove_callback(transformers.PrinterCallback)
     return trainer
@@ -280,9 +252,7 @@ def run_rank(rank, world, folder, names):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS="1", SCL_TEST_FOLDER=folder)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world,
-                            init_method=f"file://{os.path.join(folder, 'store')}",
-                            timeout=datetime.timedelta(seconds=60))
+    join_gloo_group(rank, world, os.path.join(folder, 'store'))
     run_cases(CASES, names, rank, folder)
 
 

@@ -3,7 +3,6 @@ random BERT (one pass without dropout, the chunked reference with dropout), the 
 a 2-process gloo job, the pair reader and its errors, the probes, the command line
 (unsupervised, supervised, errors) and the sentence-transformers loss."""
 import csv
-import datetime
 import json
 import os
 import random
@@ -17,7 +16,7 @@ from torch import nn
 from scl_kernels.grad_cache import GradientCache, split_batch
 from scl_kernels.integrations.simcse_loss import simcse_loss
 from support import needs
-from support.spawned_ranks import assert_passed_on_every_rank, run_cases, spawn_ranks
+from support.spawned_ranks import assert_passed_on_every_rank, join_gloo_group, run_cases, spawn_ranks
 
 pytestmark = needs.library
 
@@ -201,9 +200,7 @@ def gathered_loss_with_the_cache_is_the_one_process_loss(rank, world):
 def run_rank(rank, world, folder, names):
     os.environ.update(OMP_NUM_THREADS="1")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world,
-                            init_method=f"file://{os.path.join(folder, 'store')}",
-                            timeout=datetime.timedelta(seconds=60))
+    join_gloo_group(rank, world, os.path.join(folder, 'store'))
     run_cases(CASES, names, rank, folder)
 
 

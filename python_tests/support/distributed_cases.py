@@ -1,14 +1,13 @@
 """The multi-process checks of scl_kernels.distributed: each case runs on every rank of a gloo
 group and compares with the single-process loss on the global batch, which every rank computes
 for itself from the same seeded inputs. distributed/test_distributed.py spawns the ranks."""
-import datetime
 import torch
 import torch.distributed as dist
 from torch import nn
 
 import scl_kernels
 import scl_kernels.distributed as sd
-from .spawned_ranks import run_cases
+from .spawned_ranks import join_gloo_group, run_cases
 
 # Local batch sizes per world size: unequal, and with 4 ranks one rank holds nothing.
 SIZES = {2: [7, 4], 4: [5, 0, 6, 3]}
@@ -298,6 +297,5 @@ def ddp_matches_one_process(rank, world):
 
 def run_rank(rank, world, store, names, results):
     """Spawned entry point: joins the gloo group and runs the named cases, recording each."""
-    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"file://{store}",
-                            timeout=datetime.timedelta(seconds=60))
+    join_gloo_group(rank, world, store)
     run_cases(CASES, names, rank, results)

@@ -2,7 +2,6 @@
 loss and gradient against the single-process loss of the global batch with the same memory, and
 every rank's memory afterwards equal to that single-process memory.
 distributed/test_memory_distributed.py spawns the ranks."""
-import datetime
 
 import torch
 import torch.distributed as dist
@@ -10,7 +9,7 @@ import torch.distributed as dist
 import scl_kernels.distributed as sd
 from scl_kernels.nn import SupConCrossEntropyLoss, SupConMemory
 from scl_kernels.nn.memory import supcon_loss_with_memory
-from .spawned_ranks import run_cases
+from .spawned_ranks import join_gloo_group, run_cases
 
 SIZES = [5, 3]  # unequal local batches
 TOLERANCE = dict(rtol=1e-10, atol=1e-12)
@@ -131,6 +130,5 @@ def ring_is_refused(rank, world):
 
 def run_rank(rank, world, store, names, results):
     """Spawned entry point: joins the gloo group and runs the named cases, recording each."""
-    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"file://{store}",
-                            timeout=datetime.timedelta(seconds=60))
+    join_gloo_group(rank, world, store)
     run_cases(CASES, names, rank, results)

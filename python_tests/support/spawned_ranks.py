@@ -1,10 +1,11 @@
 """Running test cases on every rank of a gloo group of spawned processes: the harness shared by
-distributed/test_distributed.py and finetune/test_finetune_distributed.py.
+distributed/test_distributed.py and the fine-tuning tests' distributed files.
 
 Each case runs on every rank; a rank records None or the traceback of every case in a JSON file,
 rewritten after each case, so that a case that leaves the ranks out of step (ending the run at
 the next barrier) keeps the results of the cases before it.
 """
+import datetime
 import json
 import os
 import traceback
@@ -52,3 +53,20 @@ def assert_passed_on_every_rank(outcomes, name):
     assert not missing, f"ranks {missing} stopped before this case (an earlier case hung or crashed)"
     failures = {rank: cases[name] for rank, cases in outcomes.items() if cases[name]}
     assert not failures, "\n".join(f"rank {rank}:\n{text}" for rank, text in failures.items())
+
+
+def mean_over_ranks(tensors):
+    """Each tensor's mean over the ranks (what DDP does to the gradients), as new tensors."""
+    out = []
+    for tensor in tensors:
+        tensor = tensor.clone()
+        dist.all_reduce(tensor)
+        out.append(tensor / dist.get_world_size())
+    return out
+
+
+def join_gloo_group(rank, world, store):
+    """Joins the gloo group through the file ``store``, with a 60 s timeout so that a rank left
+    waiting by a bug fails instead of hanging the test run."""
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"file://{store}",
+                            timeout=datetime.timedelta(seconds=60))

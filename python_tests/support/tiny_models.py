@@ -23,3 +23,28 @@ def tiny_classifier(architecture, num_labels=3, *, seed=0, **config_options):
                    "bert": transformers.BertForSequenceClassification}[architecture]
     torch.manual_seed(seed)
     return model_class(tiny_config(architecture, num_labels=num_labels, **config_options))
+
+
+def label_token_batch(labels, *, seq_len, pad_id, seed=0):
+    """A batch for a tiny encoder whose token ids depend on the label (so that training can
+    separate the classes) with padded tails of random length: input_ids, attention_mask, labels."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.as_tensor(labels)
+    input_ids = 3 + 30 * labels[:, None] + torch.randint(0, 30, (len(labels), seq_len), generator=generator)
+    lengths = torch.randint(seq_len // 2, seq_len + 1, (len(labels),), generator=generator)
+    attention_mask = (torch.arange(seq_len)[None, :] < lengths[:, None]).long()
+    return {"input_ids": input_ids.masked_fill(attention_mask == 0, pad_id),
+            "attention_mask": attention_mask, "labels": labels}
+
+
+class BatchRows(torch.utils.data.Dataset):
+    """The rows of one batch dict as a dataset of example dicts (what a Trainer's loader takes)."""
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def __len__(self):
+        return len(self.batch["labels"])
+
+    def __getitem__(self, index):
+        return {key: value[index] for key, value in self.batch.items()}
