@@ -3,6 +3,7 @@
     python -m bench.small_batch                                   # N = 16 .. 2048, D = 128, 768, 1024
     python -m bench.small_batch --sizes 16,256 --dims 128 --rounds 50
     python -m bench.small_batch --sizes 16 --dims 128 --rounds 5 --retries 0 --wait-quiet 0   # quick
+    python -m bench.small_batch --sizes 16,64,256,1024 --dims 16,768 --load spin   # beside a load
 
 At small N the fused op's fixed cost (argument checks, ATen glue, autograd plumbing) decides, not
 its N^2 tiles, so this benchmark times short calls many times over instead of one fresh process
@@ -12,7 +13,8 @@ order rotated every round (bench.harness.timing.interleaved_seconds), so that th
 shared machine hits them alike. Reported: the median over rounds of each timing, and fused /
 dense per round (median, p25 and p75). Labels are uniform over min(100, max(2, N // 4)) classes,
 so that small batches have positives; temperature 0.1; torch's default thread count unless
---threads.
+--threads. --load NAME runs one of bench.cpu_load's recipes for the whole run; its rounds all
+count (the load is the point). Every row records the load average after it.
 
 Writes small_batch_cpu_<date>_<time>.{md,csv} to --out (bench/results/local/ by default).
 """
@@ -25,6 +27,7 @@ from .harness import cli, report
 from .harness.machine import load_average, machine_description
 from .harness.timing import interleaved_seconds, make_step
 from .implementations import TEMPERATURE, by_name, make_inputs, require_fused
+from . import cpu_load
 
 DEFAULT_SIZES = "16,32,64,128,256,512,1024,2048"
 DEFAULT_DIMS = "128,768,1024"
@@ -35,7 +38,7 @@ FUSED, DENSE = "scl_kernels[cpu]", "dense"
 MAX_CLASSES = 100
 PASSES = ("fwd", "fwd_bwd")
 
-FIELDS = ("n", "d", "classes", "threads", "others_busy", "rounds", "dropped_rounds",
+FIELDS = ("n", "d", "classes", "threads", "load_average", "others_busy", "rounds", "dropped_rounds",
           "disturbed_rounds", "calls_per_timing_fused",
           "fused_fwd_bwd_ms", "dense_fwd_bwd_ms", "ratio_fwd_bwd", "ratio_fwd_bwd_p25",
           "ratio_fwd_bwd_p75", "reference_fwd_bwd_ms", "fused_fwd_ms", "dense_fwd_ms", "ratio_fwd",
@@ -77,7 +80,8 @@ def measure_config(n, d, impl_names, *, rounds, min_seconds, max_seconds, warmup
 
 def summarise(n, d, times, losses, calls, info):
     row = {"n": n, "d": d, "classes": num_classes(n), "threads": torch.get_num_threads(),
-           "others_busy": info["others"], "dropped_rounds": info["dropped"],
+           "load_average": load_average(), "others_busy": info["others"],
+           "dropped_rounds": info["dropped"],
            "disturbed_rounds": info["disturbed"],
            "rounds": len(next(iter(times.values()))),
            "calls_per_timing_fused": calls.get(("fused", "fwd_bwd"))}
@@ -125,7 +129,7 @@ def write_markdown(path, rows, *, title, machine, settings):
     parts.append(report.markdown_table(
         ("N", "D", "classes", "fused ms", "dense ms", "fused / dense", "best fused / dense",
          "reference ms", "fused fwd ms", "dense fwd ms", "fwd fused / dense", "reference fwd ms",
-         "rounds (dropped)", "others busy"),
+         "rounds (dropped)", "others busy", "load average"),
         [(r["n"], r["d"], r["classes"], _ms(r.get("fused_fwd_bwd_ms")),
           _ms(r.get("dense_fwd_bwd_ms")),
           f"{_ratio(r, 'ratio_fwd_bwd')} ({_ratio(r, 'ratio_fwd_bwd_p25')}-"
@@ -133,7 +137,7 @@ def write_markdown(path, rows, *, title, machine, settings):
           _ratio(r, "ratio_fwd_bwd_min"), _ms(r.get("reference_fwd_bwd_ms")),
           _ms(r.get("fused_fwd_ms")), _ms(r.get("dense_fwd_ms")), _ratio(r, "ratio_fwd"),
           _ms(r.get("reference_fwd_ms")), f"{r['rounds']} ({r['dropped_rounds']})",
-          _ratio(r, "others_busy"))
+          _ratio(r, "others_busy"), r["load_average"])
          for r in rows]))
     slower = [r for r in rows if (r.get("ratio_fwd_bwd") or 0) > 1]
     parts += ["", f"Target (fused fwd+bwd no slower than dense at every N, D): "
@@ -161,11 +165,16 @@ def _parse(argv):
                              "(default %(default)s)")
     parser.add_argument("--min-seconds", type=float, default=0.01,
                         help="each timing repeats a call until it lasts this long")
+    parser.add_argument("--load", choices=cpu_load.RECIPES, default=None,
+                        help="run this bench.cpu_load recipe beside the whole run; no round is "
+                             "dropped then (--quiet-threshold 0, --retries 0)")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = _parse(argv)
+    if args.load:
+        args.quiet_threshold, args.retries = 0.0, 0
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes, dims = args.sizes, args.dims
@@ -186,6 +195,9 @@ def main(argv=None):
                   f"use < {args.quiet_threshold:g} of the cores (waiting up to "
                   f"{args.wait_quiet:g} s per N, D for quiet spells)",
     }
+    if args.load:
+        settings["load"] = (f"bench.cpu_load {args.load} during the whole run "
+                            f"({cpu_load.describe(args.load)})")
     print("\n".join(f"{k}: {v}" for k, v in {**machine, **settings}.items()), flush=True)
 
     def measure(n, d):
@@ -206,10 +218,12 @@ def main(argv=None):
 
     rows = []
     try:
-        for d in dims:
-            for n in sizes:
-                rows.append(measure(n, d))
-                report.write_csv(base + ".csv", rows, FIELDS)  # partial results survive an interrupt
+        with cpu_load.running(args.load):
+            for d in dims:
+                for n in sizes:
+                    rows.append(measure(n, d))
+                    # Partial results survive an interrupt.
+                    report.write_csv(base + ".csv", rows, FIELDS)
         # Rows that had to keep disturbed rounds get one more chance, later (often quieter).
         for i, r in enumerate(rows):
             if r["disturbed_rounds"] and args.retries:

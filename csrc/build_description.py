@@ -129,6 +129,19 @@ def cuda_library_includes():
             if os.path.exists(os.path.join(d, "cusparse.h"))]
 
 
+def torch_system_include_flags():
+    """-isystem for torch's C++ headers, which torch's BuildExtension names with -I (CMake's torch
+    target already makes them system headers): a directory given both ways counts as a system one,
+    and GCC leaves the warnings inside it to torch, whose own build silences them
+    (torch.__config__.show(): -Wno-unknown-pragmas, -Wno-psabi). Without this, every per-ISA file
+    of csrc/cpu reported ATen's `#pragma unroll` (meant for nvcc and clang; 69 lines) and two
+    -Wpsabi notes (AVX vectors returned across ISA targets inside ATen's vector types, whose
+    namespace is per ISA, so no call crosses). Our own sources keep every warning of -Wall."""
+    from torch.utils import cpp_extension
+    # Joined, one flag per directory: CMake drops repeated options, a second "-isystem" too.
+    return [f"-isystem{path}" for path in cpp_extension.include_paths()]
+
+
 def cuda_arch_flags(arch_list):
     """nvcc's -gencode flags for "8.0;9.0a"-style lists (";" or " " apart, "+PTX" adds the PTX).
     setup.py gives them explicitly rather than leaving them to torch: torch drops its own
@@ -214,7 +227,7 @@ def describe(knobs=None):
     cuda_sources = sources(CUDA_SOURCE_PATTERNS)
     build = Build(cuda=cuda_wanted(knobs, [s for s in cuda_sources if s.endswith(".cu")], log),
                   cxx_sources=sources(CXX_SOURCE_PATTERNS),
-                  cxx_flags=[*CXX_FLAGS, *cpu_arch_flags],
+                  cxx_flags=[*CXX_FLAGS, *cpu_arch_flags, *torch_system_include_flags()],
                   link_flags=list(LINK_FLAGS), include_dirs=[os.path.join(ROOT, "csrc")], log=log)
     if build.cuda:
         build.cuda_sources = cuda_sources

@@ -1,6 +1,7 @@
 #include "call_plan.h"
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <c10/util/ParallelGuard.h>
 
@@ -16,16 +17,20 @@
 namespace scl {
 namespace {
 
-// Below this many multiply-adds in the tiles, a call is a few dozen small ATen steps whose cost
-// is dispatch and thread wake-ups, not arithmetic: it runs on the calling thread alone.
-constexpr int64_t kSerialWork = int64_t{1} << 22;
+// The grain: below this many multiply-adds in the tiles (N * N * D), their rounds cost thread
+// wake-ups more than arithmetic, and they run on the calling thread like the rest of the call.
+// Measured on 2 idle cores (python -m bench.cpu_grain, bench/decisions/2026-11-28-cpu-grain.md):
+// a second thread saves nothing below 2^22 at any D and at most 8% up to 2^24, from 2^24 on 7-19%
+// and more as N grows; on a loaded machine every parallel region can wait milliseconds for a
+// core, so the grain sits at the top of the break-even range.
+constexpr int64_t kSerialWork = int64_t{1} << 24;
 
-// True to keep ATen's parallel_for out of this call (a guard that stays set inside a caller's
-// own parallel region).
-bool runs_serially(const SupConArgs& a) {
+// True to give the tile kernels torch's threads (calling_thread.h): past the grain, and not
+// inside a caller's own parallel region, whose threads are busy already.
+bool tiles_in_parallel(const SupConArgs& a) {
   const at::Tensor& columns = a.contrast.has_value() ? *a.contrast : a.features;
   const int64_t work = a.features.numel() * (columns.dim() >= 1 ? columns.size(0) : 1);
-  return work < kSerialWork || c10::ParallelGuard::is_enabled();
+  return work >= kSerialWork && !at::in_parallel_region() && !c10::ParallelGuard::is_enabled();
 }
 
 // Whether the backend has the fused per-anchor losses, alone or grouped with the tiles.
@@ -190,7 +195,7 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
   plan.value_checks = !host_may_wait(kernels, args.features) ? ValueChecks::kSkipped
                       : plan.host_reads                     ? ValueChecks::kOnHost
                                                             : ValueChecks::kDeferred;
-  plan.serial = runs_serially(args);
+  plan.parallel_tiles = tiles_in_parallel(args);
   verdict_timing();  // a misspelt SCL_VALUE_CHECKS is an error on any device, from the first call
   return plan;
 }
@@ -208,7 +213,7 @@ std::string CallPlan::describe() const {
       << "backward_assembly: " << name(backward_assembly) << "\n"
       << "grouped_stages: " << grouped_stages_name(grouped_forward, grouped_backward) << "\n"
       << "value_checks: " << name(value_checks) << "\n"
-      << "threads: " << (serial ? "calling thread" : "parallel") << "\n"
+      << "threads: " << (parallel_tiles ? "parallel tiles" : "calling thread") << "\n"
       << "deterministic: " << (deterministic ? "yes" : "no") << "\n"
       << "cannot_run: " << name(refusal);
   return out.str();

@@ -69,7 +69,9 @@ struct CallPlan {
   bool grouped_forward;
   bool grouped_backward;
   ValueChecks value_checks;
-  bool serial;         // the call stays on the calling thread (no parallel_for)
+  // The tile kernels use torch's threads (past the grain); the rest of the call runs on the
+  // calling thread (calling_thread.h).
+  bool parallel_tiles;
   bool deterministic;  // torch.use_deterministic_algorithms(True): no atomics anywhere
   double focal_gamma;  // for the refusal's message
 

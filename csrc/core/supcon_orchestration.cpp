@@ -1,12 +1,12 @@
 #include "supcon_orchestration.h"
 
+#include "calling_thread.h"
 #include "deferred_value_check.h"
 #include "prepared_handoff.h"
 #include "tile_math.h"
 
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
-#include <c10/util/ParallelGuard.h>
 
 #include <string>
 #include <utility>
@@ -62,10 +62,13 @@ PositiveWalkInputs walk_inputs(const SupConProblem& p, const at::Tensor& lse,
 }
 
 // Per-anchor focal loss l_i = loss_sum_i / |P(i)| (0 without positives), in the loss dtype.
-at::Tensor focal_anchor_losses(const TileKernels& kernels, const SupConProblem& p,
-                               const TileInputs& in, const at::Tensor& lse, double gamma) {
-  const PositiveWalkOutputs walk = kernels.positive_walk(
-      in, walk_inputs(p, lse, kernels.compute_type(p.z.scalar_type()), gamma, {}));
+at::Tensor focal_anchor_losses(const TileKernels& kernels, const CallThreads& threads,
+                               const SupConProblem& p, const TileInputs& in,
+                               const at::Tensor& lse, double gamma) {
+  const PositiveWalkInputs walk_in =
+      walk_inputs(p, lse, kernels.compute_type(p.z.scalar_type()), gamma, {});
+  const PositiveWalkOutputs walk =
+      threads.tiles([&] { return kernels.positive_walk(in, walk_in); });
   const at::Tensor mean = walk.loss_sum.to(at::kDouble) / p.num_positives.clamp_min(1);
   return at::where(p.num_positives > 0, mean, 0.0).to(p.compute_type);
 }
@@ -171,7 +174,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   const CallPlan plan = plan_call(kernels, args);
   require_runnable(plan);
   const PlanRange range("scl::supcon_forward", plan);
-  const c10::ParallelGuard serial(plan.serial);
+  const CallThreads threads(plan.parallel_tiles);
   const bool check_values = plan.value_checks != ValueChecks::kSkipped;
   if (check_values) raise_earlier_failures(/*wait=*/false);
   DeferredValueChecks value_checks;
@@ -190,18 +193,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
     AnchorLossInputs finish{p.q,      p.q_inv_norm,  p.class_sums,  p.anchor_class, p.num_positives,
                             /*lse=*/{}, p.temperature, p.single_set, mean_sums};
     if (plan.grouped_forward) {
-      LseAndLosses both = kernels.lse_and_anchor_losses(in, finish);
+      LseAndLosses both = threads.tiles([&] { return kernels.lse_and_anchor_losses(in, finish); });
       lse = std::move(both.lse);
       losses = std::move(both.losses);
     } else {
-      lse = finish.lse = kernels.lse(in);
+      lse = finish.lse = threads.tiles([&] { return kernels.lse(in); });
       losses = kernels.anchor_losses(finish);
     }
     if (fused_mean) p.anchors_with_positives = mean_sums.select(0, 1);
   } else {
-    lse = kernels.lse(in);
+    lse = threads.tiles([&] { return kernels.lse(in); });
     losses = plan.forward_finish == ForwardFinish::kFocalWalk
-                 ? focal_anchor_losses(kernels, p, in, lse, args.focal_gamma)
+                 ? focal_anchor_losses(kernels, threads, p, in, lse, args.focal_gamma)
                  : anchor_losses(p, lse);
   }
   TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
@@ -223,7 +226,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   const CallPlan plan = plan_call(kernels, args, kept);
   require_runnable(plan);
   const PlanRange range("scl::supcon_backward", plan);
-  const c10::ParallelGuard serial(plan.serial);
+  const CallThreads threads(plan.parallel_tiles);
   if (plan.value_checks != ValueChecks::kSkipped) raise_earlier_failures(/*wait=*/false);
   const SupConProblem p = kept != nullptr ? *kept
                                           : prepare_problem(args, plan, /*value_checks=*/nullptr,
@@ -246,14 +249,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
         schedule};
     if (plan.grouped_backward) {
       const at::ScalarType features_dtype = args.features.scalar_type();
-      const AssembledGradients sides = kernels.weights_grads_and_assembly(
-          in, {weight_inputs, p.contrast_class, p.class_sums, p.single_set,
-               p.single_set ? p.anchor_offset : 0, shared, p.normalize, 1.0 / kNormEps,
-               features_dtype, p.single_set ? features_dtype : args.contrast->scalar_type()});
+      const WeightsGradsAndAssemblyInputs grouped{
+          weight_inputs,  p.contrast_class,
+          p.class_sums,   p.single_set,
+          p.single_set ? p.anchor_offset : 0,
+          shared,         p.normalize,
+          1.0 / kNormEps, features_dtype,
+          p.single_set ? features_dtype : args.contrast->scalar_type()};
+      const AssembledGradients sides =
+          threads.tiles([&] { return kernels.weights_grads_and_assembly(in, grouped); });
       return finish_backward(p, args, sides.features, sides.contrast, temperature_grad);
     }
     const AnchorWeights weights = kernels.anchor_weights(weight_inputs);
-    const TileGrads tiles = kernels.grad(in, weights.coefficients);
+    const TileGrads tiles =
+        threads.tiles([&] { return kernels.grad(in, weights.coefficients); });
     return assemble_backward(kernels, p, args, weights.weight,
                              shared ? at::Tensor() : weights.weighted_sums, tiles, schedule,
                              temperature_grad);
@@ -266,12 +275,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   at::Tensor softmax_g = g;
   if (focal) {
     const at::Tensor positives = p.num_positives.clamp_min(1).to(g.scalar_type());
-    walk = kernels.positive_walk(
-        in, walk_inputs(p, lse64, kernel_type, args.focal_gamma, (g / positives).to(kernel_type)));
+    const PositiveWalkInputs walk_in =
+        walk_inputs(p, lse64, kernel_type, args.focal_gamma, (g / positives).to(kernel_type));
+    walk = threads.tiles([&] { return kernels.positive_walk(in, walk_in); });
     softmax_g = g * walk.hterm_sum.to(g.scalar_type()) / positives;
   }
-  const TileGrads tiles =
-      kernels.grad(in, grad_coefficients(p, schedule, softmax_g, lse64, kernel_type));
+  const GradCoefficients coefficients =
+      grad_coefficients(p, schedule, softmax_g, lse64, kernel_type);
+  const TileGrads tiles = threads.tiles([&] { return kernels.grad(in, coefficients); });
   if (plan.backward_assembly == AssemblyPath::kFusedAssembly) {
     const at::Tensor w = positive_weights(p, g);
     return assemble_backward(kernels, p, args, w, weighted_class_sums(p, w), tiles, schedule,

@@ -48,7 +48,7 @@ CPU_PLANS = [
     ("per anchor", dict(mean=False), {}, dict(mean="none")),
     ("focal", dict(focal_gamma=2.0), {},
      dict(forward_finish="focal walk", backward_assembly="focal walk, aten assembly")),
-    ("large", dict(rows=2048, dim=64), {}, dict(threads="parallel")),
+    ("large", dict(rows=2048, dim=64), {}, dict(threads="parallel tiles")),
     ("device preparation", {}, dict(device_preparation=True),
      dict(host_reads="no", value_checks="deferred")),
 ]

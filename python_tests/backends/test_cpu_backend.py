@@ -3,6 +3,10 @@
 tensors, its results do not depend on the thread count, and its 256-wide tiles from 8,192 rows on.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -43,21 +47,26 @@ def test_auto_is_cpu_on_cpu(layout, randn, randint):
 # Determinism of the cpu backend
 # ------------------------------------------------------------------------------------------
 
+# Each past the grain (csrc/core/call_plan.cpp), so that two threads share its tiles: smaller
+# calls stay on the calling thread whatever the thread count. N * D is past ATen's own grain
+# (32,768 elements) too, where ATen's sums would split by thread count: the call's ATen steps
+# run on the calling thread at every size (csrc/core/calling_thread.h).
 DETERMINISM_CASES = {
-    # single set, symmetric schedule over 3 x 3 blocks
-    "single_sym": lambda randn, randint: dict(features=randn(300, 33), labels=randint(0, 9, (300,)),
-                                              temperature=0.1),
+    # single set, symmetric schedule over 4 x 4 blocks
+    "single_sym": lambda randn, randint: dict(features=randn(300, 190),
+                                              labels=randint(0, 9, (300,)), temperature=0.1),
     # single set, running-max path (t below the fixed-shift range)
-    "single_plain": lambda randn, randint: dict(features=randn(300, 33),
+    "single_plain": lambda randn, randint: dict(features=randn(300, 190),
                                                 labels=randint(0, 9, (300,)), temperature=0.02),
     # few row blocks, many column blocks: the forward splits the columns between threads
-    "cross_wide": lambda randn, randint: dict(features=randn(129, 17), labels=randint(0, 5, (129,)),
-                                              contrast=randn(700, 17),
+    "cross_wide": lambda randn, randint: dict(features=randn(129, 190), labels=randint(0, 5, (129,)),
+                                              contrast=randn(700, 190),
                                               contrast_labels=randint(0, 5, (700,)), temperature=0.1),
-    "one_view": lambda randn, randint: dict(features=randn(150, 3, 9), labels=randint(0, 5, (150,)),
+    "one_view": lambda randn, randint: dict(features=randn(150, 3, 85), labels=randint(0, 5, (150,)),
                                             contrast_mode="one", temperature=0.1),
-    "no_normalize": lambda randn, randint: dict(features=randn(260, 9), labels=randint(0, 5, (260,)),
-                                                temperature=0.5, normalize=False),
+    "no_normalize": lambda randn, randint: dict(features=randn(260, 250),
+                                                labels=randint(0, 5, (260,)), temperature=0.5,
+                                                normalize=False),
 }
 
 
@@ -78,6 +87,7 @@ def _loss_and_grads(kw):
 @pytest.mark.parametrize("case", sorted(DETERMINISM_CASES))
 def test_cpu_deterministic(case, randn, randint):
     kw = DETERMINISM_CASES[case](randn, randint)
+    assert scl_kernels.explain(**kw, backend="cpu").plan["threads"] == "parallel tiles"
     first = _loss_and_grads(kw)
     second = _loss_and_grads(kw)
     for a, b in zip(first, second):
@@ -93,11 +103,11 @@ def test_cpu_deterministic(case, randn, randint):
 
 
 OP_DETERMINISM_CASES = [
-    # (rows, contrast rows or None, temperature, dim, anchors)
-    (300, None, 0.02, 33, 300),   # single set, running-max forward: 3 x 3 blocks
-    (300, None, 0.1, 33, 300),    # single set, symmetric
-    (450, None, 0.1, 9, 150),     # contrast_mode="one": 2 row blocks x 4 column blocks
-    (129, 700, 0.1, 17, 129),     # cross set: 2 row blocks x 6 column blocks
+    # (rows, contrast rows or None, temperature, dim, anchors); every one past the grain
+    (300, None, 0.02, 190, 300),  # single set, running-max forward: 4 x 4 blocks
+    (300, None, 0.1, 190, 300),   # single set, symmetric
+    (450, None, 0.1, 85, 150),    # contrast_mode="one": 2 row blocks x 4 column blocks
+    (129, 700, 0.1, 190, 129),    # cross set: 2 row blocks x 6 column blocks
 ]
 
 
@@ -115,6 +125,8 @@ def _determinism_inputs(case):
 def test_op_forward_independent_of_threads(case):
     """torch.ops.scl.supcon alone: loss and LSE bitwise equal for 1, 2 and 4 threads."""
     x, y, c, cy, temp, anchors = _determinism_inputs(case)
+    plan = torch.ops.scl.supcon_plan(x, y, c, cy, temp, anchors, True, 0, 0.0, True)
+    assert "threads: parallel tiles" in plan.splitlines()
     outs = {}
     for threads in (1, 2, 4):
         torch.set_num_threads(threads)
@@ -193,3 +205,59 @@ def test_backward_reuses_a_small_forwards_preparation(n, dim, kept):
     with torch.no_grad():
         grad, _, _ = torch.ops.scl.supcon_backward(torch.ones(n), x, labels, None, None, t, n, True, lse)
     assert torch.equal(x.grad, grad)
+
+
+# ------------------------------------------------------------------------------------------
+# Threads: a call below the grain (kSerialWork, csrc/core/call_plan.cpp) stays on the calling
+# thread (csrc/core/calling_thread.h); a larger one uses torch's threads
+# ------------------------------------------------------------------------------------------
+
+# (rows, dim): the issue's small call (N = 64, D = 768) and one well above the grain.
+BELOW_GRAIN, ABOVE_GRAIN = (64, 768), (1024, 128)
+
+# A fresh process, so that no earlier test has started OpenMP's threads: libgomp starts a
+# worker thread at the first region with a team of two, and keeps it. The op's ATen steps
+# include index_add_, whose sort-based scatter opens OpenMP regions of its own.
+THREAD_PROBE = """
+import os, sys, torch, scl_kernels
+torch.set_num_threads(2)
+def step(rows, dim):
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, dim, generator=g, requires_grad=True)
+    scl_kernels.supcon_loss(x, torch.randint(0, 8, (rows,), generator=g), backend="cpu").backward()
+counts = [len(os.listdir("/proc/self/task"))]
+for rows, dim in ({below}, {above}):
+    step(rows, dim)
+    counts.append(len(os.listdir("/proc/self/task")))
+print(*counts, torch.get_num_threads())
+"""
+
+
+def _threads_of_plan(rows, dim):
+    x = torch.randn(rows, dim)
+    return scl_kernels.explain(x, torch.arange(rows) % 8, backend="cpu").plan["threads"]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_small_call_starts_no_thread_and_large_one_does():
+    assert _threads_of_plan(*BELOW_GRAIN) == "calling thread"
+    assert _threads_of_plan(*ABOVE_GRAIN) == "parallel tiles"
+    probe = THREAD_PROBE.format(below=BELOW_GRAIN, above=ABOVE_GRAIN)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "OMP_NUM_THREADS": "2"})
+    assert done.returncode == 0, done.stderr
+    start, after_small, after_large, torch_threads = map(int, done.stdout.split())
+    assert after_small == start, "a call below the grain started threads"
+    assert after_large > after_small, "a call above the grain ran on one thread"
+    assert torch_threads == 2, "the call left another thread count behind"
+
+
+def test_thread_count_restored_after_a_small_call_that_raises():
+    """The calling thread's OpenMP thread count (what torch.get_num_threads reads) comes back
+    also when the call raises inside (a NaN row, found by the forward's value checks)."""
+    torch.set_num_threads(2)
+    x = torch.randn(16, 8)
+    x[3, 1] = float("nan")
+    with pytest.raises(ValueError):
+        scl_kernels.supcon_loss(x, torch.arange(16) % 4, backend="cpu")
+    assert torch.get_num_threads() == 2
