@@ -256,7 +256,7 @@ def test_missing_transformers_names_the_install_that_works(monkeypatch):
 
 def test_the_demo_trains_its_own_budget_unless_one_is_given():
     parse = cli.build_parser().parse_args
-    assert cli._max_steps(parse([])) == cli.DEMO_MAX_STEPS == 20
+    assert cli._max_steps(parse([])) == cli.DEMO_MAX_STEPS == 40
     assert cli._max_steps(parse(["--epochs", "3"])) is None
     assert cli._max_steps(parse(["--max-steps", "7"])) == 7
     assert cli._max_steps(parse(["--train", "my.csv"])) is None  # the default budget
