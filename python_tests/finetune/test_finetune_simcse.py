@@ -368,11 +368,42 @@ def test_command_line_under_torchrun_trains_as_one_process(tiny_dirs, tmp_path):
     assert losses["two"] == pytest.approx(losses["one"], rel=1e-5)
 
 
-def test_train_and_pairs_exclude_each_other(capsys):
+@pytest.mark.parametrize("arguments, message", [
+    (["--train", "a.csv", "--pairs", "b.csv"], "not allowed with"),
+    (["--batch-size", "0"], "expected a positive int, got '0'"),
+])
+def test_usage_mistakes_are_one_line(capsys, arguments, message):
     from scl_kernels.finetune import cli
     with pytest.raises(SystemExit) as exit_status:
-        cli.main(["simcse", "--train", "a.csv", "--pairs", "b.csv"])
-    assert exit_status.value.code == 2 and "not allowed with" in capsys.readouterr().err
+        cli.main(["simcse", *arguments])
+    err = capsys.readouterr().err
+    assert exit_status.value.code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_an_earlier_run_is_kept_unless_overwrite(tiny_dirs, tmp_path, capsys):
+    train = write_rows(tmp_path / "sentences.csv", ["text"], [(s,) for s in sentences(8, 3)])
+    once = ["--train", train, "--batch-size", "4", "--no-save-model"]
+    assert _cli(tiny_dirs, tmp_path / "out", *once, "--max-steps", "1") == 0
+    metrics = tmp_path / "out" / "metrics.json"
+    first = metrics.read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert _cli(tiny_dirs, tmp_path / "out", *once, "--max-steps", "2") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds an earlier run's results (metrics.json, results.md)" in err
+    assert "--overwrite" in err and "--resume" not in err, err
+    assert metrics.read_text(encoding="utf-8") == first
+    assert _cli(tiny_dirs, tmp_path / "out", *once, "--max-steps", "2", "--overwrite") == 0
+    assert len(json.loads(metrics.read_text(encoding="utf-8"))["train_loss"]) == 2
+
+
+def test_an_output_dir_that_cannot_be_written_stops_before_anything_loads(tmp_path, capsys):
+    from scl_kernels.finetune import cli
+    (tmp_path / "taken").write_text("a file", encoding="utf-8")
+    # A --model that does not exist: the folder's check must come first.
+    assert cli.main(["simcse", "--model", str(tmp_path / "no-model"),
+                     "--output-dir", str(tmp_path / "taken" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file, not a folder" in err, err
 
 
 # ------------------------------------------------------------------------------------------

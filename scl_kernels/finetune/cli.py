@@ -15,16 +15,16 @@ import argparse
 import datetime
 import os
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 # These modules import torch but not transformers: --help stays fast.
 from ..distributed import STRATEGIES
+from .argument_parser import OneLineErrorParser
 from .data import InputError, check_positives, load_train_test, training_rows, training_subset, validation_split
 from ..integrations.embeddings import EMBEDDINGS
+from .output_folder import RunOutputs
 from .objectives import (CONTRASTIVE_OBJECTIVES, MEMORY_OBJECTIVES, OBJECTIVES, ObjectiveOptions,
                          describe, parse_objectives)
 from .report import format_table, summarize, write_metrics, write_text
@@ -47,8 +47,7 @@ DEMO_FEW_SHOT = 100
 DEMO_MAX_STEPS = 40
 DEFAULT_OUTPUT_DIR = "scl_finetune_output"
 # What a run writes in --output-dir: a folder holding any of them holds an earlier run's results.
-OUTPUT_FILES = ("metrics.json", "results.md", "tsne.png")
-OUTPUT_FOLDERS = ("models", "splits")
+OUTPUTS = RunOutputs(files=("metrics.json", "results.md", "tsne.png"), folders=("models", "splits"))
 DEFAULTS = TrainingOptions()
 LOSS_DEFAULTS = ObjectiveOptions()
 DEFAULT_OBJECTIVES = "ce,scl"
@@ -63,14 +62,6 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
         if action.default is None or isinstance(action.default, bool):
             return action.help
         return super()._get_help_string(action)
-
-
-class _OneLineErrorParser(argparse.ArgumentParser):
-    """Usage mistakes as one line, as the command's other errors are: argparse prints its whole
-    usage (about 30 lines here) above the message, where the message is what matters."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def parse_seeds(text):
@@ -94,7 +85,7 @@ def parse_seeds(text):
 def build_parser():
     """The argument parser of the command line."""
     # allow_abbrev=False: a mistyped --epoch must fail, not silently mean --epochs.
-    parser = _OneLineErrorParser(
+    parser = OneLineErrorParser(
         prog=PROG, formatter_class=_HelpFormatter, allow_abbrev=False,
         description="Fine-tune a Hugging Face sequence classifier with several objectives on the\n"
                     "same examples, head initialisation and batches for each seed, then compare\n"
@@ -268,7 +259,7 @@ def build_parser():
                              "an earlier run's results is refused (see --overwrite, --resume)")
     output.add_argument("--overwrite", action="store_true",
                         help="replace the results of an earlier run in --output-dir: its "
-                             f"{', '.join(OUTPUT_FILES)}, {'/ and '.join(OUTPUT_FOLDERS)}/ are "
+                             f"{OUTPUTS.describe()} are "
                              "deleted once the data and the tokenizer have loaded, before the "
                              "first run")
     output.add_argument("--no-plot", action="store_true",
@@ -363,55 +354,6 @@ def _check_args(args, objectives):
                          f"processes ({processes}): each process takes an equal part of a batch")
 
 
-def _earlier_results(folder):
-    """The outputs of an earlier run in ``folder`` (names, folders with a trailing /)."""
-    return ([name for name in OUTPUT_FILES if (folder / name).exists()]
-            + [f"{name}/" for name in OUTPUT_FOLDERS if (folder / name).exists()])
-
-
-def _check_output_dir(args):
-    """Checks, before any data or model loads, that --output-dir can be written and holds no
-    earlier run's results, unless --overwrite or --resume says what to do with them; raises
-    InputError."""
-    if args.overwrite and args.resume:
-        raise InputError("pass --overwrite or --resume, not both: --resume adds runs to the results "
-                         "in --output-dir, --overwrite replaces them")
-    folder = Path(args.output_dir)
-    if folder.exists() and not folder.is_dir():
-        raise InputError(f"--output-dir {args.output_dir} is a file, not a folder: pass another "
-                         "--output-dir")
-    earlier = _earlier_results(folder)
-    if earlier and not (args.overwrite or args.resume):
-        raise InputError(f"--output-dir {args.output_dir} holds an earlier run's results "
-                         f"({', '.join(earlier)}): pass --overwrite to replace them, --resume to add "
-                         "to them, or another --output-dir")
-    existing = folder
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise InputError(f"cannot create --output-dir {args.output_dir}: {existing} is a file, not "
-                         "a folder")
-    # Trying is the only test that holds everywhere: os.access says yes to root on a read-only
-    # folder, and knows nothing of a read-only mount or a full disk's quota.
-    try:
-        tempfile.TemporaryDirectory(dir=existing, prefix=".scl-finetune-write-check-").cleanup()
-    except OSError as error:
-        raise InputError(f"cannot write --output-dir {args.output_dir}: {existing}: "
-                         f"{error.strerror or error}") from None
-
-
-def _remove_earlier_results(folder):
-    """Deletes what an earlier run wrote in ``folder`` (--overwrite); returns what it deleted."""
-    removed = _earlier_results(folder)
-    for name in (*OUTPUT_FILES, *OUTPUT_FOLDERS):
-        path = folder / name
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists() or path.is_symlink():
-            path.unlink()
-    return removed
-
-
 def _count(number, noun):
     return f"{number} {noun}" + ("" if number == 1 else "s")
 
@@ -438,7 +380,7 @@ def run(args, command=PROG):
         args.seeds = [args.seed]
     objectives = _objectives(args)
     _check_args(args, objectives)
-    _check_output_dir(args)
+    OUTPUTS.check(args.output_dir, overwrite=args.overwrite, resume=args.resume)
     device, started = start_processes(resolve_device(args.device))
     try:
         payload = _run(args, command, device, objectives)
@@ -483,7 +425,7 @@ def _run(args, command, device, objectives):
     # Only now, when the data and the tokenizer have loaded: a mistyped --train or --model must
     # not cost the earlier results.
     if rank == 0 and args.overwrite:
-        removed = _remove_earlier_results(Path(args.output_dir))
+        removed = OUTPUTS.remove_earlier(Path(args.output_dir))
         if removed:
             say(f"--overwrite: removed the earlier run's {', '.join(removed)} from {args.output_dir}")
     options = TrainingOptions(

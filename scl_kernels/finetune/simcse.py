@@ -26,10 +26,12 @@ from torch.utils.data import BatchSampler, RandomSampler
 from ..grad_cache import GradientCache
 from ..integrations.embeddings import sentence_embedding
 from ..integrations.simcse_loss import simcse_loss
+from .argument_parser import OneLineErrorParser
 from .data import InputError, load_train_test, read_columns, training_subset
 from .pairs import ANCHOR_COLUMN, NEGATIVE_COLUMN, POSITIVE_COLUMN, read_pairs
 from .probes import KNN_NEIGHBOURS, probe_accuracies
 from .progress import progress_bar
+from .output_folder import RunOutputs
 from .report import write_metrics
 from .run_environment import environment_record, resolve_device
 from .training_loop import (RankSlices, from_pretrained_or_explain, import_transformers, default_model_path,
@@ -38,6 +40,9 @@ from .training_loop import (RankSlices, from_pretrained_or_explain, import_trans
 PROG = "scl-finetune simcse"
 POOLINGS = ("first_token", "mean")
 DEFAULT_OUTPUT_DIR = "scl_simcse_output"
+# What a run writes (the encoder's own files besides): an --output-dir holding any of them, an
+# earlier run's or a model's folder, is written over only with --overwrite.
+OUTPUTS = RunOutputs(files=("metrics.json", "results.md", "config.json", "model.safetensors"))
 PROBE_TEST_SIZE = 500
 
 
@@ -216,7 +221,7 @@ def _positive_float(text):
 def build_parser():
     """The argument parser of ``scl-finetune simcse``."""
     defaults = SimCSEOptions()
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog=PROG, allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="SimCSE (Gao et al., EMNLP 2021) on the fused contrastive op: unsupervised "
                     "(each sentence encoded twice with dropout; --train, default the embedded "
@@ -264,7 +269,12 @@ def build_parser():
     evaluation.add_argument("--probe-examples", type=_positive_int, default=256,
                             help="labelled tweets the probes are fitted on (class-balanced)")
     parser.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR,
-                        help="where the encoder, its tokenizer, metrics.json and results.md go")
+                        help="where the encoder, its tokenizer, metrics.json and results.md go; a "
+                             "folder that holds an earlier run's results is refused (see "
+                             "--overwrite)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier run's results in --output-dir (written over "
+                             "once this run has trained)")
     parser.add_argument("--no-save-model", action="store_true",
                         help="write metrics.json and results.md only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -322,6 +332,7 @@ def format_probe_table(before, after):
 
 def run(args, command=PROG):
     """Runs what the parsed ``args`` describe; returns the metrics payload (None off rank 0)."""
+    OUTPUTS.check(args.output_dir, overwrite=args.overwrite)
     device, started_group = start_processes(resolve_device(args.device))
     failed = True
     try:

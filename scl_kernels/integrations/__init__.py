@@ -4,7 +4,8 @@
 and the pooling and classifier they share (:func:`sentence_embedding`,
 :func:`classifier_logits`).
 
-They need the optional dependencies: ``pip install "scl_kernels[finetune]"``. ``import
+They need the optional dependencies: ``pip install --no-build-isolation -e ".[finetune]"`` in the
+checkout. ``import
 scl_kernels`` never imports this package, and its names load on first use::
 
     from scl_kernels.integrations import SupConTrainer, SupConTrainingArguments
@@ -25,7 +26,10 @@ _EXPORTS = {
     "SupConSentenceTransformerLoss": "sentence_transformers_loss",
     "SimCSELoss": "simcse_loss",
 }
-_INSTALL_HINT = 'the training integrations need their optional dependencies: pip install "scl_kernels[finetune]"'
+# The package is installed from a checkout (it is on no package index), so the hint names the
+# command that works there rather than "pip install scl_kernels[finetune]".
+INSTALL_FINETUNE_EXTRA = 'pip install --no-build-isolation -e ".[finetune]" in the scl_kernels checkout'
+_INSTALL_HINT = f"the training integrations need their optional dependencies: {INSTALL_FINETUNE_EXTRA}"
 
 __all__ = sorted(_EXPORTS)
 
