@@ -63,7 +63,8 @@ class Backend:
     low_precision_gradient_weights: bool = False
 
     def available(self, device: Union[torch.device, str]) -> bool:
-        device = torch.device(device)
+        if not isinstance(device, torch.device):  # supcon_loss asks on every call, with a device
+            device = torch.device(device)
         return device.type in self.device_types and self.installed(device)
 
     @property
