@@ -169,10 +169,9 @@ def dispatch_timings(n, d, calls, repeats):
     from scl_kernels.backends.triton import handles, kernels, launch
 
     recorded = {}
-    terms_launch = type("Recorder", (), {"__getitem__": lambda self, grid: lambda *a, **k: (
-        recorded.update(terms=(grid, a, k)))})()
     launch.GRAD_SYMMETRIC, launch.COLUMN_TERMS, real = (
-        lambda grid, args: recorded.update(grid=grid, args=args), terms_launch,
+        lambda grid, args: recorded.update(grid=grid, args=args),
+        lambda grid, *a, **k: recorded.update(terms=(grid, a, k)),
         (launch.GRAD_SYMMETRIC, launch.COLUMN_TERMS))
     try:
         x = torch.randn(n, d)
@@ -216,7 +215,7 @@ def dispatch_timings(n, d, calls, repeats):
     paths = dict(zip(DISPATCH, (
         lambda: tuner[grid](**args), lambda: tile_kernel(grid, dict(args)),
         lambda: terms_fn[terms_grid](*terms_args, **terms_kwargs),
-        lambda: terms_handle[terms_grid](*terms_args, **terms_kwargs))))
+        lambda: terms_handle(terms_grid, *terms_args, **terms_kwargs))))
     return {name: timings_per_call(path, calls, repeats) for name, path in paths.items()}
 
 

@@ -87,7 +87,8 @@ def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, t
     if mean and m == 0:  # no program would store the mean
         return out.zero_()
     # Without mean the kernel never touches mean_sums: lse stands in for its pointer.
-    ANCHOR_LOSSES[(cdiv(m, BLOCK_M),)](
+    ANCHOR_LOSSES(
+        (cdiv(m, BLOCK_M),),
         q, q_inv_norm.contiguous(), class_sums.contiguous(), anchor_class.contiguous(),
         num_positives.contiguous(), lse, out, mean_sums if mean else lse,
         temperature.pointer, m, d, q.stride(0), class_sums.stride(0),

@@ -91,7 +91,8 @@ def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_i
     # Placeholder pointers where a constexpr keeps the kernel off them: the weighted sums
     # without classes, the symmetric schedule's lse parts, the count without MEAN.
     lse = lse.double().contiguous()
-    ANCHOR_WEIGHTS[(cdiv(m, BLOCK_M),)](
+    ANCHOR_WEIGHTS(
+        (cdiv(m, BLOCK_M),),
         grad_loss, anchors_with_positives if mean else lse, lse, num_positives.contiguous(), q,
         q_inv_norm.contiguous(), anchor_class.contiguous(),
         coef if weighted_sums is None else weighted_sums, weight, coef,

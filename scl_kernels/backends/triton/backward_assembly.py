@@ -135,8 +135,8 @@ def assemble(rows, inv_norm, grads, extra, anchor_offset, anchor_weight, anchor_
     row_part = row_class is not None
     extra = extra.float().contiguous() if has_extra else grads
     anchor_count = extra.shape[0] if has_extra else anchor_weight.numel() if anchor_part else 0
-    ASSEMBLE_BACKWARD[(cdiv(r, BLOCK_R),)](
-        rows, inv_norm.float().contiguous(), grads, extra,
+    ASSEMBLE_BACKWARD(
+        (cdiv(r, BLOCK_R),), rows, inv_norm.float().contiguous(), grads, extra,
         anchor_weight.float().contiguous() if anchor_part else grads,
         anchor_class.contiguous(), class_sums.float().contiguous(),
         row_class.contiguous() if row_part else anchor_class,

@@ -37,29 +37,28 @@ class CompiledKernels:
         self.usable = isinstance(fn, JITFunction) and release in VERIFIED_RELEASES
         self.by_specialisation = {}
 
-    def __getitem__(self, grid):
-        """kernel[grid](*args, **kwargs), as for a jit function; grid a tuple."""
-        if not self.usable:
-            return self.fn[grid]
-        return lambda *args, **kwargs: self.launch(grid, args, kwargs)
+    def __call__(self, grid, *args, **kwargs):
+        """fn[grid](*args, **kwargs), as for a jit function, without the proxy that fn[grid]
+        makes on every call; grid a tuple."""
+        return self.launch(grid, args, kwargs)
 
     def launch(self, grid, args, kwargs):
         """Starts the kernel over `grid` (a tuple) with positional `args` and keyword `kwargs`
         (the dict is the caller's to give: the options are added to it); returns what the JIT's
         launch returns."""
         if not self.usable or not self._cached_path_applies():
-            return self.fn[grid](*args, **kwargs)
+            return self.fn.run(*args, grid=grid, warmup=False, **kwargs)
         device = driver.active.get_current_device()
         caches = self.fn.device_caches.get(device)  # a defaultdict: get() creates nothing
         if caches is None:
-            return self.fn[grid](*args, **kwargs)
+            return self.fn.run(*args, grid=grid, warmup=False, **kwargs)
         kwargs["debug"] = kwargs.get("debug", self.fn.debug) or knobs.runtime.debug
         kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
         bound, specialisation, options = caches[4](*args, **kwargs)
         key = (device, tuple(specialisation), tuple(options.items()))
         kernel = self.by_specialisation.get(key)
-        if kernel is None or not self._globals_unchanged():
-            kernel = self.fn[grid](*args, **kwargs)
+        if kernel is None or (self.fn.used_global_vals and not self._globals_unchanged()):
+            kernel = self.fn.run(*args, grid=grid, warmup=False, **kwargs)
             if isinstance(kernel, CompiledKernel):
                 self.by_specialisation[key] = kernel
             return kernel

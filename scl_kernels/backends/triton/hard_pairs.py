@@ -173,7 +173,8 @@ def hard_pairs(features, labels, contrast, contrast_labels, normalize):
     out = [torch.empty(m, dtype=dtype, device=q.device)
            for dtype in (torch.int64, torch.float32, torch.int64, torch.float32)]
     tile = tile_for(q.element_size())
-    HARD_PAIRS[(cdiv(m, tile.block_m),)](
+    HARD_PAIRS(
+        (cdiv(m, tile.block_m),),
         q, z, q_scale, z_scale, q_labels, z_labels, *out, m, n, d, q.stride(0), z.stride(0),
         SINGLE_SET=contrast is None, NORMALIZE=normalize, PRECISION=_precision(q.dtype),
         num_warps=tile.warps, num_stages=tile.stages, **tile.meta())

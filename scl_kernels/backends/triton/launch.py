@@ -6,6 +6,7 @@ autotuner's choice is kept per key (TileKernel) and, on a GPU, compiled kernels 
 through their cached handles (handles.py)."""
 import functools
 import math
+import operator
 import struct
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -161,12 +162,18 @@ DESCRIPTOR_BLOCKS = {  # descriptor argument -> (its rows block, its columns blo
 }
 
 
+def _descriptor_blocks(nargs):
+    """(descriptor argument, its block shape) for each tensor descriptor in nargs, a launch's
+    arguments and meta-parameters."""
+    return tuple((name, [nargs.get(rows, nargs.get("BLOCK")), nargs[cols]])
+                 for name, (rows, cols) in DESCRIPTOR_BLOCKS.items()
+                 if nargs.get(name) is not None)
+
+
 def _set_descriptor_blocks(nargs):
     """Gives each tensor descriptor the block shape of the configuration about to run."""
-    for name, (rows, cols) in DESCRIPTOR_BLOCKS.items():
-        desc = nargs.get(name)
-        if desc is not None:
-            desc.block_shape = [nargs.get(rows, nargs.get("BLOCK")), nargs[cols]]
+    for name, block_shape in _descriptor_blocks(nargs):
+        nargs[name].block_shape = block_shape
 
 
 def _configs(use):
@@ -213,19 +220,25 @@ class TileKernel:
     def __init__(self, autotuner):
         self.autotuner = autotuner
         self.kernel = CompiledKernels(autotuner.fn)
+        self.tuning_key = operator.itemgetter(*autotuner.keys)
         self.chosen = {}
 
     def __call__(self, grid, args):
         """Launches over grid(meta) with the keyword arguments `args`, all but the tile's."""
-        key = (*(args[name] for name in self.autotuner.keys), args["z_ptr"].dtype,
+        key = (self.tuning_key(args), args["z_ptr"].dtype,
                args["q_ptr"].dtype if "q_ptr" in args else None)
         chosen = self.chosen.get(key)
         if chosen is None:
             self.autotuner[grid](**args)
-            self.chosen[key] = self.autotuner.best_config.all_kwargs()
+            config = self.autotuner.best_config.all_kwargs()
+            # The key fixes which descriptors a call passes (USE_TMA) and their blocks (the
+            # configuration, and the K and output widths, which follow from D and the dtype).
+            self.chosen[key] = config, _descriptor_blocks({**args, **config})
             return
-        args.update(chosen)
-        _set_descriptor_blocks(args)
+        config, blocks = chosen
+        args.update(config)
+        for name, block_shape in blocks:
+            args[name].block_shape = block_shape
         self.kernel.launch(grid(args), (), args)
 
 
@@ -385,7 +398,8 @@ def column_terms(scale, temperature, bias, coef=None, zeroed=None):
     n = scale.shape[0]
     padded = cdiv(n, TERMS_PADDING) * TERMS_PADDING
     terms = torch.empty(padded, 4, dtype=torch.float32, device=scale.device)
-    COLUMN_TERMS[(padded // TERMS_PADDING,)](
+    COLUMN_TERMS(
+        (padded // TERMS_PADDING,),
         scale, scale if coef is None else coef, terms, terms if zeroed is None else zeroed,
         temperature.pointer, n, 0 if zeroed is None else zeroed.numel(),
         _fp32(temperature.inv_t * LOG2E), 0.0 if coef is not None else _fp32(bias), *_LOG2E_PAIR,
@@ -426,7 +440,8 @@ def merge_lse(part_max, part_sum, m, splits, fixed_shift=None):
     """float64 [m] log-sum-exp from the splits' partial maxima and sums (kernels.lse_merge_kernel);
     with fixed_shift, the sums alone (part_max unread)."""
     lse = torch.empty(m, dtype=torch.float64, device=part_sum.device)
-    LSE_MERGE[(cdiv(m, MERGE_BLOCK),)](
+    LSE_MERGE(
+        (cdiv(m, MERGE_BLOCK),),
         part_max, part_sum, lse, m, splits, 0.0 if fixed_shift is None else fixed_shift,
         *_LOG2E_PAIR, FIXED_SHIFT=fixed_shift is not None, BLOCK=MERGE_BLOCK)
     return lse

@@ -272,7 +272,8 @@ def positive_walk(q, z, q_inv_norm, z_inv_norm, inv_t, self_offset, anchor_class
     dq = launch.uninitialized((m, d), q.device) if backward else empty
     anchor_lo, anchor_hi = _segments(contrast_sorted, anchor_sorted)
     launch._set_descriptor_blocks({**args, **anchor_tile.meta(walk_anchors_kernel)})
-    WALK_ANCHORS[(launch.cdiv(m, anchor_tile.block_m), chunks)](
+    WALK_ANCHORS(
+        (launch.cdiv(m, anchor_tile.block_m), chunks),
         **{k: v for k, v in args.items() if k != "qo_desc"}, segment_lo_ptr=anchor_lo,
         segment_hi_ptr=anchor_hi, loss_ptr=per_anchor, hterm_ptr=per_anchor,
         dq_ptr=dq if backward else per_anchor, BACKWARD=backward,
@@ -283,7 +284,8 @@ def positive_walk(q, z, q_inv_norm, z_inv_norm, inv_t, self_offset, anchor_class
     dz = launch.uninitialized((n, d), q.device)
     contrast_lo, contrast_hi = _segments(anchor_sorted, contrast_sorted)
     launch._set_descriptor_blocks({**args, **contrast_tile.meta(walk_contrast_kernel)})
-    WALK_CONTRAST[(launch.cdiv(n, contrast_tile.block_n), chunks)](
+    WALK_CONTRAST(
+        (launch.cdiv(n, contrast_tile.block_n), chunks),
         **{k: v for k, v in args.items() if k != "zo_desc"}, segment_lo_ptr=contrast_lo,
         segment_hi_ptr=contrast_hi, dz_ptr=dz, **contrast_tile.meta(walk_contrast_kernel),
         num_warps=contrast_tile.warps, num_stages=contrast_tile.stages)

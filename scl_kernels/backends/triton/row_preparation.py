@@ -121,7 +121,8 @@ def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_su
     non_finite = zeroed[sums_size:sums_size + (1 if check_values else 0)].view(torch.int32)
     means = zeroed[mean_at:].view(torch.float64)
     # Sums not asked for get a placeholder pointer: their constexpr flag keeps the kernel off it.
-    PREPARE_ROWS[(cdiv(r, BLOCK_R),)](
+    PREPARE_ROWS(
+        (cdiv(r, BLOCK_R),),
         rows, labels.contiguous(), sorted_labels.contiguous(), inv_norm, row_class, positives,
         sums if class_sums else inv_norm, non_finite if check_values else row_class, r, d, n,
         n.bit_length(), NORMALIZE=normalize, SELF_IN_CLASS=self_in_class, CLASS_SUMS=class_sums,
