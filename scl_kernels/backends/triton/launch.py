@@ -319,27 +319,38 @@ def tma_rows(x):
     return padded.copy_(x)
 
 
-def _descriptor(x, tma):
-    """x's tensor descriptor (None without tma), its block shape set per configuration
-    (_set_descriptor_blocks). Made without the dataclass's checks, which cost half of it on
+def _descriptors(x, count):
+    """`count` tensor descriptors of x, each given its block shape per configuration
+    (_set_descriptor_blocks). Made without the dataclass's checks, which cost half of one on
     every call and hold here by construction: x comes from tma_rows (16-byte aligned base and
     row stride, unit column stride), the core refuses empty rows and columns, and the block
-    shape is a placeholder."""
-    if not tma:
-        return None
-    descriptor = object.__new__(TensorDescriptor)
-    descriptor.base, descriptor.shape, descriptor.strides = x, list(x.shape), [x.stride(0), 1]
-    descriptor.block_shape, descriptor.padding = [16, 16], "zero"
-    return descriptor
+    shape is a placeholder. They share x's shape and strides lists (nothing writes them), which
+    halves the cost of each after the first."""
+    shape, strides = list(x.shape), [x.stride(0), 1]
+    descriptors = []
+    for _ in range(count):
+        descriptor = object.__new__(TensorDescriptor)
+        descriptor.base, descriptor.shape, descriptor.strides = x, shape, strides
+        descriptor.block_shape, descriptor.padding = [16, 16], "zero"
+        descriptors.append(descriptor)
+    return descriptors
 
 
 def _row_args(q, z, tma, grad):
-    """Descriptor and pointer arguments of the row matrices."""
-    if tma:
-        q, z = (tma_rows(q), tma_rows(z)) if q is not z else (tma_rows(q),) * 2
-    args = dict(q_desc=_descriptor(q, tma), z_desc=_descriptor(z, tma), q_ptr=q, z_ptr=z)
-    if grad:
-        args.update(qo_desc=_descriptor(q, tma), zo_desc=_descriptor(z, tma))
+    """Descriptor and pointer arguments of the row matrices: without tma the descriptors are
+    None; with grad, also the output chunks' (qo_desc, zo_desc)."""
+    names = ("q_desc", "qo_desc") if grad else ("q_desc",)
+    z_names = ("z_desc", "zo_desc") if grad else ("z_desc",)
+    if not tma:
+        return dict.fromkeys(names + z_names, None) | dict(q_ptr=q, z_ptr=z)
+    if q is z:
+        q = z = tma_rows(q)
+        args = dict(zip(names + z_names, _descriptors(q, 2 * len(names))))
+    else:
+        q, z = tma_rows(q), tma_rows(z)
+        args = dict(zip(names, _descriptors(q, len(names))))
+        args.update(zip(z_names, _descriptors(z, len(names))))
+    args.update(q_ptr=q, z_ptr=z)
     return args
 
 
@@ -408,10 +419,21 @@ def column_terms(scale, temperature, bias, coef=None, zeroed=None):
     return terms
 
 
-def _common(q, tma, rows):
-    """The arguments every tile kernel takes about its rows."""
-    return dict(D=q.shape[1], stride=q.stride(0), n_bucket=n_bucket(rows), USE_TMA=tma,
-                PRECISION=_precision(q.dtype), **row_width(q.shape[1], q.element_size()).meta())
+def _common(q, tma, rows, output_chunks=True):
+    """The arguments every tile kernel takes about its rows (read only: the caller copies
+    them); output_chunks: with BLOCK_DO, which only the backward's kernels take."""
+    return _row_constants(q.shape[1], q.stride(0), q.dtype, tma, rows, output_chunks, INTERPRET)
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_constants(d, stride, dtype, tma, rows, output_chunks, interpret):
+    """_common's arguments, computed once per row shape and kind of launch: a step's launches
+    repeat them. `interpret` keys INTERPRET, which the widths and the precision follow."""
+    meta = row_width(d, dtype.itemsize).meta()
+    if not output_chunks:
+        del meta["BLOCK_DO"]
+    return dict(D=d, stride=stride, n_bucket=n_bucket(rows), USE_TMA=tma,
+                PRECISION=_precision(dtype), **meta)
 
 
 def lse_plain(q, z, q_scale, z_scale, temperature, self_offset):
@@ -424,11 +446,10 @@ def lse_plain(q, z, q_scale, z_scale, temperature, self_offset):
     part_sum = uninitialized((splits, m), q.device)
     tma = use_tma(q.device)
     args = _row_args(q, z, tma, False)
-    args.update(_common(q, tma, m), rq_ptr=q_scale,
+    args.update(_common(q, tma, m, output_chunks=False), rq_ptr=q_scale,
                 terms_ptr=column_terms(z_scale, temperature, 0.0), part_max_ptr=part_max,
                 part_sum_ptr=part_sum, M=m, N=n, self_offset=max(self_offset, 0),
                 num_splits=splits, SELF_COLUMN=self_offset >= 0)
-    del args["BLOCK_DO"]
     LSE_PLAIN(lambda meta: (cdiv(m, meta["BLOCK_M"]), splits), args)
     return merge_lse(part_max, part_sum, m, splits)  # -inf: an anchor with no column
 
@@ -463,9 +484,8 @@ def lse_symmetric(z, scale, inv_t):
     tma = use_tma(z.device)
     shift2 = _fp32(inv_t * LOG2E)
     z = tma_rows(z) if tma else z
-    args = _common(z, tma, n)
-    del args["BLOCK_DO"]
-    args.update(z_desc=_descriptor(z, tma), z_ptr=z,
+    z_desc, = _descriptors(z, 1) if tma else (None,)
+    args = dict(_common(z, tma, n, output_chunks=False), z_desc=z_desc, z_ptr=z,
                 terms_ptr=column_terms(scale, Temperature(scale, inv_t, False), -shift2,
                                        zeroed=row_sum),
                 row_sum_ptr=row_sum, N=n, num_splits=splits)
