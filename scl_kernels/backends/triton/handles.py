@@ -46,35 +46,34 @@ class CompiledKernels:
         """Starts the kernel over `grid` (a tuple) with positional `args` and keyword `kwargs`
         (the dict is the caller's to give: the options are added to it); returns what the JIT's
         launch returns."""
-        if not self.usable or not self._cached_path_applies():
-            return self.fn.run(*args, grid=grid, warmup=False, **kwargs)
-        device = driver.active.get_current_device()
-        caches = self.fn.device_caches.get(device)  # a defaultdict: get() creates nothing
+        fn, runtime = self.fn, knobs.runtime
+        # Launch hooks and pre-run hooks take the JIT's path. The launch hooks are chains
+        # (knobs.HookChain) that the JIT hands the launcher with launch metadata built for them;
+        # while a chain holds no hook, calling it does nothing, and the launcher given None calls
+        # nothing.
+        if (not self.usable or runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls
+                or fn.pre_run_hooks):
+            return fn.run(*args, grid=grid, warmup=False, **kwargs)
+        active = driver.active
+        device = active.get_current_device()
+        caches = fn.device_caches.get(device)  # a defaultdict: get() creates nothing
         if caches is None:
-            return self.fn.run(*args, grid=grid, warmup=False, **kwargs)
-        kwargs["debug"] = kwargs.get("debug", self.fn.debug) or knobs.runtime.debug
+            return fn.run(*args, grid=grid, warmup=False, **kwargs)
+        kwargs["debug"] = kwargs.get("debug", fn.debug) or runtime.debug
         kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
         bound, specialisation, options = caches[4](*args, **kwargs)
         key = (device, tuple(specialisation), tuple(options.items()))
         kernel = self.by_specialisation.get(key)
-        if kernel is None or (self.fn.used_global_vals and not self._globals_unchanged()):
-            kernel = self.fn.run(*args, grid=grid, warmup=False, **kwargs)
+        if kernel is None or (fn.used_global_vals and not self._globals_unchanged()):
+            kernel = fn.run(*args, grid=grid, warmup=False, **kwargs)
             if isinstance(kernel, CompiledKernel):
                 self.by_specialisation[key] = kernel
             return kernel
         launcher = kernel.run  # loads the binary on first use, as the JIT's launch does
         grid = (*grid, 1, 1)
-        launcher(grid[0], grid[1], grid[2], driver.active.get_current_stream(device),
-                 kernel.function, kernel.packed_metadata, None, None, None, *bound.values())
+        launcher(grid[0], grid[1], grid[2], active.get_current_stream(device), kernel.function,
+                 kernel.packed_metadata, None, None, None, *bound.values())
         return kernel
-
-    def _cached_path_applies(self):
-        """No launch hooks and no pre-run hooks. The launch hooks are chains (knobs.HookChain)
-        that the JIT hands the launcher with launch metadata built for them; while a chain
-        holds no hook, calling it does nothing, and the launcher given None calls nothing."""
-        runtime = knobs.runtime
-        return not (runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls
-                    or self.fn.pre_run_hooks)
 
     def _globals_unchanged(self):
         """The JIT's check that the globals the kernel read at compile time still hold; where

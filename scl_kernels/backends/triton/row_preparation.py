@@ -113,13 +113,17 @@ def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_su
     inv_norm = torch.empty(r, dtype=torch.float32, device=rows.device)
     row_class = torch.empty(r, dtype=torch.int64, device=rows.device)
     positives = torch.empty(r, dtype=torch.int64, device=rows.device)
-    sums_size = n * d if class_sums else 0
-    mean_at = (sums_size + (1 if check_values else 0) + 1) // 2 * 2
-    zeroed = torch.zeros(mean_at + (6 if mean_sums else 0), dtype=torch.float32,
-                         device=rows.device)
-    sums = zeroed[:sums_size].view(n if class_sums else 0, d)
-    non_finite = zeroed[sums_size:sums_size + (1 if check_values else 0)].view(torch.int32)
-    means = zeroed[mean_at:].view(torch.float64)
+    sums_size, count_size = n * d if class_sums else 0, 1 if check_values else 0
+    mean_at = (sums_size + count_size + 1) // 2 * 2
+    mean_size = 6 if mean_sums else 0
+    # One split instead of a slice each: every view made from Python costs about as much as an
+    # allocation.
+    sums, non_finite, _, means = torch.zeros(
+        mean_at + mean_size, dtype=torch.float32, device=rows.device).split_with_sizes(
+        [sums_size, count_size, mean_at - sums_size - count_size, mean_size])
+    sums = sums.view(n if class_sums else 0, d)
+    non_finite = non_finite.view(torch.int32)
+    means = means.view(torch.float64)
     # Sums not asked for get a placeholder pointer: their constexpr flag keeps the kernel off it.
     PREPARE_ROWS(
         (cdiv(r, BLOCK_R),),
