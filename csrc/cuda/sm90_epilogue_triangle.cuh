@@ -99,11 +99,11 @@ struct FencedExchange {
 //   by an arrive with release at CTA scope (arrive_in_cluster_after_reads): it orders only this
 //   thread's reads of its own shared memory, which the partner overwrites after its wait for
 //   that arrive (ptxas compiles it to the arrive alone, no fence); the reductions use a scratch
-//   of their own. Such a release is what CUTLASS's
-//   multicast pipelines rely on when a consumer frees a stage that another program's TMA
-//   refills; the PTX memory model states synchronisation across programs for cluster scope, so
-//   compute-sanitizer's racecheck on a GPU is part of this walk's rule before it can become
-//   the default (bench/decisions/2026-11-28-walks-m0-rules.md).
+//   of their own. Such a release is what CUTLASS's multicast pipelines rely on when a consumer
+//   frees a stage that another program's TMA refills. The PTX memory model states
+//   synchronisation between programs only at cluster scope, which would bring the GPU-scope
+//   fence back: compute-sanitizer's racecheck on a GPU is part of this walk's rule before it
+//   can become the default (bench/decisions/2026-11-28-walks-m0-rules.md, rule 5).
 // - One received buffer, not two: a second (32 KiB) does not fit beside the rest (214 of the
 //   227 KiB with this scratch), and it would not be waited for: a consumer sends tile k + 1's
 //   half a whole tile (three products) after the partner released tile k's, since the partner
