@@ -11,14 +11,15 @@
 #              SCL_SANITIZER_CASES="14,15 1,2" takes only those groups (case numbers as printed)
 #   walks      M0 of the tile kernels' work (issue 40; rules written before the run in
 #              bench/decisions/2026-11-28-walks-m0-rules.md): bench/gpu/walks.py times the CUDA C++
-#              triangle backward, its full-row walk (SCL_CUDA_SYMMETRIC_BACKWARD=rows) and Triton at
+#              triangle backward, the same with its partners' exchange by st.async
+#              (SCL_CUDA_SYMMETRIC_BACKWARD=triangle-async), its full-row walk (=rows) and Triton at
 #              N = 65,536, D = 64 / 128 / 256, bf16, one set, synchronised, back to back and as a
 #              graph replay, per kernel, with the SM clock sampled by nvidia-smi under load; then
 #              Nsight Compute over the tile kernels of one step of each CUDA C++ walk at D = 128
 #              (warp state, source counters, pipes) and bench/gpu/ncu_pages.py's reading of its
 #              pages: the stalls at each fence and wait line, and the numbers each rule reads
 #              (walks_rules.txt). One device call: SCL_CUDA_ARCH_LIST=9.0a
-#              SCL_GPU_PHASES="build walks" (budget below, about 4.5 minutes predicted, 6 allowed)
+#              SCL_GPU_PHASES="build walks" (budget below, about 5 minutes predicted, 6 allowed)
 #   profile    bench/gpu/profile.py at N = 16,384 and 65,536, D = 128, 100 classes, single set:
 #              wall, host issue time, tile-kernel time apart from the rest, launches, host waits,
 #              the same step replayed from a CUDA graph, the Triton autotuner's choices
@@ -185,12 +186,14 @@ kernels() {
 }
 walks() {
   # Budget of the one device call (H100, 16 cores), predicted from the sessions of 2026-11-26/27:
-  # build 71-88 s measured (sm_90a only); the timings about 100 s (9 rows of about 3 s each at
+  # build 71-88 s measured (sm_90a only); the timings about 110 s (12 rows of about 3 s each at
   # 5-18 ms a step, plus Triton's compilation and autotuning at each D, 20-30 s, and the process's
-  # start); Nsight Compute about 60 s (start and warm-up, 4 tile kernels of 1.4-6 ms replayed
-  # about 40 passes each, three pages read back); so about 270 s of the call's 360. The limits
-  # below (150 + 110 s) keep the walks phase inside 260 s, and a timing part that overruns still
-  # leaves the profile its own time. SCL_WALKS_ARGS and SCL_WALKS_NCU_ARGS are appended to the two
+  # start); Nsight Compute about 75 s (start and warm-up, 6 tile kernels of 1.4-6 ms replayed
+  # about 40 passes each, three pages read back); so about 295 s of the call's 360 (the triangle
+  # by st.async added 3 rows, about 10 s, and 2 profiled kernels, about 15 s: it fits, so it is
+  # timed at D = 256 too, where it runs rows like the triangle). The limits below (150 + 110 s)
+  # keep the walks phase inside 260 s, and a timing part that overruns still leaves the profile
+  # its own time. SCL_WALKS_ARGS and SCL_WALKS_NCU_ARGS are appended to the two
   # commands (the later of two equal options wins), e.g. for the script's CPU test.
   local status=0 extra ncu_extra
   read -ra extra <<< "${SCL_WALKS_ARGS:-}"
@@ -198,7 +201,8 @@ walks() {
   timeout 150 "$python" -m bench.gpu.walks --out "$out" "${extra[@]}" || status=1
   # ncu_pages prints the numbers each rule reads; its exit status says whether the raw page held
   # any kernel.
-  timeout 110 bash -c 'tile_kernels_ncu "$@"' _ "$out/walks_kernels" --backends cuda:triangle,cuda:rows \
+  timeout 110 bash -c 'tile_kernels_ncu "$@"' _ "$out/walks_kernels" \
+    --backends cuda:triangle,cuda:triangle-async,cuda:rows \
     --sizes 65536 --dims 128 "${ncu_extra[@]}" \
     && "$python" -m bench.gpu.ncu_pages --raw "$out/walks_kernels.raw.csv" \
       --sass "$out/walks_kernels.sass.csv" | tee "$out/walks_rules.txt" || status=1

@@ -1,5 +1,6 @@
 """Nsight Compute's text pages of the walks' tile kernels, read for the decision rules of
-bench/decisions/2026-11-28-walks-m0-rules.md (rules 2-4; rule 1 reads bench.gpu.walks' times).
+bench/decisions/2026-11-28-walks-m0-rules.md (rules 2-4, and rule 5's profile beside the times;
+rules 1 and 5 read bench.gpu.walks' times).
 
     python -m bench.gpu.ncu_pages --raw walks_kernels.raw.csv [--sass walks_kernels.sass.csv]
 
@@ -222,6 +223,13 @@ def rules(kernels, have_lines):
                                      "comes before step 4" if share > FENCE_WAIT_SHARE else
                                      "at most 25%: the fences are not the triangle's limit; "
                                      "step 1 is not brought forward"))
+    asynchronous = next((k for k in kernels if k["short"] == "kGradTriangleAsync"), None)
+    if triangle is not None and asynchronous is not None:
+        share = asynchronous.get("fence_wait_share")
+        out.append(f"rule 5 reads (beside the timings): triangle-async backward "
+                   f"{fmt(asynchronous['ms'], ' ms')} against the triangle's {fmt(triangle['ms'], ' ms')}, "
+                   f"samples at its fences and cluster waits "
+                   f"{'—' if share is None else f'{share:.1%}'} of its warp cycles")
     forward = next((k for k in kernels if k["short"] == "kLseSymmetric"), None)
     if forward is None or forward["mufu"] is None or forward["tensor"] is None:
         out.append("rules 3-4: no forward pipe shares: not decided")

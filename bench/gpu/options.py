@@ -10,11 +10,13 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def add_step_options(parser, backends="triton,cuda"):
-    """--backends (the fused backends to time; "cuda:rows" / "cuda:triangle" name the CUDA C++
-    symmetric backward's walk, bench.gpu.step.walk_of) and --dtype (of the features)."""
+    """--backends (the fused backends to time; "cuda:rows" / "cuda:triangle" /
+    "cuda:triangle-async" name the CUDA C++ symmetric backward's walk, bench.gpu.step.walk_of)
+    and --dtype (of the features)."""
     parser.add_argument("--backends", default=backends, type=walk_specs,
-                        help="fused backends, comma-separated; cuda:triangle and cuda:rows name "
-                             "the CUDA C++ symmetric backward's walk (default %(default)s)")
+                        help="fused backends, comma-separated; cuda:triangle, cuda:triangle-async "
+                             "and cuda:rows name the CUDA C++ symmetric backward's walk (default "
+                             "%(default)s)")
     parser.add_argument("--dtype", default="bf16", choices=tuple(DTYPES))
 
 

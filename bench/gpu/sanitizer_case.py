@@ -2,7 +2,8 @@ r"""Forward and backward of backend="cuda" on small awkward cases, for compute-s
 (bench/gpu/gpu_session.sh). Every kernel is reached: the sm_90a wgmma kernels (bf16 / fp16 with
 D <= 256, in their 128- and 256-wide forms, and the triangle backward's cluster pairs, whose
 exchange over distributed shared memory is synchronisation for racecheck and synccheck to
-check) and the mma.sync kernels (everything else), each in
+check, in both its forms: the default and the exchange by st.async, opt-in until this set and the
+GPU tests pass with it) and the mma.sync kernels (everything else), each in
 the symmetric schedule (single set) and the plain one (contrast_mode="one", a cross set, the raw
 op with anchor_offset), with padded rows, tile tails, float64 inputs (computed in fp32) and a low
 temperature. Every case runs twice: as it comes, and under
@@ -18,8 +19,15 @@ import argparse
 import torch
 
 import scl_kernels
+from bench.gpu.step import walk_of
 from bench.harness import cli
 
+# The triangle backward's cluster pairs with column sides: 5 row blocks (the odd last one pairs
+# with padding), and 6 at D = 64 (the partners' upper half of the columns not sent).
+TRIANGLE_CASES = [
+    (520, 128, torch.bfloat16, "single", 0.1),
+    (700, 64, torch.float16, "single", 0.1),
+]
 # (n, d, dtype, layout, temperature)
 CASES = [
     (300, 128, torch.bfloat16, "single", 0.1),
@@ -35,11 +43,7 @@ CASES = [
     (70, 33, torch.float32, "cross", 0.1),
     (129, 64, torch.float64, "single", 0.1),
     (1, 8, torch.bfloat16, "single", 0.1),
-    # The triangle backward's cluster pairs with column sides: 5 row blocks (the odd last one
-    # pairs with padding), and 6 at D = 64 (the partners' upper half of the columns not sent).
-    (520, 128, torch.bfloat16, "single", 0.1),
-    (700, 64, torch.float16, "single", 0.1),
-]
+] + TRIANGLE_CASES
 # (n, d, dtype, num_anchors, anchor_offset): the raw op on a block of the single set's anchors.
 OFFSET_CASES = [
     (300, 128, torch.bfloat16, 64, 37),
@@ -78,6 +82,13 @@ def run(n, d, dtype, layout, temperature):
         (case, loss.item(), want.item())
 
 
+def run_async_triangle(*case):
+    """A cluster-pair case with the triangle's exchange by st.async
+    (SCL_CUDA_SYMMETRIC_BACKWARD=triangle-async)."""
+    with walk_of("cuda:triangle-async"):
+        run(*case)
+
+
 def run_offset(n, d, dtype, num_anchors, anchor_offset):
     gen = torch.Generator().manual_seed(n * 1000 + d + anchor_offset)
     x = _randn(gen, n, d, dtype=dtype)
@@ -92,9 +103,16 @@ def run_offset(n, d, dtype, num_anchors, anchor_offset):
         (n, d, dtype, num_anchors, anchor_offset)
 
 
+def all_runs():
+    """(function, case) of every case, in the order of their numbers."""
+    return ([(run, case) for case in CASES] + [(run_offset, case) for case in OFFSET_CASES]
+            + [(run_async_triangle, case) for case in TRIANGLE_CASES])
+
+
 def case_groups(count, groups):
     """Case numbers 1..count dealt round-robin into at most `groups` comma-separated lists, so
-    that the slow cases (the cluster pairs' 14 and 15) land in different groups."""
+    that the slow cases (the cluster pairs' 14 and 15, and 18 and 19 by st.async) land in
+    different groups."""
     dealt = [[] for _ in range(min(groups, count))]
     for number in range(1, count + 1):
         dealt[(number - 1) % len(dealt)].append(str(number))
@@ -110,7 +128,7 @@ def main():
                              "(for --cases), and exit: the groups that gpu_session.sh runs side by "
                              "side")
     args = parser.parse_args()
-    runs = [(run, case) for case in CASES] + [(run_offset, case) for case in OFFSET_CASES]
+    runs = all_runs()
     if args.print_groups is not None:
         if args.print_groups < 1:
             parser.error("--print-groups must be at least 1")

@@ -1,7 +1,8 @@
 """The step the GPU scripts time and profile: one forward + backward of ``supcon_loss`` on issue
 23's problem (100 classes, temperature 0.1), after the warm-up that compiles, autotunes and fills
 the caching allocator. A backend may name the CUDA C++ symmetric backward's walk after a colon
-("cuda:triangle", "cuda:rows"): the step then runs inside ``walk_of(spec)``."""
+("cuda:triangle", "cuda:triangle-async", "cuda:rows"): the step then runs inside
+``walk_of(spec)``."""
 import contextlib
 import os
 import re
@@ -9,18 +10,18 @@ import re
 import torch
 
 from bench.harness.timing import synchronize
+from bench.static.cuda_static import WALKS as WALK_KINDS
 
 TEMPERATURE = 0.1
 CLASSES = 100
 # The CUDA C++ library reads this at every call (csrc/cuda/supcon_cuda.cpp,
 # symmetric_backward_by_triangle), so one process can time both walks.
 WALK_VARIABLE = "SCL_CUDA_SYMMETRIC_BACKWARD"
-WALKS = ("triangle", "rows")
-# The sm90 walk_kernel's Walk argument, as the profiler and Nsight Compute print it in the
-# demangled name ("(scl::cuda::Walk)5"), by value (csrc/cuda/walk_terms.h).
-WALK_KINDS = ("kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric", "kGradColumns",
-              "kGradTriangle")
+WALKS = ("triangle", "triangle-async", "rows")
+# The sm90 walk_kernel's Walk argument as the profiler and Nsight Compute print it in the
+# demangled name ("(scl::cuda::Walk)5").
 WALK_KERNEL_TAGS = {"triangle": f"Walk){WALK_KINDS.index('kGradTriangle')}",
+                    "triangle-async": f"Walk){WALK_KINDS.index('kGradTriangleAsync')}",
                     "rows": f"Walk){WALK_KINDS.index('kGradRowsSymmetric')}"}
 
 

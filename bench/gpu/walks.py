@@ -1,10 +1,10 @@
-"""M0 of the tile kernels' work (issue 40): the CUDA C++ symmetric backward's two walks and
-Triton, timed three ways side by side in one process on one machine, per kernel, with the SM
-clock under load; then the numbers the decision rules read
-(bench/decisions/2026-11-28-walks-m0-rules.md).
+"""M0 of the tile kernels' work (issue 40): the CUDA C++ symmetric backward's walks (the triangle,
+the triangle with its partners' exchange by st.async, full rows) and Triton, timed three ways
+side by side in one process on one machine, per kernel, with the SM clock under load; then the
+numbers the decision rules read (bench/decisions/2026-11-28-walks-m0-rules.md).
 
-    python -m bench.gpu.walks          # cuda:triangle, cuda:rows, triton; N = 65,536;
-                                       # D = 64, 128, 256; bf16; one set
+    python -m bench.gpu.walks          # cuda:triangle, cuda:triangle-async, cuda:rows, triton;
+                                       # N = 65,536; D = 64, 128, 256; bf16; one set
     python -m bench.gpu.walks --device cpu --backends cpu,reference --sizes 256 --dims 16
 
 Per backend and D: synchronised (median of --repeats steps, each waited for), back to back (ms
@@ -30,10 +30,13 @@ from bench.gpu.step import TEMPERATURE, WALK_KERNEL_TAGS, short_kernel, split_ba
 from bench.harness import cli, report
 from bench.harness.machine import machine_description
 
-# The rule written before the run (bench/decisions/2026-11-28-walks-m0-rules.md, rule 1): the
-# full-row walk becomes CUDA C++'s default on sm_90 where it takes at most this share of the
-# triangle's back-to-back step.
+# The rules written before the run (bench/decisions/2026-11-28-walks-m0-rules.md): the full-row
+# walk becomes CUDA C++'s default on sm_90 where it takes at most this share of the triangle's
+# back-to-back step (rule 1); the triangle's exchange by st.async becomes the triangle's where it
+# takes at most this share at every D the triangle runs, once the GPU tests and
+# compute-sanitizer pass with it (rule 5).
 ROWS_DEFAULT_RATIO = 0.9
+ASYNC_DEFAULT_RATIO = 0.85
 CLOCK_PERIOD_MS = 100
 
 
@@ -78,23 +81,31 @@ def backward_walk_ms(row, walk):
     return next((ms for name, _, ms in row["top"] if WALK_KERNEL_TAGS[walk] in name), None)
 
 
-def readings(rows):
-    """The lines of what rule 1 reads (the rows walk against the triangle, per D where the
-    triangle runs) and what `auto`'s size rule reads (CUDA C++'s faster walk against Triton),
-    with rule 1's verdict. Rules 2-4 read Nsight Compute's pages (bench.gpu.ncu_pages)."""
-    by = {(r["backend"], r["d"]): r for r in rows}
-    lines, ratios = [], {}
-    for d in sorted({r["d"] for r in rows}):
-        triangle, full = by.get(("cuda:triangle", d)), by.get(("cuda:rows", d))
-        if not (triangle and full and triangle["walk_ran"] == "triangle"
-                and full["walk_ran"] == "rows"):
+def walk_ratios(by, walk, against):
+    """{D: back-to-back ratio of cuda:<walk> to cuda:<against>} at the D where both ran as asked,
+    and the lines that show each with the replay ratio and both backward kernels' times."""
+    ratios, lines = {}, []
+    for d in sorted({d for _, d in by}):
+        mine, theirs = by.get((f"cuda:{walk}", d)), by.get((f"cuda:{against}", d))
+        if not (mine and theirs and mine["walk_ran"] == walk and theirs["walk_ran"] == against):
             continue
-        ratios[d] = full["back_to_back_ms"] / triangle["back_to_back_ms"]
-        kernels = (backward_walk_ms(full, "rows"), backward_walk_ms(triangle, "triangle"))
-        lines.append(f"rule 1 reads, D={d}: rows / triangle back to back {ratios[d]:.3f} "
-                     f"({full['back_to_back_ms']:.3f} / {triangle['back_to_back_ms']:.3f} ms); "
-                     f"graph replay back to back {ratio(full, triangle, 'graph_back_to_back_ms')}; "
-                     f"backward kernel {kernels[0]:.3f} / {kernels[1]:.3f} ms")
+        ratios[d] = mine["back_to_back_ms"] / theirs["back_to_back_ms"]
+        lines.append(f"D={d}: {walk} / {against} back to back {ratios[d]:.3f} "
+                     f"({mine['back_to_back_ms']:.3f} / {theirs['back_to_back_ms']:.3f} ms); "
+                     f"graph replay back to back {ratio(mine, theirs, 'graph_back_to_back_ms')}; "
+                     f"backward kernel {millis(backward_walk_ms(mine, walk))} / "
+                     f"{millis(backward_walk_ms(theirs, against))} ms")
+    return ratios, lines
+
+
+def readings(rows):
+    """The lines of what rules 1 and 5 read (the rows walk and the triangle's exchange by st.async
+    against the triangle, per D where the triangle runs) and what `auto`'s size rule reads (CUDA
+    C++'s fastest walk against Triton), with the rules' verdicts. Rules 2-4 read Nsight
+    Compute's pages (bench.gpu.ncu_pages)."""
+    by = {(r["backend"], r["d"]): r for r in rows}
+    ratios, shown = walk_ratios(by, "rows", "triangle")
+    lines = [f"rule 1 reads, {line}" for line in shown]
     if not ratios:
         lines.append("rule 1: no D where both CUDA C++ walks ran as asked: not decided")
     elif all(r <= ROWS_DEFAULT_RATIO for r in ratios.values()):
@@ -105,8 +116,20 @@ def readings(rows):
                      "some D: the triangle stays the default until step 1's walk is measured")
     else:
         lines.append("rule 1: the triangle is as fast or faster at every D: it stays the default")
+    ratios, shown = walk_ratios(by, "triangle-async", "triangle")
+    lines += [f"rule 5 reads, {line}" for line in shown]
+    if not ratios:
+        lines.append("rule 5: no D where both triangles ran as asked: not decided")
+    elif all(r <= ASYNC_DEFAULT_RATIO for r in ratios.values()):
+        lines.append(f"rule 5: triangle-async <= {ASYNC_DEFAULT_RATIO}x the triangle at every D it "
+                     "runs: its exchange becomes the triangle's once the CUDA tests and "
+                     "compute-sanitizer's set pass with it (phases tests and sanitize); rule 1 is "
+                     "then read with it in the triangle's place")
+    else:
+        lines.append(f"rule 5: triangle-async above {ASYNC_DEFAULT_RATIO}x the triangle at some D: "
+                     "it stays opt-in, and the fences were not what the triangle waits for")
     for d in sorted({r["d"] for r in rows}):
-        cuda = [by[(b, d)] for b in ("cuda:triangle", "cuda:rows") if (b, d) in by]
+        cuda = [by[(b, d)] for b in ("cuda:triangle", "cuda:triangle-async", "cuda:rows") if (b, d) in by]
         triton = by.get(("triton", d))
         if cuda and triton:
             best = min(cuda, key=lambda r: r["back_to_back_ms"])
@@ -162,7 +185,7 @@ def main(argv=None):
     parser = cli.benchmark_parser(__doc__, device="cuda", sizes="65536", dims="64,128,256",
                                   repeats=5, helps={"repeats": "synchronised steps (and replays) "
                                                                "per median (default %(default)s)"})
-    options.add_step_options(parser, backends="cuda:triangle,cuda:rows,triton")
+    options.add_step_options(parser, backends="cuda:triangle,cuda:triangle-async,cuda:rows,triton")
     args = parser.parse_args(argv)
     import scl_kernels
     device = torch.device(args.device)
@@ -173,7 +196,7 @@ def main(argv=None):
         if why:
             raise SystemExit(f"python -m bench.gpu.walks: {spec} cannot run on {device}: {why}")
     rows = []
-    for d in args.dims:  # each D's three backends back to back: one clock, one thermal state
+    for d in args.dims:  # each D's backends back to back: one clock, one thermal state
         for n in args.sizes:
             for spec in args.backends:
                 with SmClock(device.index or 0) as clock:

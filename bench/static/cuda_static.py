@@ -47,13 +47,19 @@ SM90_GRAD_CHUNK = 128  # gradient columns per backward program (kGradWidth)
 # per pair of programs.
 L2_REDUCTION_BYTES_PER_S = 3.3e12
 
+# The sm90 walk_kernel's Walk argument by value (csrc/cuda/walk_terms.h): how the mangled and
+# demangled names say which walk a kernel is.
+WALKS = ("kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric", "kGradColumns",
+         "kGradTriangle", "kGradTriangleAsync")
 # Walks whose tile loop is known to hold GPU-scope fences, and the change that removes them: such
 # a kernel is reported as an expected failure, not a problem; one whose fences are gone is a
 # problem until it leaves this list, so that the record changes with the code (a strict xfail).
 # The triangle's cluster-scope release arrive (cluster_pair.cuh) compiles to MEMBAR.ALL.GPU right
-# after the tile's reductions into L2, so each tile waits for them to land.
-KNOWN_GPU_FENCES = {"kGradTriangle": "until step 1 of bench/decisions/2026-11-28-walks-m0-rules.md "
-                                     "(the partner exchange by st.async and complete_tx)"}
+# after the tile's reductions into L2, so each tile waits for them to land. Its exchange without
+# them, kGradTriangleAsync, is not listed: a GPU-scope fence in its tile loop fails the check.
+KNOWN_GPU_FENCES = {"kGradTriangle": "until the triangle's exchange by st.async (kGradTriangleAsync, "
+                                     "step 1 of issue 40) is measured and becomes the default "
+                                     "(rule 5 of bench/decisions/2026-11-28-walks-m0-rules.md)"}
 
 _FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
 _RESOURCE = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
@@ -130,10 +136,8 @@ def kernel_name(mangled):
     kernel = "lse_symmetric_kernel" if "lse_symmetric_kernel" in mangled else "walk_kernel"
     dtype = ("bf16" if "bfloat16" in mangled else "fp16" if "half_t" in mangled else "fp32")
     walk = re.search(r"WalkE(\d)", mangled)
-    walks = ["kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric", "kGradColumns",
-             "kGradTriangle"]
     width = re.search(r"ELi(\d+)E", mangled)
-    args = dtype + (f", {walks[int(walk.group(1))]}" if walk else "") + (f", {width.group(1)}" if width else "")
+    args = dtype + (f", {WALKS[int(walk.group(1))]}" if walk else "") + (f", {width.group(1)}" if width else "")
     return f"{family} {kernel}<{args}>"
 
 
@@ -296,6 +300,16 @@ def predict(results, n=HEADLINE["n"], d=HEADLINE["d"]):
     return steps, symmetric_floor, schedule_floor, l2_seconds
 
 
+def predict_async_backward(results, n=HEADLINE["n"], d=HEADLINE["d"]):
+    """(seconds, cost, result) of the triangle's column-side tiles with the partners' exchange by
+    st.async (kGradTriangleAsync, opt-in), in the model that gives kGradTriangle's: it counts issue
+    slots, not waits, so it differs from the default only by the exchange's instructions; the
+    fences' waits that this walk removes are not in it (rule 5 of
+    bench/decisions/2026-11-28-walks-m0-rules.md predicts their share from the GPU's numbers)."""
+    column, _ = triangle_tiles(-(-n // SM90_BLOCK))
+    return _sm90_steps(results, d, {"bwd async": ("kGradTriangleAsync", column)})["bwd async"]
+
+
 def predict_plain(results, n=HEADLINE["n"], d=HEADLINE["d"]):
     """Predicted seconds of the sm_90a plain schedule on a cross set of n anchors and n contrast
     rows (bf16, d <= 256): the forward over every tile, the backward's rows and columns walks
@@ -370,6 +384,11 @@ def report(results, out=sys.stdout):
         emit(f"Predicted sm_90a symmetric schedule, N={case['n']} D={case['d']} bf16, "
              f"issue-slot model of an {issue_slots.H100.name}:")
         total = _emit_steps(emit, steps, l2_seconds)
+        if l2_seconds is not None:
+            seconds, cost, r = predict_async_backward(results, case["n"], case["d"])
+            emit(f"  (opt-in) {seconds * 1e3:7.3f} ms in place of 'backward' with the exchange by st.async "
+                 f"(kGradTriangleAsync): issue {cost.issue:.0f} cycles per tile, "
+                 f"{r['per_1000_fmas']:.2f} loop instructions per 1,000 FMAs; not in the total")
         emit(f"predicted fwd+bwd CUDA N={case['n']} D={case['d']} bf16: {total * 1e3:.2f} ms "
              f"({total / symmetric_floor:.2f}x the 4 N^2 D symmetric floor {symmetric_floor * 1e3:.2f} ms, "
              f"{total / schedule_floor:.2f}x the 5 N^2 D floor {schedule_floor * 1e3:.2f} ms)")

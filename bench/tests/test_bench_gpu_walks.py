@@ -18,6 +18,7 @@ from bench.gpu.step import split_backend, walk_of, walk_that_ran, WALK_VARIABLE
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TRIANGLE = "void scl::cuda::sm90::walk_kernel<cutlass::bfloat16_t, (scl::cuda::Walk)5, 128>(scl::cuda::sm90::Params)"
 ROWS = "void scl::cuda::sm90::walk_kernel<cutlass::bfloat16_t, (scl::cuda::Walk)3, 128>(scl::cuda::sm90::Params)"
+ASYNC = "void scl::cuda::sm90::walk_kernel<cutlass::bfloat16_t, (scl::cuda::Walk)6, 128>(scl::cuda::sm90::Params)"
 FORWARD = "void scl::cuda::sm90::walk_kernel<cutlass::bfloat16_t, (scl::cuda::Walk)1, 128>(scl::cuda::sm90::Params)"
 
 # The raw page (ncu --page raw --csv) as assumed: metric names, a row of units, a row per kernel
@@ -71,6 +72,8 @@ def test_a_backend_names_its_walk():
         assert os.environ[WALK_VARIABLE] == "rows"
     assert os.environ.get(WALK_VARIABLE) == before
     assert walk_that_ran([FORWARD, TRIANGLE]) == "triangle" and walk_that_ran([ROWS]) == "rows"
+    assert walk_that_ran([FORWARD, ASYNC]) == "triangle-async"
+    assert split_backend("cuda:triangle-async") == ("cuda", "triangle-async")
     assert walk_that_ran(["grad_rows_kernel"]) is None
 
 
@@ -96,7 +99,31 @@ def test_rule_one_reads_rows_against_the_triangle(rows_ms, verdict):
     assert [line.split(":")[0] for line in lines[:2]] == ["rule 1 reads, D=64", "rule 1 reads, D=128"]
     assert verdict in lines[2]
     assert "backward kernel 5.000 / 5.780 ms" in lines[1]
+    assert "rule 5: no D where both triangles ran as asked: not decided" in lines
     assert lines[-1].startswith("auto reads, D=128: CUDA C++ ") and "Triton 6.220 ms" in lines[-1]
+
+
+@pytest.mark.parametrize("async_ms, verdict", [
+    ((6.1, 6.3), "its exchange becomes the triangle's once the CUDA tests"),
+    ((6.1, 6.5), "it stays opt-in"),
+    ((7.4, 7.6), "it stays opt-in")])
+def test_rule_five_reads_the_async_exchange_against_the_triangle(async_ms, verdict):
+    """Rule 5 (written before the run): the triangle with its exchange by st.async at most 0.85x
+    the triangle back to back at every D the triangle runs (D = 256 runs rows whatever is asked),
+    and the fastest CUDA C++ walk is the one auto's rule reads."""
+    rows = [row("cuda:triangle", 64, "triangle", 7.26, 5.6, TRIANGLE),
+            row("cuda:triangle-async", 64, "triangle-async", async_ms[0], 4.2, ASYNC),
+            row("cuda:triangle", 128, "triangle", 7.49, 5.78, TRIANGLE),
+            row("cuda:triangle-async", 128, "triangle-async", async_ms[1], 4.4, ASYNC),
+            row("cuda:triangle-async", 256, "rows", 13.5, 11.0, ROWS),
+            row("triton", 128, None, 6.22, 4.7, "grad_rows_kernel")]
+    lines = walks.readings(rows)
+    reads = [line for line in lines if line.startswith("rule 5 reads")]
+    assert [line.split(":")[0] for line in reads] == ["rule 5 reads, D=64", "rule 5 reads, D=128"]
+    assert "backward kernel 4.400 / 5.780 ms" in reads[1]
+    assert verdict in next(line for line in lines if line.startswith("rule 5:"))
+    fastest = "triangle-async" if async_ms[1] < 7.49 else "triangle"
+    assert lines[-1].startswith(f"auto reads, D=128: CUDA C++ {fastest} {min(async_ms[1], 7.49):.3f} ms")
 
 
 @pytest.fixture
@@ -178,6 +205,14 @@ def test_the_pages_give_each_rule_its_numbers():
     assert "rule 4: tensor under 50% and MUFU under 60%: step 3a" in " ".join(lines)
 
 
+def test_the_pages_set_the_async_triangle_beside_the_triangle():
+    raw = RAW + f'\n"4","42","{ASYNC}","4,400.00","40.0","25.0","0","2","1","5"'
+    lines = ncu_pages.analyse(raw, None)
+    assert "kGradTriangleAsync: 4.400 ms" in " ".join(lines)
+    assert ("rule 5 reads (beside the timings): triangle-async backward 4.400 ms against the "
+            "triangle's 5.777 ms") in " ".join(lines)
+
+
 def test_pages_it_cannot_read_say_so():
     assert ncu_pages.analyse("", None) == ["the raw page holds no kernel rows: nothing to read "
                                            "(see the page itself)"]
@@ -201,7 +236,8 @@ def test_the_walks_phase_runs_with_stand_ins(stand_ins):
                   if "--export" in line]
     for part in ("--profile-from-start off", "--clock-control none", "--section WarpStateStats",
                  "--section SourceCounters", "--section ComputeWorkloadAnalysis",
-                 "bench.gpu.kernel_profile --backends cuda:triangle,cuda:rows --sizes 65536 --dims 128"):
+                 "bench.gpu.kernel_profile --backends cuda:triangle,cuda:triangle-async,cuda:rows "
+                 "--sizes 65536 --dims 128"):
         assert part in profiled
     with tarfile.open(out / "gpu_session_results.tar.gz") as archive:
         names = {os.path.basename(n) for n in archive.getnames()}

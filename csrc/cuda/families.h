@@ -29,7 +29,8 @@ void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns
           cudaStream_t stream);
 // The symmetric backward over the upper triangle by cluster pairs (launch.h,
 // grad_symmetric_triangle).
-void grad_triangle(const TileProblem& p, float* grad, int num_splits, cudaStream_t stream);
+void grad_triangle(TriangleExchange exchange, const TileProblem& p, float* grad, int num_splits,
+                   cudaStream_t stream);
 }  // namespace sm90
 
 }  // namespace scl::cuda

@@ -59,10 +59,11 @@ bool symmetric_triangle_supported(const TileProblem& p, const Device& device) {
   return sm90::supports(p, device) && sm90::supports_triangle(p);
 }
 
-void grad_symmetric_triangle(const TileProblem& p, float* grad, const Device& device) {
+void grad_symmetric_triangle(TriangleExchange exchange, const TileProblem& p, float* grad,
+                             const Device& device) {
   // Cluster pairs of row blocks; pair p walks nb - 2p tiles, so few blocks split their walks.
   const int64_t nb = blocks(p.streamed.rows, sm90::kLseBlockRows);
-  sm90::grad_triangle(p, grad, splits_for(nb + nb % 2, nb, device), device.stream);
+  sm90::grad_triangle(exchange, p, grad, splits_for(nb + nb % 2, nb, device), device.stream);
 }
 
 }  // namespace scl::cuda

@@ -45,6 +45,11 @@ void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns
 // caller (whole 16-byte vectors, no bounds to check; the columns past D stay zero).
 bool symmetric_triangle_supported(const TileProblem& p, const Device& device);
 constexpr int64_t kTriangleGradWidth = 128;
-void grad_symmetric_triangle(const TileProblem& p, float* grad, const Device& device);
+// How a cluster pair's programs swap their column partials: kFenced, the default, by stores and
+// cluster-scope release arrives (GPU-scope fences in every tile); kAsync, opt-in and not yet run
+// on a GPU, by st.async counted on the receiver's mbarrier (docs/CUDA_KERNELS.md).
+enum class TriangleExchange { kFenced, kAsync };
+void grad_symmetric_triangle(TriangleExchange exchange, const TileProblem& p, float* grad,
+                             const Device& device);
 
 }  // namespace scl::cuda

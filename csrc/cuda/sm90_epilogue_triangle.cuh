@@ -1,11 +1,12 @@
-// The triangle backward's epilogue (Walk::kGradTriangle, width 128): the symmetric backward over
-// the upper triangle by cluster pairs, row blocks 2p and 2p + 1, that meet the same column blocks
-// in the same order (PairTriangleSchedule). A tile adds its weights times the streamed rows into
-// the program's own rows (registers, OwnRowsGradient) and, through the weights stored transposed
-// in shared memory, its own rows into the column block's; the partners swap halves of that
-// partial over distributed shared memory (cluster_pair.cuh) and each adds one half into global
-// memory by vector atomics, so each column block's gradient crosses L2 once per pair of programs
-// (docs/CUDA_KERNELS.md).
+// The triangle backward's epilogue (Walk::kGradTriangle and Walk::kGradTriangleAsync, width
+// 128): the symmetric backward over the upper triangle by cluster pairs, row blocks 2p and 2p + 1,
+// that meet the same column blocks in the same order (PairTriangleSchedule). A tile adds its
+// weights times the streamed rows into the program's own rows (registers, OwnRowsGradient) and,
+// through the weights stored transposed in shared memory, its own rows into the column block's;
+// the partners swap halves of that partial over distributed shared memory (cluster_pair.cuh) and
+// each adds one half into global memory by vector atomics, so each column block's gradient
+// crosses L2 once per pair of programs (docs/CUDA_KERNELS.md). How the halves are swapped is the
+// walk's exchange policy: FencedExchange or AsyncExchange.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -32,24 +33,115 @@ constexpr int kHalfWidth = 64;
 // triangle tile's weights.
 constexpr uint32_t kWeightsStoredBarrier = 2;
 
-// What only the triangle needs in shared memory.
-template <class T>
-struct TriangleStorage {
-  // A column tile's weights (WeightsTransposed), double-buffered: a consumer stores tile k's
-  // while the other may still read tile k - 1's.
-  alignas(1024) T weights[2][kBlock * kBlock];
-  // The partner's half for this program: per consumer, 8 x 16 bytes per thread, consecutive
-  // threads at consecutive 16 bytes.
-  alignas(16) float4 received[kConsumers][kExchangeFloats / 4][128];
-  alignas(8) uint64_t received_full[kConsumers];  // the partner's consumer stored its half
-  alignas(8) uint64_t partner_read[kConsumers];   // the partner's consumer read this one's
+// Both exchanges' mbarriers, after their buffers: per consumer, received_full (the partner's
+// half is here) and partner_read (the partner has read this program's), 128 arrivals a phase.
+// kPartnerDataAfterRead: whether the wait for partner_read must also see the partner's stores
+// (acquire at cluster scope); the async exchange's partner_read carries no data.
+template <bool kPartnerDataAfterRead>
+struct ExchangeBarriers {
+  alignas(8) uint64_t received_full[kConsumers];
+  alignas(8) uint64_t partner_read[kConsumers];
 
-  __device__ __forceinline__ void init_barriers() {
+  __device__ __forceinline__ void init() {
     for (int c = 0; c < kConsumers; ++c) {
       EmptyBarrier::init(&received_full[c], 128);
       EmptyBarrier::init(&partner_read[c], 128);
     }
   }
+  // k: the column tiles exchanged so far, so the barriers' phases.
+  __device__ __forceinline__ void wait_for_partner_read(int consumer, int k) {
+    if (k > 0) wait_for_cluster<kPartnerDataAfterRead>(&partner_read[consumer], (k - 1) & 1);
+  }
+};
+
+// The partners' exchange of Walk::kGradTriangle: st.shared::cluster into the partner's buffer,
+// then arrives with release at cluster scope, each compiled to MEMBAR.ALL.GPU: a tile waits
+// there for its stores into the partner and, at the release after its reductions, for those to
+// land in L2 (bench/decisions/2026-11-28-walks-m0-rules.md, rule 2).
+struct FencedExchange {
+  // The partner's half for this program: per consumer, 8 x 16 bytes per thread, consecutive
+  // threads at consecutive 16 bytes.
+  alignas(16) float4 received[kConsumers][kExchangeFloats / 4][128];
+  ExchangeBarriers</*kPartnerDataAfterRead=*/true> barriers;
+
+  // The received buffer, once read, is the quads' scratch until the partner is told it may
+  // write again: after the reductions.
+  static constexpr bool kReleasesBeforeReductions = false;
+  __device__ __forceinline__ float4* quads_scratch(int consumer) { return &received[consumer][0][0]; }
+
+  // Returns what send takes besides the data: nothing here.
+  __device__ __forceinline__ uint32_t before_send(int consumer, int k, uint32_t) {
+    barriers.wait_for_partner_read(consumer, k);
+    return 0;
+  }
+  __device__ __forceinline__ static void send(uint32_t remote, uint32_t, const float (&v)[4]) {
+    store_to_cluster(remote, v[0], v[1], v[2], v[3]);
+  }
+  __device__ __forceinline__ void sent(int consumer, uint32_t partner) {
+    arrive_in_cluster(cluster_shared_address(&barriers.received_full[consumer], partner));
+  }
+  __device__ __forceinline__ void release(int consumer, uint32_t partner) {
+    arrive_in_cluster(cluster_shared_address(&barriers.partner_read[consumer], partner));
+  }
+};
+
+// The partners' exchange of Walk::kGradTriangleAsync (opt-in, SCL_CUDA_SYMMETRIC_BACKWARD=
+// triangle-async; not run on a GPU yet), with no fence at GPU scope:
+// - Each thread arms its own received_full with the 128 bytes its partner thread will send
+//   (arrive.expect_tx), then sends its 128 bytes by st.async, each completing its bytes on the
+//   partner's received_full. That complete-tx is a release at cluster scope (PTX ISA, st.async),
+//   and the wait for received_full acquires at cluster scope: the phase completes only when all
+//   128 arrivals and all 16 KiB have come (bytes that land before this program's arming leave
+//   the count negative, not complete), so after the wait the whole half is visible. The phase
+//   of tile k cannot take tile k + 1's bytes: the partner sends those only after this program
+//   has read tile k's, which each thread does after it saw the phase complete.
+// - The buffer is released right after it is read, before the reductions into global memory,
+//   by an arrive with release at CTA scope (arrive_in_cluster_after_reads): it orders only this
+//   thread's reads of its own shared memory, which the partner overwrites after its wait for
+//   that arrive (ptxas compiles it to the arrive alone, no fence); the reductions use a scratch
+//   of their own. Such a release is what CUTLASS's multicast pipelines rely on when a consumer
+//   frees a stage that another program's TMA refills. The PTX memory model states
+//   synchronisation between programs only at cluster scope, which would bring the GPU-scope
+//   fence back: compute-sanitizer's racecheck on a GPU is part of this walk's rule before it
+//   can become the default (bench/decisions/2026-11-28-walks-m0-rules.md, rule 5).
+// - One received buffer, not two: a second (32 KiB) does not fit beside the rest (214 of the
+//   227 KiB with this scratch), and it would not be waited for: a consumer sends tile k + 1's
+//   half a whole tile (three products) after the partner released tile k's, since the partner
+//   released it right after its own wait for this program's tile-k half.
+struct AsyncExchange {
+  alignas(16) float4 received[kConsumers][kExchangeFloats / 4][128];
+  alignas(16) float4 scratch[kConsumers][kExchangeFloats / 8][128];  // the quads' (add_half_by_quads)
+  ExchangeBarriers</*kPartnerDataAfterRead=*/false> barriers;
+
+  static constexpr bool kReleasesBeforeReductions = true;
+  static constexpr uint32_t kBytesPerThread = kExchangeFloats * sizeof(float);
+  __device__ __forceinline__ float4* quads_scratch(int consumer) { return &scratch[consumer][0][0]; }
+
+  // After this thread saw tile k - 1's phase complete (its read of it), so the arming counts
+  // towards tile k's. Returns the partner's received_full, on which send counts the bytes.
+  __device__ __forceinline__ uint32_t before_send(int consumer, int k, uint32_t partner) {
+    barriers.wait_for_partner_read(consumer, k);
+    FullBarrier::arrive_and_expect_tx(&barriers.received_full[consumer], kBytesPerThread);
+    return cluster_shared_address(&barriers.received_full[consumer], partner);
+  }
+  __device__ __forceinline__ static void send(uint32_t remote, uint32_t partner_full, const float (&v)[4]) {
+    store_async_to_cluster(remote, partner_full, v[0], v[1], v[2], v[3]);
+  }
+  __device__ __forceinline__ void sent(int, uint32_t) {}
+  __device__ __forceinline__ void release(int consumer, uint32_t partner) {
+    arrive_in_cluster_after_reads(cluster_shared_address(&barriers.partner_read[consumer], partner));
+  }
+};
+
+// What only the triangle needs in shared memory.
+template <class T, class Exchange>
+struct TriangleStorage {
+  // A column tile's weights (WeightsTransposed), double-buffered: a consumer stores tile k's
+  // while the other may still read tile k - 1's.
+  alignas(1024) T weights[2][kBlock * kBlock];
+  Exchange exchange;
+
+  __device__ __forceinline__ void init_barriers() { exchange.barriers.init(); }
 };
 
 // Adds half the columns of a 64 x 128 wgmma accumulator (32 elements per thread: value(e),
@@ -88,10 +180,10 @@ __device__ __forceinline__ void add_half_by_quads(float* grad, int64_t row0, int
   __syncwarp();  // before the scratch is written again
 }
 
-template <class T, class Mainloop, class Schedule>
+template <class T, class Mainloop, class Schedule, class Exchange>
 struct TriangleEpilogue {
   static constexpr bool kTransposedLogits = false;
-  using EpilogueStorage = TriangleStorage<T>;
+  using EpilogueStorage = TriangleStorage<T, Exchange>;
   using L = typename Mainloop::L;
   using Tile = typename Mainloop::Tile;
   using ColumnMma = decltype(make_tiled_mma(typename Atoms<T>::Columns{}));
@@ -148,7 +240,7 @@ struct TriangleEpilogue {
   // The partner arrives on this program's barrier after reading its last half: the program's
   // shared memory must outlive that.
   __device__ __forceinline__ void finish_walk() {
-    if (column_tiles > 0) wait_for_cluster(&mine.partner_read[m.consumer], (column_tiles - 1) & 1);
+    mine.exchange.barriers.wait_for_partner_read(m.consumer, column_tiles);
   }
 
   // The own rows' side, once: other programs' column sides add into these rows too.
@@ -156,10 +248,11 @@ struct TriangleEpilogue {
     Tensor out_coords = own_rows.coords();
     if (schedule.tiles() > 0) {
       for (int half = 0; half < 2 && half * kHalfWidth < p.d; ++half) {
-        // The partner writes no more into the received buffer: its last half was read.
+        // The partner writes no more into this program's shared memory: its last half was read
+        // (the fenced exchange's scratch is the received buffer).
         add_half_by_quads(out.grad, m.first_row, half * kHalfWidth,
                           [&](int e) { return half == 0 ? own_rows.grad(e) : own_rows.grad(e + kExchangeFloats); },
-                          [&](int e) { return out_coords(e); }, &mine.received[m.consumer][0][0], m.thread);
+                          [&](int e) { return out_coords(e); }, mine.exchange.quads_scratch(m.consumer), m.thread);
       }
     }
   }
@@ -214,10 +307,11 @@ struct TriangleEpilogue {
   __device__ __forceinline__ void exchange_and_add(int64_t t, int k) {
     const int consumer = m.consumer, thread = m.thread;
     const uint32_t rank = cute::block_rank_in_cluster(), partner = 1 - rank;
+    Exchange& exchange = mine.exchange;
     float kept[kExchangeFloats];
     // The partner must have read this program's previous half before it is overwritten.
-    if (k > 0) wait_for_cluster(&mine.partner_read[consumer], (k - 1) & 1);
-    const uint32_t partner_received = cluster_shared_address(&mine.received[consumer][0][thread], partner);
+    const uint32_t partner_full = exchange.before_send(consumer, k, partner);
+    const uint32_t partner_received = cluster_shared_address(&exchange.received[consumer][0][thread], partner);
     CUTE_UNROLL
     for (int v = 0; v < kExchangeFloats / 4; ++v) {
       float sent[4];
@@ -227,23 +321,23 @@ struct TriangleEpilogue {
         kept[e] = rank == 0 ? column(e) : column(e + kExchangeFloats);
         sent[u] = rank == 0 ? column(e + kExchangeFloats) : column(e);
       }
-      store_to_cluster(partner_received + v * uint32_t(sizeof(float4) * 128), sent[0], sent[1], sent[2], sent[3]);
+      Exchange::send(partner_received + v * uint32_t(sizeof(float4) * 128), partner_full, sent);
     }
-    arrive_in_cluster(cluster_shared_address(&mine.received_full[consumer], partner));
-    wait_for_cluster(&mine.received_full[consumer], k & 1);
+    exchange.sent(consumer, partner);
+    wait_for_cluster(&exchange.barriers.received_full[consumer], k & 1);
     CUTE_UNROLL
     for (int v = 0; v < kExchangeFloats / 4; ++v) {
-      const float4 got = mine.received[consumer][v][thread];
+      const float4 got = exchange.received[consumer][v][thread];
       kept[4 * v] += got.x, kept[4 * v + 1] += got.y, kept[4 * v + 2] += got.z, kept[4 * v + 3] += got.w;
     }
-    // A half wholly past D (D <= 64) adds nothing (kHalfWidth columns per half). The received
-    // buffer, read, is the quads' scratch until the partner is told it may write again.
+    if constexpr (Exchange::kReleasesBeforeReductions) exchange.release(consumer, partner);
+    // A half wholly past D (D <= 64) adds nothing (kHalfWidth columns per half).
     if (int(rank) * kHalfWidth < p.d) {
       add_half_by_quads(out.grad, schedule.streamed_block(t) * kBlock + m.rows0, int(rank) * kHalfWidth,
                         [&](int e) { return kept[e]; }, [&](int e) { return column_coords(e); },
-                        &mine.received[consumer][0][0], thread);
+                        exchange.quads_scratch(consumer), thread);
     }
-    arrive_in_cluster(cluster_shared_address(&mine.partner_read[consumer], partner));
+    if constexpr (!Exchange::kReleasesBeforeReductions) exchange.release(consumer, partner);
   }
 };
 

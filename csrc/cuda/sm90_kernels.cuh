@@ -46,14 +46,18 @@ struct WalkPieces<Walk::kLseSymmetric, T> {
   using EpilogueStorage = NoEpilogueStorage;
   static constexpr bool kLongTiles = false;
 };
-template <class T>
-struct WalkPieces<Walk::kGradTriangle, T> {
+template <class T, class Exchange>
+struct TrianglePieces {
   using Schedule = PairTriangleSchedule;
   template <class Mainloop>
-  using Epilogue = TriangleEpilogue<T, Mainloop, Schedule>;
-  using EpilogueStorage = TriangleStorage<T>;
+  using Epilogue = TriangleEpilogue<T, Mainloop, Schedule, Exchange>;
+  using EpilogueStorage = TriangleStorage<T, Exchange>;
   static constexpr bool kLongTiles = true;
 };
+template <class T>
+struct WalkPieces<Walk::kGradTriangle, T> : TrianglePieces<T, FencedExchange> {};
+template <class T>
+struct WalkPieces<Walk::kGradTriangleAsync, T> : TrianglePieces<T, AsyncExchange> {};
 
 template <class T, Walk kWalk, int kWidth>
 using WalkStorage = SharedStorage<T, kWidth, ring_stages(kWidth, WalkPieces<kWalk, T>::kLongTiles),

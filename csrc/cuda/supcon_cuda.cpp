@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "../core/supcon_orchestration.h"
@@ -158,13 +159,17 @@ at::Tensor lse_tiles(const TileInputs& in) {
 // The symmetric backward walks the upper triangle (sm_90a, D <= 128; atomics) unless
 // reproducibility is asked for or SCL_CUDA_SYMMETRIC_BACKWARD=rows asks for the full-row walk
 // (one program per row block over every column block; docs/CUDA_KERNELS.md), e.g. to compare.
-bool symmetric_backward_by_triangle() {
-  if (at::globalContext().deterministicAlgorithms()) return false;
+// SCL_CUDA_SYMMETRIC_BACKWARD=triangle-async takes the triangle whose partners exchange by
+// st.async (opt-in until it has run on a GPU). The triangle's exchange, or none for full rows.
+std::optional<TriangleExchange> symmetric_backward_by_triangle() {
+  if (at::globalContext().deterministicAlgorithms()) return std::nullopt;
   const char* walk = std::getenv("SCL_CUDA_SYMMETRIC_BACKWARD");
   const std::string chosen = walk == nullptr ? "triangle" : walk;
-  TORCH_CHECK_VALUE(chosen == "triangle" || chosen == "rows",
-                    "SCL_CUDA_SYMMETRIC_BACKWARD must be \"triangle\" or \"rows\", got \"", chosen, "\"");
-  return chosen == "triangle";
+  if (chosen == "triangle") return TriangleExchange::kFenced;
+  if (chosen == "triangle-async") return TriangleExchange::kAsync;
+  TORCH_CHECK_VALUE(chosen == "rows", "SCL_CUDA_SYMMETRIC_BACKWARD must be \"triangle\", \"triangle-async\" or ",
+                    "\"rows\", got \"", chosen, "\"");
+  return std::nullopt;
 }
 
 TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
@@ -182,8 +187,8 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
     // triangle's column side scales by r_i / r_j.
     const at::Tensor own = terms_buffer(n, fp32), streamed = terms_buffer(n, fp32);
     const TileProblem problem = o.problem(o.z, o.z, own, streamed, 0);
-    const bool triangle =
-        symmetric_backward_by_triangle() && symmetric_triangle_supported(problem, device);
+    const std::optional<TriangleExchange> exchange = symmetric_backward_by_triangle();
+    const bool triangle = exchange && symmetric_triangle_supported(problem, device);
     // The triangle adds whole 16-byte vectors into a padded buffer, zeroed by the row terms'
     // launch; the gradient is its view. The full-row walk stores every element.
     const at::Tensor accumulator = triangle ? at::empty({own.size(0), kTriangleGradWidth}, fp32)
@@ -193,7 +198,7 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
                     terms_array(TermsKind::kSymmetricGradStreamed, o.rz, streamed, coef.data_ptr<float>()),
                     device, triangle ? accumulator : at::Tensor());
     if (triangle) {
-      grad_symmetric_triangle(problem, accumulator.data_ptr<float>(), device);
+      grad_symmetric_triangle(*exchange, problem, accumulator.data_ptr<float>(), device);
       out.dz = accumulator.narrow(0, 0, n).narrow(1, 0, d);
     } else {
       out.dz = accumulator;

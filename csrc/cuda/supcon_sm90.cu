@@ -9,9 +9,11 @@ namespace {
 
 unsigned blocks(int64_t rows) { return unsigned((rows + kBlock - 1) / kBlock); }
 
+constexpr bool is_triangle(Walk walk) { return walk == Walk::kGradTriangle || walk == Walk::kGradTriangleAsync; }
+
 template <class T, Walk kWalk, int kWidth>
 void launch(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
-  constexpr bool triangle = kWalk == Walk::kGradTriangle;
+  constexpr bool triangle = is_triangle(kWalk);
   constexpr int bytes = int(sizeof(WalkStorage<T, kWalk, kWidth>));
   static_assert(bytes <= 227 * 1024, "more shared memory than an H100 block may have");
   const bool lse = kWalk == Walk::kLsePlain || kWalk == Walk::kLseSymmetric;
@@ -35,7 +37,7 @@ template <Walk kWalk>
 void run(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
   auto with_width = [&](auto t) {
     using T = decltype(t);
-    if constexpr (kWalk == Walk::kGradTriangle) {
+    if constexpr (is_triangle(kWalk)) {
       launch<T, kWalk, 128>(p, o, stream);  // supports_triangle: D within 128
     } else if (resident_width(p.d) == 128) {
       launch<T, kWalk, 128>(p, o, stream);
@@ -61,9 +63,14 @@ void lse_symmetric(const TileProblem& p, float* row_sum, int num_splits, cudaStr
   run<Walk::kLseSymmetric>(p, {nullptr, nullptr, row_sum, nullptr, 0, num_splits}, stream);
 }
 
-void grad_triangle(const TileProblem& p, float* grad, int num_splits, cudaStream_t stream) {
+void grad_triangle(TriangleExchange exchange, const TileProblem& p, float* grad, int num_splits,
+                   cudaStream_t stream) {
   static_assert(kTriangleGradWidth == kBlock && kTermsPadding % (2 * kBlock) == 0);
-  run<Walk::kGradTriangle>(p, {nullptr, nullptr, nullptr, grad, kTriangleGradWidth, num_splits}, stream);
+  const WalkOutputs o{nullptr, nullptr, nullptr, grad, kTriangleGradWidth, num_splits};
+  switch (exchange) {
+    case TriangleExchange::kFenced: run<Walk::kGradTriangle>(p, o, stream); break;
+    case TriangleExchange::kAsync: run<Walk::kGradTriangleAsync>(p, o, stream); break;
+  }
 }
 
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns,

@@ -13,8 +13,18 @@ namespace scl::cuda {
 
 // The walks of an own row block over streamed tiles. kGradTriangle (sm_90a) is the symmetric
 // backward over the upper triangle by cluster pairs: its tiles' weights are those of
-// kGradRowsSymmetric, both sides of a tile are added.
-enum class Walk { kLsePlain, kLseSymmetric, kGradRowsPlain, kGradRowsSymmetric, kGradColumns, kGradTriangle };
+// kGradRowsSymmetric, both sides of a tile are added. kGradTriangleAsync is the same walk and
+// arithmetic (its terms are kGradTriangle's) with another exchange between the partners
+// (sm90_epilogue_triangle.cuh); last, so that the others keep the values the profilers print.
+enum class Walk {
+  kLsePlain,
+  kLseSymmetric,
+  kGradRowsPlain,
+  kGradRowsSymmetric,
+  kGradColumns,
+  kGradTriangle,
+  kGradTriangleAsync
+};
 
 // A contrast row: the streamed side of the plain forward and of the plain rows walk, the own side
 // of the columns walk, both sides of the symmetric forward.

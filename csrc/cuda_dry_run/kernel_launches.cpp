@@ -151,8 +151,11 @@ void lse_symmetric(const TileProblem& p, float* row_sum, int, cudaStream_t) {
 void grad(GradWalk walk, const TileProblem& p, float* grad, int64_t grad_columns, cudaStream_t) {
   if (record_launch(grad_walk_name(walk, true))) emulate_grad_walk(walk, p, grad, grad_columns);
 }
-void grad_triangle(const TileProblem& p, float* grad, int, cudaStream_t) {
-  if (record_launch("cuda_kernel::sm90.grad_triangle")) {
+// Both exchanges compute the same sums; only their synchronisation differs, which the CPU
+// cannot check (the GPU tests and compute-sanitizer do).
+void grad_triangle(TriangleExchange exchange, const TileProblem& p, float* grad, int, cudaStream_t) {
+  if (record_launch(exchange == TriangleExchange::kAsync ? "cuda_kernel::sm90.grad_triangle_async"
+                                                         : "cuda_kernel::sm90.grad_triangle")) {
     emulate_grad<Walk::kGradTriangle>(p, grad, p.d, kTriangleGradWidth, true);
   }
 }

@@ -212,18 +212,21 @@ def test_deterministic_mode_is_bitwise_reproducible(dtype, cuda_randn, cuda_rand
 
 
 @gpu
+@pytest.mark.parametrize("walk", ["triangle", "triangle-async"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n", [1, 127, 129, 300, 385, 640, 1000, 2100])
 @pytest.mark.parametrize("d,classes", [(5, 3), (64, 1), (100, 7), (128, None)])
-def test_symmetric_backward_triangle_against_full_rows(n, d, classes, dtype, cuda_randn, cuda_randint, gen,
+def test_symmetric_backward_triangle_against_full_rows(n, d, classes, dtype, walk, cuda_randn, cuda_randint, gen,
                                                        monkeypatch):
     """The single set's backward over the upper triangle by cluster pairs (sm_90a, D <= 128; on
-    other GPUs the same walk as full rows): against the float64 reference and against the
-    full-row walk (SCL_CUDA_SYMMETRIC_BACKWARD=rows) on the same inputs. Row-block counts 1 to 17,
-    odd ones with a padding partner, D odd (scalar atomics), one class, and classes=None: every
-    label distinct, no positives."""
+    other GPUs the same walk as full rows), with either exchange between the partners (the
+    default, or by st.async: SCL_CUDA_SYMMETRIC_BACKWARD=triangle-async): against the float64
+    reference and against the full-row walk (SCL_CUDA_SYMMETRIC_BACKWARD=rows) on the same
+    inputs. Row-block counts 1 to 17, odd ones with a padding partner, D odd (scalar atomics),
+    one class, and classes=None: every label distinct, no positives."""
     x = cuda_randn(n, d, dtype=dtype)
     labels = cuda_randint(0, classes, (n,)) if classes else torch.randperm(n, device=x.device)
+    monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", walk)
     check_against_reference("cuda", x, labels, 0.1, generator=gen, compute_dtype=torch.float32)
     triangle = _loss_and_grads("cuda", x, labels)
     monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", "rows")

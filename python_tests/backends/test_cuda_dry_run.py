@@ -155,3 +155,38 @@ def test_skipped_tiles_are_recorded_and_left_unwritten(randn, randint):
     with test_hooks(dry_run_skips_tiles=True):
         skipped, _, _ = torch.ops.scl.supcon_cuda_dry_run(*args)
     assert not torch.equal(emulated, skipped)
+
+
+# SCL_CUDA_SYMMETRIC_BACKWARD -> the backward tile kernel the glue launches for the single set
+# (16-bit rows, D <= 128, an H100).
+SYMMETRIC_BACKWARDS = {None: "sm90.grad_triangle", "triangle": "sm90.grad_triangle",
+                       "triangle-async": "sm90.grad_triangle_async", "rows": "sm90.grad_rows_symmetric"}
+
+
+@pytest.mark.parametrize("walk", list(SYMMETRIC_BACKWARDS), ids=str)
+@pytest.mark.parametrize("n,d", [(300, 64), (257, 128), (129, 5)])
+def test_symmetric_backward_walks(walk, n, d, randn, randint, gen, monkeypatch):
+    """Each symmetric backward walk the variable names reaches its kernel, and the glue around it
+    (the triangle's padded, zeroed accumulator and its view, or the full rows') gives the
+    reference's gradients. The triangle's two exchanges differ only in their synchronisation,
+    which the dry run does not emulate: the GPU tests and compute-sanitizer check that."""
+    if walk is None:
+        monkeypatch.delenv("SCL_CUDA_SYMMETRIC_BACKWARD", raising=False)
+    else:
+        monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", walk)
+    args = (randn(n, d, dtype=torch.bfloat16), randint(0, 4, (n,)), None, None, torch.tensor(0.1),
+            n, True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        check(args, gen)
+    launched = {e.name.removeprefix("cuda_kernel::") for e in prof.events()
+                if e.name.startswith("cuda_kernel::") and "grad" in e.name}
+    assert launched == {SYMMETRIC_BACKWARDS[walk]}
+
+
+def test_symmetric_backward_variable_is_checked(randn, randint, monkeypatch):
+    monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", "async")
+    args = (randn(40, 16, dtype=torch.bfloat16), randint(0, 4, (40,)), None, None,
+            torch.tensor(0.1), 40, True)
+    _, lse, _ = torch.ops.scl.supcon_cuda_dry_run(*args)
+    with pytest.raises(ValueError, match='"triangle", "triangle-async" or "rows", got "async"'):
+        torch.ops.scl.supcon_cuda_dry_run_backward(torch.ones(40), *args, lse)
