@@ -15,14 +15,9 @@ import torch  # noqa: E402
 
 import scl_kernels  # noqa: E402
 from scl_kernels._extension import library_loaded  # noqa: E402
-from support.known_failures import mark_known_failures  # noqa: E402
 from support.needs import why_library_is_missing  # noqa: E402
 
 pytest_plugins = ["support.backend_matrix"]
-
-
-def pytest_collection_modifyitems(items):
-    mark_known_failures(items)
 
 
 @pytest.fixture(autouse=True)

@@ -314,6 +314,15 @@ def _gradient_weights_dtype(backend, dtype):
     return REGISTRY[backend].gradient_weights_dtype(dtype) if backend in REGISTRY else None
 
 
+def norm_without_underflow(rows):
+    """Each row's 2-norm, computed on the row divided by its largest |element|: squared, elements
+    below about 1e-154 underflow, and a row's bound of 1e-163 came out as 0 (a column-only row
+    whose every softmax weight is near 1e-174), which left its gradient no rounding at all."""
+    largest = rows.abs().amax(dim=1)
+    divisor = torch.where(largest > 0, largest, torch.ones_like(largest))
+    return largest * torch.linalg.vector_norm(rows / divisor[:, None], dim=1)
+
+
 def gradient_scales(ref, t_value, anchor_grads, normalize):
     """Per-row magnitudes that bound the rounding error of any sane implementation.
 
@@ -343,7 +352,7 @@ def gradient_scales(ref, t_value, anchor_grads, normalize):
     column_side = a.T @ ref.anchors.abs() / t_value                        # [C, D]
 
     def through_norm(bound, norms):
-        scale = torch.linalg.vector_norm(bound, dim=1)
+        scale = norm_without_underflow(bound)
         return 2 * scale / norms.clamp_min(NORM_EPS) if normalize else scale
 
     # dLoss/dt = -(1/t) sum_i q_i . dq_i: terms of size |q_i| |z_j| / t each, whatever s_ij is
