@@ -42,8 +42,9 @@ NO_LAUNCH = frozenset(f"aten::{name}" for name in (
     "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "slice", "select",
     "narrow", "expand", "expand_as", "unsqueeze", "squeeze", "t", "transpose", "permute",
     "detach", "alias", "lift_fresh", "detach_", "empty", "empty_like", "new_empty",
-    "empty_strided", "resize_", "result_type", "unbind", "split", "chunk", "view_as", "flatten",
-    "unflatten", "numpy_T", "contiguous", "to", "_to_copy", "clone", "type_as", "set_"))
+    "empty_strided", "resize_", "result_type", "unbind", "split", "split_with_sizes", "chunk",
+    "view_as", "flatten", "unflatten", "numpy_T", "contiguous", "to", "_to_copy", "clone",
+    "type_as", "set_"))
 # ATen calls whose result the host must read from the device.
 HOST_READS = frozenset(f"aten::{name}" for name in (
     "item", "_local_scalar_dense", "nonzero", "_unique2", "unique_dim", "unique_consecutive",

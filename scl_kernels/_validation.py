@@ -117,9 +117,7 @@ def temperature_tensor(temperature: Temperature, device: torch.device) -> torch.
         if temperature.device != device and temperature.device.type != "cpu":
             raise ValueError(f"temperature is on {temperature.device} but features is on {device}")
         return temperature
-    # scalar_tensor, not torch.tensor: the same tensor without parsing a Python sequence (about a
-    # third of the time; every call of supcon_loss with a float temperature makes one).
-    return torch.scalar_tensor(float(temperature), dtype=torch.float64)
+    return torch.tensor(float(temperature), dtype=torch.float64)
 
 
 def check_inputs(features: torch.Tensor, labels: Optional[torch.Tensor]) -> None:
