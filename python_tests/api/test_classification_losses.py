@@ -178,14 +178,32 @@ def test_bad_options_name_the_argument(make, error, match):
 def test_bad_inputs_name_the_argument():
     logits, labels = imbalanced_batch(n=6)
     criterion = FocalLoss()
-    with pytest.raises(ValueError, match="labels must lie in"):
-        criterion(logits, torch.tensor([0, 1, 2, 3, 4, 0]))
     with pytest.raises(ValueError, match="labels must have shape"):
         criterion(logits, labels[:5])
     with pytest.raises(TypeError, match="labels must be an integer tensor"):
         criterion(logits, labels.double())
     with pytest.raises(ValueError, match="alpha has 2 class weights"):
         FocalLoss(alpha=torch.ones(2))(logits, labels)
+
+
+@pytest.mark.parametrize("make", [FocalLoss, SelfAdjustingDiceLoss, lambda: MixedCrossEntropyLoss(3)])
+@pytest.mark.parametrize("row, label", [(3, 4), (5, -1)])
+def test_a_label_that_is_no_class_names_its_value_row_and_the_class_count(make, row, label):
+    logits, labels = imbalanced_batch(n=6)  # 4 classes
+    labels[row] = label
+    with pytest.raises(ValueError) as raised:
+        make()(logits, labels)
+    assert str(raised.value) == ("labels must lie in [0, 4) or equal the ignore index -100 "
+                                 f"(logits has 4 classes), got label {label} at row {row}")
+
+
+def test_label_values_are_read_where_they_have_values():
+    """Meta labels have no values to read: they pass (as fake tensors under torch.compile do)."""
+    from scl_kernels.nn._classification_targets import check_class_indices
+    check_class_indices(torch.empty(5, dtype=torch.long, device="meta"), 3)
+    with pytest.raises(ValueError, match="got label 3 at row 1"):
+        check_class_indices(torch.tensor([0, 3]), 3)
+    check_class_indices(torch.tensor([-5, 2]), 3, ignore_index=None)
 
 
 @pytest.mark.parametrize("make", [lambda: FocalLoss(2.0, torch.tensor([1.0, 2.0, 3.0])),

@@ -264,13 +264,19 @@ def test_bad_inputs_name_the_argument():
         criterion(torch.randn(10, 3, dtype=torch.float64), embeddings[:, None], labels)
 
 
-def test_a_label_beyond_the_logits_names_the_label_and_its_row():
-    criterion = CoreTuningLoss(linear_head(), seed=0)
-    embeddings, labels = batch()
-    labels[4] = 3  # three classes: 0, 1, 2
-    with pytest.raises(ValueError, match=r"labels must be < 3, the number of classes \(the width of "
-                                         r"logits \(10, 3\)\), got label 3 at row 4"):
+@pytest.mark.parametrize("ce, row, label, allowed", [
+    (None, 4, 3, "lie in [0, 3) or equal the ignore index -100"),
+    (None, 2, -1, "lie in [0, 3) or equal the ignore index -100"),
+    (FocalLoss(), 4, 3, "be < 3"),  # a custom ce checks its own negatives
+])
+def test_a_label_beyond_the_logits_names_the_label_and_its_row(ce, row, label, allowed):
+    criterion = CoreTuningLoss(linear_head(), seed=0, ce=ce)
+    embeddings, labels = batch()  # three classes: 0, 1, 2
+    labels[row] = label
+    with pytest.raises(ValueError) as raised:
         criterion(torch.randn(10, 3, dtype=torch.float64), embeddings, labels)
+    assert str(raised.value) == (f"labels must {allowed} (logits has 3 classes), "
+                                 f"got label {label} at row {row}")
 
 
 @needs_hard_pairs

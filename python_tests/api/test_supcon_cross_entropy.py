@@ -115,6 +115,27 @@ def test_bad_inputs_name_the_argument():
         criterion(logits, embeddings[:-1], labels)
 
 
+@pytest.mark.parametrize("row, label", [(4, 7), (2, 3), (0, -1)])
+def test_a_label_that_is_no_class_names_its_value_row_and_the_class_count(row, label):
+    logits, embeddings, labels = batch()  # 3 classes
+    labels[row] = label
+    message = (f"labels must lie in [0, 3) or equal the ignore index -100 (logits has 3 classes), "
+               f"got label {label} at row {row}")
+    criterion = SupConCrossEntropyLoss(0.5)
+    for call in (criterion, criterion.parts):
+        with pytest.raises(ValueError) as raised:
+            call(logits, embeddings, labels)
+        assert str(raised.value) == message
+
+
+def test_the_ignore_index_and_a_custom_ce_take_any_label():
+    logits, embeddings, labels = batch()
+    labels[1] = -100
+    SupConCrossEntropyLoss(0.5)(logits, embeddings, labels)
+    labels[1] = 9  # the custom term decides what a label means
+    SupConCrossEntropyLoss(0.5, ce=lambda z, y: z.sum() * 0)(logits, embeddings, labels)
+
+
 def _supcon_has_focal_gamma():
     return "focal_gamma" in inspect.signature(supcon_loss).parameters
 

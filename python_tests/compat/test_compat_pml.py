@@ -3,8 +3,12 @@
 Same value and gradients, fp64 to 1e-12, on random cases that cover anchors without positives,
 negative labels, ref_emb with its own labels, ref_emb that is the embeddings, batches without a
 positive or without a negative pair (pml's 0), and pml's exclusion of the pairs (i, i) when
-``ref_labels is labels`` (dense, with a warning once).
+``ref_labels is labels`` (dense, with a warning once); pml's default distance and reducer passed
+explicitly, any other refused naming pml's own class.
 """
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -14,6 +18,9 @@ pml_losses = pytest.importorskip(
     "pytorch_metric_learning.losses",
     reason="the oracle is pytorch-metric-learning's own SupConLoss "
            "(pip install pytorch-metric-learning)")
+
+from pytorch_metric_learning.distances import CosineSimilarity, LpDistance  # noqa: E402
+from pytorch_metric_learning.reducers import AvgNonZeroReducer, MeanReducer  # noqa: E402
 
 COMPAT_MODULE = pml  # whose supcon_loss calls the fused_calls fixture records
 
@@ -161,3 +168,38 @@ def test_ref_labels_is_labels_runs_dense_with_one_warning(assert_results_close, 
 def test_bad_calls_raise(call, error, match):
     with pytest.raises(error, match=match):
         call(pml.SupConLoss(backend="reference"), torch.randn(4, 3), torch.tensor([0, 0, 1, 1]))
+
+
+def test_pmls_default_distance_and_reducer_passed_explicitly_are_the_default(assert_results_close):
+    embeddings, labels = random_rows(5, 12, 6, torch.float64), random_labels(6, 12, 0, 4)
+    explicit = dict(distance=CosineSimilarity(), reducer=AvgNonZeroReducer())
+    assert_matches_oracle(assert_results_close, pml.SupConLoss(0.1, backend="reference", **explicit),
+                          pml_losses.SupConLoss(0.1, **explicit), torch.float64,
+                          lambda criterion: value_and_grads(criterion, embeddings, labels))
+
+
+@pytest.mark.parametrize("name, value, error, got", [
+    ("distance", LpDistance(), TypeError, "LpDistance"),
+    ("distance", CosineSimilarity(power=2), ValueError, "CosineSimilarity(power=2)"),
+    ("distance", "cosine", TypeError, "str"),
+    ("reducer", MeanReducer(), TypeError, "MeanReducer"),
+    ("reducer", AvgNonZeroReducer(collect_stats=True), ValueError,
+     "AvgNonZeroReducer(collect_stats=True)"),
+], ids=["lp-distance", "cosine-power-2", "string", "mean-reducer", "collecting-stats"])
+def test_other_distances_and_reducers_name_pmls_own_class(name, value, error, got):
+    wanted = ("pytorch_metric_learning.distances.CosineSimilarity() with its default settings, "
+              "the only distance" if name == "distance" else
+              "pytorch_metric_learning.reducers.AvgNonZeroReducer() with its default settings, "
+              "the only reduction")
+    with pytest.raises(error) as raised:
+        pml.SupConLoss(**{name: value})
+    assert str(raised.value) == (f"{name} must be {wanted} this drop-in computes, got {got}; use "
+                                 "pytorch_metric_learning.losses.SupConLoss for any other")
+
+
+def test_the_drop_in_leaves_pml_unimported():
+    """pml is imported only to check an explicit distance or reducer."""
+    code = ("import sys, torch, scl_kernels, scl_kernels.compat.pml as p; "
+            "p.SupConLoss(backend='reference')(torch.randn(4, 3), torch.tensor([0, 0, 1, 1])); "
+            "assert 'pytorch_metric_learning' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

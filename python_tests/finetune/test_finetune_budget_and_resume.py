@@ -107,7 +107,8 @@ def test_results_are_written_after_every_run_and_resume_finishes_the_table(
     with pytest.raises(KeyboardInterrupt):
         cli.main(arguments)
     assert "interrupted: 3 finished runs kept" in capsys.readouterr().out
-    assert [(r["arm"], r["seed"]) for r in metrics_of(output)["runs"]] == [
+    interrupted = metrics_of(output)
+    assert [(r["arm"], r["seed"]) for r in interrupted["runs"]] == [
         ("CE", 0), ("CE+SCL", 0), ("CE", 1)]
     assert "| CE (λ=0) |" in (output / "results.md").read_text(encoding="utf-8")
 
@@ -117,6 +118,17 @@ def test_results_are_written_after_every_run_and_resume_finishes_the_table(
     resumed = metrics_of(output)
     assert [(r["arm"], r["seed"]) for r in resumed["runs"]] == [
         ("CE", 0), ("CE+SCL", 0), ("CE", 1), ("CE+SCL", 1)]
+    first_command = ("command", "created", "seconds", "environment")
+    assert [resumed[key] for key in first_command] == [interrupted[key] for key in first_command]
+    assert [entry["added_runs"] for entry in resumed["resumes"]] == [[["scl", 1]]]
+    assert resumed["resumes"][0]["command"].endswith(" --resume")
+    # Nothing left to run: the record stays as it was; the resume is appended to "resumes".
+    assert cli.main(arguments + ["--resume"]) == 0
+    again = metrics_of(output)
+    assert {key: value for key, value in again.items() if key != "resumes"} == {
+        key: value for key, value in resumed.items() if key != "resumes"}
+    assert again["resumes"][0] == resumed["resumes"][0]
+    assert again["resumes"][1]["added_runs"] == []
     whole = tmp_path / "whole"
     assert cli.main(common(assets, whole) + arguments[len(common(assets, output)):]) == 0
     assert [r["accuracy"] for r in metrics_of(whole)["runs"]] == [r["accuracy"] for r in resumed["runs"]]

@@ -211,6 +211,18 @@ def test_predict_and_evaluate_see_plain_logits(tmp_path):
     assert "eval_accuracy" in metrics and seen[-1].shape == (len(labels), CLASSES)
 
 
+def test_an_evaluation_label_that_is_no_class_names_its_value_row_and_the_class_count(tmp_path):
+    model = roberta()
+    trainer = SupConTrainer(model=model, args=arguments(tmp_path))
+    batch = examples([0, 1, 2, 0, 1])
+    batch["labels"][3] = CLASSES
+    model.eval()
+    with pytest.raises(ValueError) as raised:
+        trainer.compute_loss(model, batch)
+    assert str(raised.value) == ("labels must lie in [0, 3) or equal the ignore index -100 "
+                                 "(logits has 3 classes), got label 3 at row 3")
+
+
 @pytest.mark.parametrize("model_name", sorted(MODELS))
 def test_predict_without_labels_reads_the_mean(tmp_path, model_name):
     """With scl_embedding="mean", predict() returns the logits of the classifier on the mean,

@@ -1,6 +1,7 @@
 """pytorch-metric-learning's ``losses.SupConLoss`` on the fused loss.
 
-Same call, values and gradients, for the default distance (cosine) and reducer::
+Same call, values and gradients, for the default distance (cosine) and reducer (which may be
+passed explicitly, ``distance=CosineSimilarity()``, ``reducer=AvgNonZeroReducer()``)::
 
     # was: from pytorch_metric_learning.losses import SupConLoss
     from scl_kernels.compat.pml import SupConLoss
@@ -12,7 +13,8 @@ pytorch-metric-learning's conventions are kept where they differ from
 loss is 0 when the batch has no positive pair or no negative pair, and labels are compared by
 value (a negative label is a class like any other). docs/COMPAT.md lists every difference.
 """
-from typing import Optional
+import importlib
+from typing import Dict, Optional
 
 import torch
 from torch import nn
@@ -33,6 +35,12 @@ _PAIR_EXCLUSION_MESSAGE = (
     "reference with time and memory quadratic in the batch. ref_labels=labels.clone() keeps "
     "the pair (i, i) (a different loss) and runs fused.")
 
+# pytorch-metric-learning's SupConLoss defaults, the only ones this class computes: argument
+# name -> (module, class, what it chooses).
+_PML_DEFAULTS = {"distance": ("pytorch_metric_learning.distances", "CosineSimilarity", "distance"),
+                 "reducer": ("pytorch_metric_learning.reducers", "AvgNonZeroReducer", "reduction")}
+_UNSET = object()
+
 
 class SupConLoss(nn.Module):
     """Supervised contrastive loss with pytorch-metric-learning's interface and reduction.
@@ -47,16 +55,29 @@ class SupConLoss(nn.Module):
 
     temperature: Temperature
 
-    def __init__(self, temperature: Temperature = 0.1, *, backend: BackendName = "auto") -> None:
+    def __init__(self, temperature: Temperature = 0.1, *, distance: Optional[nn.Module] = None,
+                 reducer: Optional[nn.Module] = None, backend: BackendName = "auto") -> None:
         """Stores the options of every call.
 
         Args:
             temperature: the softmax temperature: a positive float or a 0-dim floating tensor.
+            distance: None or pytorch-metric-learning's ``CosineSimilarity()`` with its default
+                settings (pml's default, what this class computes).
+            reducer: None or pytorch-metric-learning's ``AvgNonZeroReducer()`` with its default
+                settings (pml's default, what this class computes).
             backend: the :func:`scl_kernels.supcon_loss` backend (``"auto"``, ``"cpu"``,
                 ``"triton"``, ``"cuda"`` or ``"reference"``); the dense path of
                 ``ref_labels is labels`` ignores it.
+
+        Raises:
+            TypeError: distance or reducer is another class (use
+                ``pytorch_metric_learning.losses.SupConLoss`` for it).
+            ValueError: distance or reducer is pml's default class with other settings (the
+                same advice).
         """
         super().__init__()
+        _check_pml_default("distance", distance)
+        _check_pml_default("reducer", reducer)
         self.temperature = temperature
         self.backend = backend
 
@@ -140,6 +161,37 @@ class SupConLoss(nn.Module):
         has_positive_pair = (same_class & ~pair_i_i).any()
         has_negative_pair = (~same_class).any()
         return _mean_over_nonzero(per_anchor, has_positive_pair & has_negative_pair)
+
+
+def _check_pml_default(name: str, value: object) -> None:
+    """Refuses anything but pytorch-metric-learning's own default for ``name``, naming pml's
+    SupConLoss as the way to get it. pml is imported only here: ``import scl_kernels`` and the
+    default call leave it out."""
+    if value is None:
+        return
+    module, class_name, what = _PML_DEFAULTS[name]
+    wanted = (f"{name} must be {module}.{class_name}() with its default settings, the only {what} "
+              "this drop-in computes")
+    advice = "use pytorch_metric_learning.losses.SupConLoss for any other"
+    try:
+        default_class = getattr(importlib.import_module(module), class_name)
+    except ImportError:  # without pml installed, value cannot be pml's object
+        default_class = None
+    if default_class is None or type(value) is not default_class:
+        raise TypeError(f"{wanted}, got {type(value).__name__}; {advice}")
+    defaults = _pml_settings(default_class())
+    changed = ", ".join(f"{setting}={current!r}" for setting, current in _pml_settings(value).items()
+                        if defaults.get(setting, _UNSET) != current)
+    if changed:
+        raise ValueError(f"{wanted}, got {class_name}({changed}); {advice}")
+
+
+def _pml_settings(module: object) -> Dict[str, object]:
+    """The settings of a pml distance or reducer: its public attributes but nn.Module's training
+    flag and the statistics pml records in it (they change with every call)."""
+    skipped = {"training", *getattr(module, "_record_these_stats", ())}
+    return {setting: current for setting, current in vars(module).items()
+            if not setting.startswith("_") and setting not in skipped}
 
 
 def _check_rows(rows: torch.Tensor, labels: torch.Tensor, rows_name: str,

@@ -28,7 +28,7 @@ from .output_folder import RunOutputs
 from .objectives import (CONTRASTIVE_OBJECTIVES, MEMORY_OBJECTIVES, OBJECTIVES, ObjectiveOptions,
                          describe, parse_objectives)
 from .report import format_table, summarize, write_metrics, write_text
-from .resume import load_finished_runs, resume_key
+from .resume import load_earlier_metrics, resume_key, resumed_metrics
 from .run_environment import environment_record, resolve_device
 from .splits import save_splits
 from .training_loop import (DEFAULT_EPOCHS, DEFAULT_MIN_STEPS, HEAD_INITS, SAMPLERS,
@@ -273,7 +273,9 @@ def build_parser():
     output.add_argument("--resume", action="store_true",
                         help="skip the runs (objective and seed) already recorded in "
                              "OUTPUT_DIR/metrics.json by a command with the same options, and add "
-                             "the others: the final table is the one a single command gives")
+                             "the others: the final table is the one a single command gives; "
+                             "metrics.json keeps the first command's record and lists each resume "
+                             "under 'resumes'")
     output.add_argument("--save-splits", action="store_true",
                         help="write each seed's training (and validation) rows and the test rows "
                              "as JSON lines under OUTPUT_DIR/splits/, for outside comparisons on "
@@ -410,7 +412,8 @@ def _run(args, command, device, objectives):
     options_record = vars(args) | {"model": model, "few_shot": few_shot, "max_steps": max_steps,
                                    "device": device, "objectives": list(objectives),
                                    "embedding": embedding}
-    finished = load_finished_runs(args.output_dir, options_record) if args.resume else []
+    earlier = load_earlier_metrics(args.output_dir, options_record) if args.resume else None
+    finished = earlier["runs"] if earlier else []
     pool, test = load_train_test(args.train, args.test, text_column=args.text_column,
                                  label_column=args.label_column, train_split=args.train_split,
                                  test_split=args.test_split, dataset_config=args.dataset_config,
@@ -473,7 +476,7 @@ def _run(args, command, device, objectives):
     done = {resume_key(run) for run in finished}
     if finished:
         say(f"resuming: {_count(len(finished), 'run')} already in {args.output_dir}/metrics.json")
-    report = _Report(command, options_record, device, processes, pool, test, source, say)
+    report = _Report(command, options_record, device, processes, pool, test, source, earlier)
     runs, panels = list(finished), []
     try:
         for seed in args.seeds:
@@ -536,7 +539,7 @@ def _run(args, command, device, objectives):
         written.append(str(plot_tsne(panels, test.label_names,
                                      os.path.join(args.output_dir, "tsne.png"),
                                      title=_tsne_title(len(test), embedding, args.seeds[0]))))
-    say(f"\nwrote {', '.join(written)} ({payload['seconds']:.0f} s)")
+    say(f"\nwrote {', '.join(written)} ({time.perf_counter() - started:.0f} s)")
     return payload
 
 
@@ -576,10 +579,11 @@ def _seed_split(pool, seed, few_shot, args, need_positives):
 
 class _Report:
     """metrics.json and results.md, rewritten (atomically) after every finished run, so an
-    interrupted comparison keeps what it measured."""
+    interrupted comparison keeps what it measured. ``earlier``: the metrics a --resume found
+    (:func:`.resume.resumed_metrics` says what of them stays), or None."""
 
-    def __init__(self, command, options, device, processes, pool, test, source, say):
-        self.command, self.options, self.say = command, options, say
+    def __init__(self, command, options, device, processes, pool, test, source, earlier):
+        self.command, self.options, self.earlier = command, options, earlier
         self.environment = environment_record(device, processes)
         self.created = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
         self.data = {"source": source, "label_names": pool.label_names,
@@ -601,8 +605,13 @@ class _Report:
                    "seconds": time.perf_counter() - started, "options": self.options,
                    "environment": self.environment, "data": self.data, "runs": runs,
                    "summary": summary}
+        if self.earlier is not None:
+            payload = resumed_metrics(self.earlier, payload)
+        commands = [f"`{payload['command']}`"] + [f"resumed by `{resume['command']}`"
+                                                   for resume in payload.get("resumes", ())]
         path = write_metrics(self.options["output_dir"], payload)
-        results = write_text(path.parent / "results.md", f"`{self.command}`\n\n{self.table}\n")
+        results = write_text(path.parent / "results.md",
+                             "\n\n".join(commands) + f"\n\n{self.table}\n")
         return payload, [str(path), str(results)]
 
 

@@ -28,6 +28,7 @@ from .._types import SclReduction, Strategy
 from ..distributed import STRATEGIES
 from ..grad_cache import GradientCache
 from ..nn import SCL_REDUCTIONS, SupConCrossEntropyLoss, SupConMemory
+from ..nn._classification_targets import check_class_indices
 from ..sampling import ClassBalancedBatchSampler
 from .embeddings import EMBEDDINGS, classifier_logits, sentence_embedding
 
@@ -363,10 +364,15 @@ class SupConTrainer(Trainer):
             The 0-dim loss, or ``(loss, outputs)`` with the logits alone in ``outputs``. In
             training mode the loss is ``criterion(logits, embeddings, labels)``, in evaluation
             mode ``F.cross_entropy(logits, labels)``.
+
+        Raises:
+            ValueError: a label is no class of the logits (outside ``[0, num_labels)`` and not
+                -100), naming its value and row, as the criterion does.
         """
         inputs, labels = self._pop_labels(inputs)
         if not model.training:
             logits = self._evaluation_logits(model, inputs)
+            check_class_indices(labels, logits.shape[-1])
             loss = F.cross_entropy(logits, labels)
         elif self.args.gradient_cache_chunk_size is None:
             logits, embeddings = self._logits_and_embeddings(model, inputs)

@@ -1,12 +1,14 @@
 """The checks and the gold-class gather shared by the cross-entropy alternatives (FocalLoss,
 SelfAdjustingDiceLoss, MixedCrossEntropyLoss): one place for their argument errors, their
-``ignore_index`` and their reductions, which follow ``F.cross_entropy``'s."""
-from typing import Tuple, get_args
+``ignore_index`` and their reductions, which follow ``F.cross_entropy``'s. The class-index check
+also serves every other classification term (SupConCrossEntropyLoss, CoreTuningLoss, the
+Trainer's evaluation loss)."""
+from typing import Optional, Tuple, get_args
 
 import torch
 
 from .._types import Reduction
-from .._validation import check_tensor
+from .._validation import check_tensor, has_values
 
 CLASSIFICATION_REDUCTIONS: Tuple[str, ...] = get_args(Reduction)  # as F.cross_entropy's
 IGNORE_INDEX = -100  # F.cross_entropy's default, which SupConCrossEntropyLoss's CE term uses
@@ -18,8 +20,8 @@ def check_reduction(reduction: object) -> None:
 
 
 def check_logits_and_labels(logits: torch.Tensor, labels: torch.Tensor) -> None:
-    """``logits`` floating ``[N, C]``, ``labels`` integer ``[N]`` in ``[0, C)`` or the ignore
-    index, on the same device."""
+    """``logits`` floating ``[N, C]``, ``labels`` integer ``[N]`` on the same device, in
+    ``[0, C)`` or the ignore index (see check_class_indices)."""
     check_tensor(logits, "logits", floating=True)
     check_tensor(labels, "labels", floating=False)
     if logits.dim() != 2:
@@ -29,11 +31,33 @@ def check_logits_and_labels(logits: torch.Tensor, labels: torch.Tensor) -> None:
                          f"got {tuple(labels.shape)}")
     if labels.device != logits.device:
         raise ValueError(f"labels is on {labels.device} but logits is on {logits.device}")
-    if labels.numel():
-        kept = labels[labels != IGNORE_INDEX]
-        if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= logits.shape[1]):
-            raise ValueError(f"labels must lie in [0, {logits.shape[1]}) or equal the ignore index "
-                             f"{IGNORE_INDEX}, got values in [{int(kept.min())}, {int(kept.max())}]")
+    check_class_indices(labels, logits.shape[1])
+
+
+def check_class_indices(labels: torch.Tensor, num_classes: int, *,
+                        ignore_index: Optional[int] = IGNORE_INDEX) -> None:
+    """Raises a ValueError naming the first label (value and row) that is no class of
+    ``num_classes`` logits: outside ``[0, num_classes)`` and not ``ignore_index``. With
+    ``ignore_index=None`` every negative label passes (for a term that reads the labels >= 0
+    only).
+
+    On an accelerator the check makes the host wait for the labels once a call, as these losses'
+    checks always have: the alternative, torch's device-side assert, ends the process's use of
+    the device. It is left out where values cannot be read: meta and fake tensors, and while a
+    CUDA graph is captured (a replay runs no Python)."""
+    if not has_values(labels) or (labels.device.type == "cuda"
+                                  and torch.cuda.is_current_stream_capturing()):
+        return
+    bad = labels >= num_classes
+    if ignore_index is None:
+        allowed = f"be < {num_classes}"
+    else:
+        bad |= (labels < 0) & (labels != ignore_index)
+        allowed = f"lie in [0, {num_classes}) or equal the ignore index {ignore_index}"
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(f"labels must {allowed} (logits has {num_classes} classes), "
+                         f"got label {int(labels[row])} at row {row}")
 
 
 def gold_log_probabilities(logits: torch.Tensor,

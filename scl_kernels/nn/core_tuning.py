@@ -13,6 +13,7 @@ from .._types import BackendName, Temperature
 from .._validation import (check_backend_name, check_focal_gamma, check_tensor,
                            check_temperature)
 from ..functional import supcon_loss
+from ._classification_targets import IGNORE_INDEX, check_class_indices
 from .supcon_cross_entropy import focal_options
 
 HeadInput = Literal["auto", "embedding", "sequence"]
@@ -265,15 +266,11 @@ class CoreTuningLoss(nn.Module):
         if embeddings.dim() != 2 or embeddings.shape[0] != n:
             raise ValueError(f"embeddings must have shape [N, D] with N = {n} (the labels), "
                              f"got {tuple(embeddings.shape)}")
-        num_classes = logits.shape[1]
         # Checked here, not left to torch: the mixed labels' one_hot would say only "Class
         # values must be smaller than num_classes", naming neither the label nor the logits.
-        too_large = torch.nonzero(labels >= num_classes)
-        if too_large.numel() > 0:
-            row = int(too_large[0, 0])
-            raise ValueError(f"labels must be < {num_classes}, the number of classes (the width of "
-                             f"logits {tuple(logits.shape)}), got label {int(labels[row])} at row "
-                             f"{row}")
+        # The one_hot reads the labels >= 0 only; a custom ce checks its own negatives.
+        check_class_indices(labels, logits.shape[1],
+                            ignore_index=IGNORE_INDEX if self.ce is None else None)
 
     @torch.no_grad()
     def _mine(self, embeddings: torch.Tensor, labels: torch.Tensor
@@ -390,7 +387,10 @@ class CoreTuningLoss(nn.Module):
             embeddings: ``[N, D]`` the vectors ``head`` maps to logits (e.g. the last layer's
                 first-token vectors), with their graph.
             labels: integer ``[N]`` class indices; a negative label takes no part in the
-                contrastive term and the generated rows, and -100 is ignored by the CE term.
+                contrastive term and the generated rows, and -100 is ignored by the CE term. A
+                label >= C, or with the default CE a negative one other than -100, raises a
+                ValueError naming its value and row (on a GPU the check waits for the labels
+                once a call; it is left out while a CUDA graph is captured).
         """
         return self.parts(logits, embeddings, labels).loss
 

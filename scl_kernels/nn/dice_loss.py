@@ -32,8 +32,8 @@ class SelfAdjustingDiceLoss(nn.Module):
     docs/FINETUNING.md). Only ``alpha = 0`` (plain smoothed dice) has its minimum at ``p = 1``;
     with ``alpha > 0`` use it beside cross-entropy, as a reweighting, rather than alone.
 
-    Labels equal to -100 are ignored, as in :class:`FocalLoss`; the default reduction is the
-    mean over the kept examples.
+    Labels equal to -100 are ignored and other labels outside ``[0, C)`` raise, as
+    in :class:`FocalLoss`; the default reduction is the mean over the kept examples.
     """
 
     def __init__(self, alpha: float = 1.0, smoothing: float = 1.0,

@@ -27,7 +27,9 @@ class FocalLoss(nn.Module):
     Labels equal to -100 (``F.cross_entropy``'s ignore index) are ignored: 0 in ``"none"`` and
     ``"sum"``, left out of ``"mean"``. The mean is over the kept examples, not normalised by the
     class weights (as in Lin et al.; ``F.cross_entropy(weight=)`` divides by the sum of the
-    gold weights instead), and 0 when every label is ignored.
+    gold weights instead), and 0 when every label is ignored. Any other label outside ``[0, C)``
+    raises a ValueError naming its value and row (on a GPU the check waits for the labels once
+    a call; it is left out while a CUDA graph is captured).
 
     Usable alone, or as the cross-entropy term of :class:`SupConCrossEntropyLoss` and
     :class:`CoreTuningLoss` (their ``ce=`` argument).

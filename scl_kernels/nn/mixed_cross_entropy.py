@@ -43,7 +43,8 @@ class MixedCrossEntropyLoss(nn.Module):
     the loss once per optimiser step. With ``auto_step=False`` it advances
     only on :meth:`step` (e.g. once per optimiser step under gradient accumulation).
 
-    Labels equal to -100 are ignored, as in :class:`FocalLoss`.
+    Labels equal to -100 are ignored and other labels outside ``[0, C)`` raise, as
+    in :class:`FocalLoss`.
     """
 
     step_count: torch.Tensor  # a buffer

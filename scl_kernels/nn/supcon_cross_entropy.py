@@ -10,6 +10,7 @@ from torch import nn
 from .._types import BackendName, SclReduction, Strategy, Temperature
 from .._validation import check_focal_gamma, check_options, check_tensor
 from ..functional import supcon_loss
+from ._classification_targets import check_class_indices
 from .memory import SupConMemory, check_memory, supcon_loss_with_memory
 
 SCL_REDUCTIONS: Tuple[str, ...] = get_args(SclReduction)
@@ -196,6 +197,8 @@ class SupConCrossEntropyLoss(nn.Module):
                              f"(the labels), got {tuple(logits.shape)}")
         if self.ce is not None:
             return self.ce(logits, labels)
+        # torch's own "Target 7 is out of bounds" names neither the row nor the logits' width.
+        check_class_indices(labels, logits.shape[1])
         return F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
 
     def _supcon(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -251,7 +254,11 @@ class SupConCrossEntropyLoss(nn.Module):
                 ``normalize=False``), e.g. the last layer's first-token vectors.
             labels: integer ``[N]`` class indices. A negative label is ignored by cross-entropy
                 only if it equals its ``ignore_index`` (-100); SupCon treats any negative label as
-                "no class" (a negative for every anchor, no loss of its own).
+                "no class" (a negative for every anchor, no loss of its own). With the default
+                cross-entropy a label outside ``[0, num_classes)`` other than -100 raises a
+                ValueError naming its value and row (on a GPU the check waits for the labels
+                once a call; it is left out while a CUDA graph is captured). A custom ``ce``
+                checks its own labels.
 
         A term whose weight is 0 (``lam`` of 0 or 1) is not computed, so its input needs no
         graph (and with ``lam`` = 0 no rank communicates).
