@@ -68,8 +68,10 @@ def check_temperature(temperature: object, *, check_tensor_value: bool) -> None:
         return
     if not _is_real_number(temperature):
         raise TypeError(f"temperature must be a float or a 0-dim tensor, got {type(temperature).__name__}")
-    # typeshed's numbers.Real declares no comparisons: a real number compares as a float does.
-    if not (math.isfinite(temperature) and cast(float, temperature) > 0):
+    # Comparisons rather than math.isfinite, which torch.compile cannot trace when the float is
+    # an input of the compiled function (NaN fails both). typeshed's numbers.Real declares no
+    # comparisons: a real number compares as a float does.
+    if not 0 < cast(float, temperature) < math.inf:
         raise ValueError(f"temperature must be positive and finite, got {temperature}")
 
 

@@ -128,6 +128,28 @@ def test_single_view_warning_under_compile_fullgraph(fresh_warning):
     assert len(_single_view_warnings(fresh_warning)) == 1
 
 
+@needs.library
+def test_a_float_temperature_passed_to_a_compiled_function_traces_in_one_graph():
+    """A float temperature that is an input of the compiled function (a SymFloat to Dynamo, not a
+    constant) is checked by comparisons Dynamo traces, so fullgraph holds: CUDA graphs'
+    reduce-overhead mode needs one graph (docs/BACKENDS.md, "CUDA graphs"). A bad value still
+    raises the ValueError where the graph may break."""
+    torch._dynamo.reset()
+    labels = torch.arange(8) % 3
+    z = _x(8, 4)
+
+    def step(features, temperature):
+        return supcon_loss(features, labels, temperature, backend="cpu")
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for temperature in (0.1, 0.2, 0.3):
+        torch.testing.assert_close(compiled(z, temperature), step(z, temperature))
+    breaking = torch.compile(step, backend="aot_eager")
+    for bad in (float("nan"), float("inf"), -1.0, 0.0):
+        with pytest.raises(ValueError, match="temperature must be positive and finite"):
+            breaking(z, bad)
+
+
 # ------------------------------------------------------------------------------------------
 # 2. SupConLoss checks its options when built, with supcon_loss's errors
 # ------------------------------------------------------------------------------------------
