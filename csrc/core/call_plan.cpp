@@ -66,20 +66,73 @@ bool temperature_stays_in_memory(const TileKernels& kernels, const SupConArgs& a
   return false;
 }
 
+// 1/t where the host read t; NaN where it did not (left in device memory, or unreadable).
+double host_inv_t(const Temperature& t) {
+  return t.is_in_memory() ? std::numeric_limits<double>::quiet_NaN() : t.inv_t();
+}
+
 // Single set with every row an anchor is symmetric (S = S^T); its fixed shift is exact only for
 // unit rows and a temperature inside the exp range of the kernels' precision. The forward visits
-// the triangle only where that is reproducible or reproducibility is not asked for.
-Schedule schedule_for(const CallPlan& plan, const TileKernels& kernels, const SupConArgs& a,
-                      bool forward) {
-  const bool all_rows_anchors =
-      !a.contrast.has_value() && a.num_anchors == a.features.size(0);
+// the triangle only where that is reproducible or reproducibility is not asked for. Every
+// condition that fails is named (PlainBecause); the schedule is symmetric where none does.
+unsigned plain_because(const CallPlan& plan, const TileKernels& kernels, const SupConArgs& a,
+                       bool forward) {
+  unsigned because = 0;
+  if (a.contrast.has_value()) because |= kContrastRows;
+  else if (a.num_anchors != a.features.size(0)) because |= kSomeAnchors;
+  if (!a.normalize) because |= kNotNormalized;
   // A temperature left unread has no known range: the plain schedule serves any.
-  const bool symmetric =
-      all_rows_anchors && a.normalize && !plan.temperature.is_in_memory() &&
-      fixed_shift_is_safe(plan.temperature.inv_t(),
-                          kernels.compute_type(a.features.scalar_type())) &&
-      (!forward || kernels.symmetric_forward_is_deterministic || !plan.deterministic);
-  return symmetric ? Schedule::kSymmetric : Schedule::kPlain;
+  const double inv_t = host_inv_t(plan.temperature);
+  if (std::isnan(inv_t)) {
+    because |= kTemperatureUnread;
+  } else if (!fixed_shift_is_safe(inv_t, plan.compute_type)) {
+    because |= kSmallTemperature;
+  }
+  if (forward && !kernels.symmetric_forward_is_deterministic && plan.deterministic) {
+    because |= kReproducibleForward;
+  }
+  return because;
+}
+
+Schedule schedule_for(unsigned plain_because) {
+  return plain_because == 0 ? Schedule::kSymmetric : Schedule::kPlain;
+}
+
+// The PlainBecause bits by name, in explain's order.
+std::string plain_because_names(unsigned because) {
+  if (because == 0) return "none";
+  static const std::pair<PlainBecause, const char*> kNames[] = {
+      {kContrastRows, "contrast rows"},        {kSomeAnchors, "some anchors"},
+      {kNotNormalized, "not normalized"},      {kTemperatureUnread, "temperature unread"},
+      {kSmallTemperature, "small temperature"}, {kReproducibleForward, "reproducible forward"}};
+  std::string names;
+  for (const auto& [bit, text] : kNames) {
+    if (because & bit) names += (names.empty() ? "" : ", ") + std::string(text);
+  }
+  return names;
+}
+
+// The smallest temperature whose fixed shift is safe in `compute_type`, found by bisection on
+// fixed_shift_is_safe itself, so that the number explain quotes is the rule's own.
+double symmetric_temperature_floor(at::ScalarType compute_type) {
+  double safe = 0, unsafe = 1;  // in 1/t
+  while (fixed_shift_is_safe(unsafe, compute_type)) unsafe *= 2;
+  for (int step = 0; step < 64; ++step) {
+    const double mid = (safe + unsafe) / 2;
+    (fixed_shift_is_safe(mid, compute_type) ? safe : unsafe) = mid;
+  }
+  return 1 / unsafe;
+}
+
+// torch's name of a rows' dtype (the plan's rows are floating-point: check_features).
+const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kDouble: return "float64";
+    case at::kFloat: return "float32";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    default: return c10::toString(t);
+  }
 }
 
 const char* name(Schedule s) { return s == Schedule::kSymmetric ? "symmetric" : "plain"; }
@@ -163,8 +216,12 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
   const bool float_compute = args.features.scalar_type() != at::kDouble;
   plan.host_reads = !prepare_without_host_reads(args.features);
   plan.fused_preparation = kernels.prepare_rows && float_compute && !plan.deterministic;
-  plan.forward_schedule = schedule_for(plan, kernels, args, /*forward=*/true);
-  plan.backward_schedule = schedule_for(plan, kernels, args, /*forward=*/false);
+  plan.rows_type = args.features.scalar_type();
+  plan.compute_type = kernels.compute_type(plan.rows_type);
+  plan.forward_plain_because = plain_because(plan, kernels, args, /*forward=*/true);
+  plan.backward_plain_because = plain_because(plan, kernels, args, /*forward=*/false);
+  plan.forward_schedule = schedule_for(plan.forward_plain_because);
+  plan.backward_schedule = schedule_for(plan.backward_plain_because);
   plan.mean = args.mean;
   if (plan.focal) {
     plan.forward_finish = ForwardFinish::kFocalWalk;
@@ -206,6 +263,12 @@ std::string CallPlan::describe() const {
       << (temperature.is_in_memory() ? "device memory" : "host value") << "\n"
       << "forward_schedule: " << name(forward_schedule) << "\n"
       << "backward_schedule: " << name(backward_schedule) << "\n"
+      << "host_temperature: " << 1 / host_inv_t(temperature) << "\n"
+      << "forward_plain_because: " << plain_because_names(forward_plain_because) << "\n"
+      << "backward_plain_because: " << plain_because_names(backward_plain_because) << "\n"
+      << "symmetric_temperature_floor: " << symmetric_temperature_floor(compute_type) << "\n"
+      << "rows_dtype: " << dtype_name(rows_type) << "\n"
+      << "compute_dtype: " << dtype_name(compute_type) << "\n"
       << "preparation: " << (fused_preparation ? "fused" : "aten") << "\n"
       << "host_reads: " << (host_reads ? "yes" : "no") << "\n"
       << "forward_finish: " << name(forward_finish) << "\n"

@@ -47,6 +47,17 @@ enum class Refusal {
   kTemperatureUnreadable,  // a GPU temperature that must be read while a CUDA graph is captured
 };
 
+// Why a direction takes the plain schedule instead of the symmetric one, as bits (none: the
+// symmetric one), so that explain names every condition that failed, not only the first.
+enum PlainBecause : unsigned {
+  kContrastRows = 1u << 0,         // a contrast set: the logits are not square
+  kSomeAnchors = 1u << 1,          // not every row an anchor: not square either
+  kNotNormalized = 1u << 2,        // rows not unit: the fixed shift 1/t does not bound them
+  kTemperatureUnread = 1u << 3,    // no host value to check the shift's range against
+  kSmallTemperature = 1u << 4,     // 1/t outside the shift's range (fixed_shift_is_safe)
+  kReproducibleForward = 1u << 5,  // the backend's triangle forward is not reproducible
+};
+
 struct CallPlan {
   // Read once on the host (a CPU tensor in place: 1/t is a number of the call), or left unread
   // in device memory for the kernels (TileKernels::reads_temperature).
@@ -60,6 +71,10 @@ struct CallPlan {
   bool fused_preparation;
   Schedule forward_schedule;
   Schedule backward_schedule;
+  unsigned forward_plain_because;  // PlainBecause bits; 0 exactly where the schedule is symmetric
+  unsigned backward_plain_because;
+  at::ScalarType rows_type;
+  at::ScalarType compute_type;  // TileKernels::compute_type of rows_type
   ForwardFinish forward_finish;
   bool mean;  // the loss is the mean over the anchors with positives, taken inside the op
   AssemblyPath backward_assembly;

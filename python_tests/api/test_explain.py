@@ -3,6 +3,7 @@ branches, and scl_kernels.explain, the profiler range and the errors that show i
 stages' branches are reached through the CUDA C++ backend's dry run (a test build without CUDA)
 and the device's paths through the test hooks; the plan is computed, nothing is run."""
 import contextlib
+import pathlib
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ dry_run = pytest.mark.skipif(not cuda_dry_run_built(),
 hooks = pytest.mark.skipif(not test_build(), reason=NOT_A_TEST_BUILD)
 
 ROWS, DIM, CLASSES = 40, 8, 5
+BACKENDS_PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "BACKENDS.md"
 
 
 def plan_of(op, *, rows=ROWS, dim=DIM, dtype=torch.float32, t=0.1, layout="single", mean=True,
@@ -176,3 +178,160 @@ def test_profiles_show_the_plan():
     assert any(n.startswith("scl::supcon_forward [temperature: host value; forward_schedule: "
                             "symmetric;") for n in names), sorted(names)[:20]
     assert any(n.startswith("scl::supcon_backward [") for n in names)
+
+
+# explain in the user's words: the sentences, the compute dtype, the schedules' reasons, the dict
+# the text is made from, and calls without data.
+
+DETAIL_KEYS = {"backend", "reason", "compute_dtype", "schedule", "schedule_reason", "plan"}
+
+
+def labelled(rows=ROWS, dim=DIM, dtype=torch.float32, device="cpu"):
+    g = torch.Generator().manual_seed(1)
+    return (torch.randn(rows, dim, generator=g).to(dtype).to(device),
+            torch.randint(0, CLASSES, (rows,), generator=g).to(device))
+
+
+def test_details_hold_the_backend_the_schedules_and_a_sentence_per_field():
+    details = scl_kernels.explain(*labelled()).details()
+    assert set(details) == DETAIL_KEYS
+    assert (details["backend"], details["compute_dtype"]) == ("cpu", "float32")
+    assert details["schedule"] == {"forward": "symmetric", "backward": "symmetric"}
+    assert "every row an anchor" in details["schedule_reason"]["forward"]
+    assert all(set(field) == {"value", "sentence"} and field["sentence"]
+               for field in details["plan"].values())
+    assert "by ATen ops, not a fused kernel" in details["plan"]["preparation"]["sentence"]
+
+
+def test_the_text_is_made_from_the_details():
+    explanation = scl_kernels.explain(*labelled(), 0.01, normalize=False)
+    text, details = str(explanation), explanation.details()
+    assert text.splitlines()[0] == f"backend: {details['backend']} ({details['reason']})"
+    for name in ("temperature", "forward_schedule", "compute_dtype", "preparation", "cannot_run"):
+        assert f"  {name}: {details['plan'][name]['sentence']}" in text.splitlines()
+    assert details["schedule_reason"]["forward"] in text
+    assert ": aten" not in text and "host_reads: yes" not in text  # no raw value lines
+
+
+def test_every_plan_field_has_a_sentence():
+    """A field CallPlan::describe() gains without a sentence in FIELD_SENTENCES (and a row in
+    docs/BACKENDS.md's "Reading explain()") fails here; so does a sentence for a field gone."""
+    from scl_kernels.explain import FIELD_SENTENCES
+    explanation = scl_kernels.explain(*labelled())
+    assert set(explanation.plan) == set(FIELD_SENTENCES)
+    page = BACKENDS_PAGE.read_text()
+    glossary = page[page.index("## Reading explain()"):page.index("## Adding a backend")]
+    assert [name for name in FIELD_SENTENCES if f"`{name}`" not in glossary] == []
+
+
+@pytest.mark.parametrize("arguments,hooked", [c[1:3] for c in CPU_PLANS],
+                         ids=[c[0] for c in CPU_PLANS])
+def test_every_cpu_plan_value_has_a_sentence(arguments, hooked):
+    if hooked and not test_build():
+        pytest.skip(NOT_A_TEST_BUILD)
+    with test_hooks(**hooked) if hooked else contextlib.nullcontext():
+        plan = plan_of(torch.ops.scl.supcon_plan, **arguments)
+    assert scl_kernels.Explanation("cpu", "", plan).details()["plan"].keys() == plan.keys()
+
+
+@dry_run
+@pytest.mark.parametrize("arguments,hooked,deterministic", [c[1:4] for c in DRY_RUN_PLANS],
+                         ids=[c[0] for c in DRY_RUN_PLANS])
+def test_every_fused_stage_plan_value_has_a_sentence(arguments, hooked, deterministic,
+                                                     reproducible_if):
+    reproducible_if(deterministic)
+    with test_hooks(**hooked):
+        plan = plan_of(torch.ops.scl.supcon_cuda_dry_run_plan, **arguments)
+    assert scl_kernels.Explanation("cuda", "", plan).details()["plan"].keys() == plan.keys()
+
+
+def test_the_compute_dtype_is_shown():
+    """float32 and float64 rows used to print the same plan; 16-bit rows compute in float32."""
+    float32, float64, bf16 = (scl_kernels.explain(*labelled(dtype=d))
+                              for d in (torch.float32, torch.float64, torch.bfloat16))
+    assert (float32.details()["compute_dtype"], float64.details()["compute_dtype"]) == \
+        ("float32", "float64")
+    assert "  compute_dtype: computes in float64" in str(float64).splitlines()
+    assert "  compute_dtype: computes in float32 (bfloat16 inputs)" in str(bf16).splitlines()
+
+
+def test_a_small_temperature_names_its_reason_with_the_planner_s_floor():
+    """The floor quoted is the planner's own: just above it the schedule is symmetric, just below
+    it plain, for the reason quoted."""
+    x, y = labelled()
+    floor = float(scl_kernels.explain(x, y).plan["symmetric_temperature_floor"])
+    assert 0.01 < floor < 0.1
+    assert scl_kernels.explain(x, y, floor * 1.001).details()["schedule"]["forward"] == "symmetric"
+    below = scl_kernels.explain(x, y, floor * 0.999).details()
+    assert below["schedule"] == {"forward": "plain", "backward": "plain"}
+    assert f"small temperature (t = {floor * 0.999:.3g} < {floor:.3g})" in \
+        below["schedule_reason"]["forward"]
+    text = str(scl_kernels.explain(x, y, 0.01))
+    assert "plain schedule (every anchor against every column) instead of the symmetric one: " \
+           "small temperature (t = 0.01 < " in text
+    # float64 keeps the fixed shift to smaller temperatures
+    assert float(scl_kernels.explain(*labelled(dtype=torch.float64)).plan[
+        "symmetric_temperature_floor"]) < floor
+
+
+@pytest.mark.parametrize("arguments,reason", [
+    (dict(normalize=False), "normalize=False: "),
+    (dict(contrast_mode="one"), "only some rows are anchors (contrast_mode='one')"),
+    (dict(cross=True), "contrast rows given: a cross set"),
+], ids=["not normalised", "some anchors", "contrast rows"])
+def test_each_schedule_change_names_its_reason(arguments, reason):
+    x, y = labelled()
+    if arguments.pop("cross", False):
+        arguments.update(contrast=x.flip(0), contrast_labels=y.flip(0))
+    if arguments.get("contrast_mode") == "one":
+        x = x.view(ROWS // 2, 2, DIM)
+        y = y[: ROWS // 2]
+    details = scl_kernels.explain(x, y, **arguments).details()
+    assert details["schedule"]["forward"] == "plain"
+    assert details["schedule_reason"]["forward"].startswith(reason)
+
+
+def test_every_reason_that_holds_is_named():
+    x, y = labelled(dtype=torch.bfloat16)
+    details = scl_kernels.explain(x, y, 0.01, contrast=x, contrast_labels=y,
+                                  normalize=False).details()
+    assert details["plan"]["forward_plain_because"]["value"] == \
+        "contrast rows, not normalized, small temperature"
+    floor = float(details["plan"]["symmetric_temperature_floor"]["value"])
+    assert [part.split(":")[0] for part in details["schedule_reason"]["forward"].split("; ")] \
+        == ["contrast rows given", "normalize=False", f"small temperature (t = 0.01 < {floor:.3g})"]
+
+
+def test_meta_tensors_are_planned_as_cpu_tensors_of_their_shapes():
+    explanation = scl_kernels.explain(*labelled(dtype=torch.bfloat16, device="meta"), 0.01)
+    assert explanation.backend == "cpu"
+    assert "planned as cpu tensors of these shapes and dtypes" in explanation.reason
+    assert explanation.plan == scl_kernels.explain(*labelled(dtype=torch.bfloat16), 0.01).plan
+
+
+def test_fake_tensors_are_planned_as_tensors_of_their_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    expected = scl_kernels.explain(*labelled(rows=2048, dim=64), contrast_mode="all").plan
+    with FakeTensorMode():
+        x, y = torch.empty(2048, 64), torch.zeros(2048, dtype=torch.long)
+        explanation = scl_kernels.explain(x, y)
+    assert explanation.plan == expected and expected["threads"] == "parallel tiles"
+
+
+def test_a_temperature_tensor_without_data_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^explain cannot plan with a meta temperature tensor, "
+                                         r"which holds no value[^\n]*$"):
+        scl_kernels.explain(*labelled(device="meta"), torch.tensor(0.1, device="meta"))
+
+
+@dry_run
+def test_a_schedule_left_for_reproducibility_says_so(reproducible_if):
+    """Only the forward leaves the triangle (it adds by atomics): the backward's line stays its
+    own."""
+    reproducible_if(True)
+    plan = plan_of(torch.ops.scl.supcon_cuda_dry_run_plan)
+    details = scl_kernels.Explanation("cuda", "", plan).details()
+    assert details["schedule"] == {"forward": "plain", "backward": "symmetric"}
+    assert details["schedule_reason"]["forward"].startswith(
+        "torch.use_deterministic_algorithms(True), and this backend's triangle forward")
+    assert details["plan"]["backward_schedule"]["sentence"].startswith("symmetric schedule")
