@@ -25,8 +25,9 @@
 namespace scl::cuda::sm90 {
 
 // A consumer's share of the triangle's column product, 64 rows j x 128 columns d in fp32: the
-// partners exchange halves of d (64 columns), 32 floats per thread.
+// partners exchange halves of d (64 columns), 32 floats per thread, sent and read a quad at a time.
 constexpr int kExchangeFloats = 32;
+constexpr int kExchangeQuads = kExchangeFloats / int(std::extent_v<ClusterQuad>);
 constexpr int kHalfWidth = 64;
 
 // The named barrier (after ConsumerTurns' 0 and 1) at which both consumers have stored a
@@ -50,7 +51,7 @@ struct ExchangeBarriers {
   }
   // k: the column tiles exchanged so far, so the barriers' phases.
   __device__ __forceinline__ void wait_for_partner_read(int consumer, int k) {
-    if (k > 0) wait_for_cluster<kPartnerDataAfterRead>(&partner_read[consumer], (k - 1) & 1);
+    if (k > 0) wait_for_cluster<kPartnerDataAfterRead>(&partner_read[consumer], (k - 1) & 1, "partner_read", consumer);
   }
 };
 
@@ -61,7 +62,7 @@ struct ExchangeBarriers {
 struct FencedExchange {
   // The partner's half for this program: per consumer, 8 x 16 bytes per thread, consecutive
   // threads at consecutive 16 bytes.
-  alignas(16) float4 received[kConsumers][kExchangeFloats / 4][128];
+  alignas(16) float4 received[kConsumers][kExchangeQuads][128];
   ExchangeBarriers</*kPartnerDataAfterRead=*/true> barriers;
 
   // The received buffer, once read, is the quads' scratch until the partner is told it may
@@ -74,8 +75,8 @@ struct FencedExchange {
     barriers.wait_for_partner_read(consumer, k);
     return 0;
   }
-  __device__ __forceinline__ static void send(uint32_t remote, uint32_t, const float (&v)[4]) {
-    store_to_cluster(remote, v[0], v[1], v[2], v[3]);
+  __device__ __forceinline__ static void send(uint32_t remote, uint32_t, const ClusterQuad& quad) {
+    store_to_cluster(remote, quad);
   }
   __device__ __forceinline__ void sent(int consumer, uint32_t partner) {
     arrive_in_cluster(cluster_shared_address(&barriers.received_full[consumer], partner));
@@ -98,8 +99,8 @@ struct FencedExchange {
 // - The buffer is released right after it is read, before the reductions into global memory,
 //   by an arrive with release at CTA scope (arrive_in_cluster_after_reads): it orders only this
 //   thread's reads of its own shared memory, which the partner overwrites after its wait for
-//   that arrive (ptxas compiles it to the arrive alone, no fence); the reductions use a scratch
-//   of their own. Such a release is what CUTLASS's multicast pipelines rely on when a consumer
+//   that arrive (ptxas compiles it to the arrive, no fence, its address waiting on the reads'
+//   registers); the reductions use a scratch of their own. Such a release is what CUTLASS's multicast pipelines rely on when a consumer
 //   frees a stage that another program's TMA refills. The PTX memory model states
 //   synchronisation between programs only at cluster scope, which would bring the GPU-scope
 //   fence back: compute-sanitizer's racecheck on a GPU is part of this walk's rule before it
@@ -109,12 +110,16 @@ struct FencedExchange {
 //   half a whole tile (three products) after the partner released tile k's, since the partner
 //   released it right after its own wait for this program's tile-k half.
 struct AsyncExchange {
-  alignas(16) float4 received[kConsumers][kExchangeFloats / 4][128];
+  alignas(16) float4 received[kConsumers][kExchangeQuads][128];
   alignas(16) float4 scratch[kConsumers][kExchangeFloats / 8][128];  // the quads' (add_half_by_quads)
   ExchangeBarriers</*kPartnerDataAfterRead=*/false> barriers;
 
   static constexpr bool kReleasesBeforeReductions = true;
   static constexpr uint32_t kBytesPerThread = kExchangeFloats * sizeof(float);
+  // The phase completes on the bytes armed: were they more than the partner thread's stores bring,
+  // it would never complete; were they fewer, it could complete before the last store landed.
+  static_assert(kExchangeQuads * sizeof(ClusterQuad) == kBytesPerThread,
+                "the bytes armed on received_full must be those exchange_and_add sends by st.async");
   __device__ __forceinline__ float4* quads_scratch(int consumer) { return &scratch[consumer][0][0]; }
 
   // After this thread saw tile k - 1's phase complete (its read of it), so the arming counts
@@ -124,12 +129,13 @@ struct AsyncExchange {
     FullBarrier::arrive_and_expect_tx(&barriers.received_full[consumer], kBytesPerThread);
     return cluster_shared_address(&barriers.received_full[consumer], partner);
   }
-  __device__ __forceinline__ static void send(uint32_t remote, uint32_t partner_full, const float (&v)[4]) {
-    store_async_to_cluster(remote, partner_full, v[0], v[1], v[2], v[3]);
+  __device__ __forceinline__ static void send(uint32_t remote, uint32_t partner_full, const ClusterQuad& quad) {
+    store_async_to_cluster(remote, partner_full, quad);
   }
   __device__ __forceinline__ void sent(int, uint32_t) {}
-  __device__ __forceinline__ void release(int consumer, uint32_t partner) {
-    arrive_in_cluster_after_reads(cluster_shared_address(&barriers.partner_read[consumer], partner));
+  // `loaded`: one float of each load of the received half (arrive_in_cluster_after_reads).
+  __device__ __forceinline__ void release(int consumer, uint32_t partner, const float (&loaded)[kExchangeQuads]) {
+    arrive_in_cluster_after_reads(cluster_shared_address(&barriers.partner_read[consumer], partner), loaded);
   }
 };
 
@@ -313,10 +319,10 @@ struct TriangleEpilogue {
     const uint32_t partner_full = exchange.before_send(consumer, k, partner);
     const uint32_t partner_received = cluster_shared_address(&exchange.received[consumer][0][thread], partner);
     CUTE_UNROLL
-    for (int v = 0; v < kExchangeFloats / 4; ++v) {
-      float sent[4];
+    for (int v = 0; v < kExchangeQuads; ++v) {
+      ClusterQuad sent;
       CUTE_UNROLL
-      for (int u = 0; u < 4; ++u) {
+      for (int u = 0; u < int(std::extent_v<ClusterQuad>); ++u) {
         const int e = 4 * v + u;
         kept[e] = rank == 0 ? column(e) : column(e + kExchangeFloats);
         sent[u] = rank == 0 ? column(e + kExchangeFloats) : column(e);
@@ -324,13 +330,15 @@ struct TriangleEpilogue {
       Exchange::send(partner_received + v * uint32_t(sizeof(float4) * 128), partner_full, sent);
     }
     exchange.sent(consumer, partner);
-    wait_for_cluster(&exchange.barriers.received_full[consumer], k & 1);
+    wait_for_cluster(&exchange.barriers.received_full[consumer], k & 1, "received_full", consumer);
+    float loaded[kExchangeQuads];
     CUTE_UNROLL
-    for (int v = 0; v < kExchangeFloats / 4; ++v) {
+    for (int v = 0; v < kExchangeQuads; ++v) {
       const float4 got = exchange.received[consumer][v][thread];
+      loaded[v] = got.x;
       kept[4 * v] += got.x, kept[4 * v + 1] += got.y, kept[4 * v + 2] += got.z, kept[4 * v + 3] += got.w;
     }
-    if constexpr (Exchange::kReleasesBeforeReductions) exchange.release(consumer, partner);
+    if constexpr (Exchange::kReleasesBeforeReductions) exchange.release(consumer, partner, loaded);
     // A half wholly past D (D <= 64) adds nothing (kHalfWidth columns per half).
     if (int(rank) * kHalfWidth < p.d) {
       add_half_by_quads(out.grad, schedule.streamed_block(t) * kBlock + m.rows0, int(rank) * kHalfWidth,

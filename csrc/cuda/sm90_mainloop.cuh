@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "barrier_wait.cuh"
 #include "fragments.cuh"
 #include "sm90_shape.h"
 #include "tile_args.h"
@@ -162,7 +163,7 @@ __device__ __forceinline__ void load_tiles(const Params<T, kWidth>& params, Stor
     const int stage = int(t % kStages);
     const int64_t block = schedule.streamed_block(t);
     // The stage's previous tile must be consumed (the first round finds it free).
-    if (t >= kStages) EmptyBarrier::wait(&shared.empty[stage], int((t / kStages - 1) & 1));
+    if (t >= kStages) wait_for_pipeline(&shared.empty[stage], int((t / kStages - 1) & 1), "empty", stage);
     FullBarrier::arrive_and_expect_tx(&shared.full[stage], kTileBytes);
     copy(params.streamed_tma.with(shared.full[stage]), from_str(_, block), to_ring(_, stage));
     SM90_BULK_COPY_G2S::copy(p.streamed_terms + block * kBlock, &shared.full[stage],
@@ -255,7 +256,7 @@ struct ConsumerMainloop {
   // A stage of the ring: rows by d, as TMA wrote it.
   __device__ __forceinline__ T* stage_rows(int stage) const { return shared.ring + stage * cosize_v<typename L::Block>; }
 
-  __device__ __forceinline__ void wait_for_own_block() const { FullBarrier::wait(&shared.own_full, 0); }
+  __device__ __forceinline__ void wait_for_own_block() const { wait_for_pipeline(&shared.own_full, 0, "own_full", 0); }
   __device__ __forceinline__ void release(int stage) const { EmptyBarrier::arrive(&shared.empty[stage]); }
 
   // Streamed tile t's logits into acc: wait for its stage, then the wgmma in this consumer's
@@ -264,7 +265,7 @@ struct ConsumerMainloop {
   template <bool kTransposed>
   __device__ __forceinline__ int tile_logits(int64_t t) {
     const int stage = int(t % kStages);
-    FullBarrier::wait(&shared.full[stage], int((t / kStages) & 1));
+    wait_for_pipeline(&shared.full[stage], int((t / kStages) & 1), "full", stage);
     // The stage as a runtime pointer: its wgmma descriptors are then formed in the loop rather
     // than hoisted for both stages, which would spill them.
     Tensor s_tile = make_tensor(make_smem_ptr(stage_rows(stage)), typename L::Block{});
