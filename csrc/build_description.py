@@ -12,7 +12,9 @@ Knobs (environment variables; CMake also takes them as -D options of the same na
                       Ampere, and the wgmma + TMA kernels, which need sm_90a, for Hopper); "X.Y+PTX"
                       adds that PTX. TORCH_CUDA_ARCH_LIST (often preset in containers) is not read,
                       and is set to the same list
-  SCL_CUTLASS_INCLUDE the CuTe / CUTLASS headers, default: those of the installed nvidia-cutlass
+  SCL_CUTLASS_INCLUDE the CuTe / CUTLASS headers, default: .cutlass/include when it holds them
+                      (unpacked from the wheel by python -m bench.gpu.build --prepare-headers, for
+                      machines without a package index), else those of the installed nvidia-cutlass
                       wheel (pip install nvidia-cutlass==4.2.0.0; header-only, needed to build only)
   SCL_CPU_ARCH_FLAGS  extra ISA flags for every C++ file, default none: the build runs on any CPU of
                       its architecture, and the CPU kernels pick their instruction set at run time.
@@ -20,6 +22,10 @@ Knobs (environment variables; CMake also takes them as -D options of the same na
   SCL_BUILD_TESTS     0 (default: the product's ops only), 1: also the ops the test suite needs
                       (csrc/testing: setting the test hooks; without CUDA, the CUDA backend's dry
                       run). The README's test command and CI set it; a wheel never has them
+  SCL_CUDA_DEBUG_WAITS 0 (default), 1: every mbarrier wait of the sm_90a kernels traps after about a
+                      second, printing the barrier, block and thread (csrc/cuda/barrier_wait.cuh),
+                      where a lost arrival would hang the GPU. For finding hangs only: its printf
+                      makes ptxas serialize the kernels' wgmma
   MAX_JOBS            parallel compile jobs (ninja's -j; default: the number of cores + 2)
 
 The C++ standard is the one the installed torch asks for: no -std is given here (setup.py: torch's
@@ -56,10 +62,13 @@ LINK_FLAGS = ("-fopenmp",)
 # -Xptxas=-v: every kernel's registers and spills in the build log (CI fails on a spill).
 NVCC_FLAGS = ("-O3", "--use_fast_math", "-DNDEBUG", "-Xptxas=-v")
 CUDA_DEFINES = ("SCL_WITH_CUDA",)
+# SCL_CUDA_DEBUG_WAITS=1: the kernels' mbarrier waits bounded (csrc/cuda/barrier_wait.cuh).
+DEBUG_WAITS_FLAG = "-DSCL_CUDA_BOUNDED_WAITS"
 DEFAULT_CUDA_ARCH_LIST = "8.0;9.0a"
 CUTLASS_PIN = "nvidia-cutlass==4.2.0.0"
+CARRIED_CUTLASS_INCLUDE = os.path.join(ROOT, ".cutlass", "include")  # git-ignored
 KNOBS = ("SCL_BUILD_CUDA", "SCL_CUDA_ARCH_LIST", "SCL_CUTLASS_INCLUDE", "SCL_CPU_ARCH_FLAGS",
-         "SCL_BUILD_TESTS")
+         "SCL_BUILD_TESTS", "SCL_CUDA_DEBUG_WAITS")
 
 
 @dataclass
@@ -107,12 +116,17 @@ def cutlass_include(knobs):
     if override:
         found = os.path.exists(os.path.join(override, "cute", "tensor.hpp"))
         return (override, None) if found else (None, f"SCL_CUTLASS_INCLUDE={override} has no cute/tensor.hpp")
+    # A machine that reaches no package index (a lent GPU) gets the wheel's headers carried with
+    # the checkout: python -m bench.gpu.build --prepare-headers unpacks them there.
+    if os.path.exists(os.path.join(CARRIED_CUTLASS_INCLUDE, "cute", "tensor.hpp")):
+        return CARRIED_CUTLASS_INCLUDE, None
     spec = importlib.util.find_spec("cutlass_library")
     if spec is not None and spec.origin:
         include = os.path.join(os.path.dirname(spec.origin), "source", "include")
         if os.path.exists(os.path.join(include, "cute", "tensor.hpp")):
             return include, None
-    return None, f"the CuTe headers are not installed (pip install {CUTLASS_PIN})"
+    return None, (f"the CuTe headers are not installed (pip install {CUTLASS_PIN}) and "
+                  f"{CARRIED_CUTLASS_INCLUDE} holds none")
 
 
 def cuda_library_includes():
@@ -198,12 +212,19 @@ def cuda_wanted(knobs, cuda_sources, log):
     return True
 
 
-def tests_wanted(knobs, log):
-    choice = (knobs.get("SCL_BUILD_TESTS") or "0").strip().lower()
+def switched_on(knobs, name):
+    """A 0 / 1 knob whose default is 0."""
+    choice = (knobs.get(name) or "0").strip().lower()
     if choice in ("0", "false", "no", "off"):
         return False
     if choice not in ("1", "true", "yes", "on"):
-        raise RuntimeError(f"SCL_BUILD_TESTS={choice!r}: expected 0 or 1")
+        raise RuntimeError(f"{name}={choice!r}: expected 0 or 1")
+    return True
+
+
+def tests_wanted(knobs, log):
+    if not switched_on(knobs, "SCL_BUILD_TESTS"):
+        return False
     log.append("SCL_BUILD_TESTS=1: with the test suite's ops (csrc/testing)")
     return True
 
@@ -222,6 +243,7 @@ def describe(knobs=None):
     knobs = {name: os.environ.get(name) for name in KNOBS} if knobs is None else knobs
     log = []
     tests = tests_wanted(knobs, log)
+    debug_waits = switched_on(knobs, "SCL_CUDA_DEBUG_WAITS")
     cpu_arch_flags = shlex.split(knobs.get("SCL_CPU_ARCH_FLAGS") or "")
     log.append(f"CPU ISA flags: {' '.join(cpu_arch_flags) or 'none (portable; SCL_CPU_ARCH_FLAGS adds some)'}")
     cuda_sources = sources(CUDA_SOURCE_PATTERNS)
@@ -234,6 +256,9 @@ def describe(knobs=None):
         build.cuda_arch_list = (knobs.get("SCL_CUDA_ARCH_LIST") or "").strip() or DEFAULT_CUDA_ARCH_LIST
         cuda_arch_flags(build.cuda_arch_list)  # rejects a malformed list before anything compiles
         build.nvcc_flags = list(NVCC_FLAGS)
+        if debug_waits:
+            build.nvcc_flags.append(DEBUG_WAITS_FLAG)
+            log.append("SCL_CUDA_DEBUG_WAITS=1: every mbarrier wait traps after about a second (a debug build)")
         build.defines = list(CUDA_DEFINES)
         build.include_dirs += cuda_library_includes()
         build.cuda_include_dirs = [cutlass_include(knobs)[0]]
