@@ -199,6 +199,22 @@ class Session:
                 json.dump(table, f, indent=1)
 
 
+def walks_path(session, suffix):
+    """The path of bench.gpu.walks' file ending in `suffix` (".json": the rows, ".verdicts.json",
+    ".md"), None where the run wrote none."""
+    found = [p for p in glob.glob(os.path.join(session.work, f"walks_{session.target.device}_*{suffix}"))
+             if suffix == ".verdicts.json" or not p.endswith(".verdicts.json")]
+    return found[0] if found else None
+
+
+def read_json(path, empty):
+    """The JSON at `path`, `empty` where there is none."""
+    if path is None:
+        return empty
+    with open(path) as f:
+        return json.load(f)
+
+
 def last_lines(text, count=6):
     return [line for line in text.strip().splitlines()[-count:] if line.strip()]
 
@@ -286,9 +302,8 @@ def timings(session, stage):
         "-m", "bench.gpu.walks", "--out", session.work, "--backends", ",".join(order),
         "--also", target.also, *target.timing_args), "timings.log", session.limit(stage))
     done = "ok" if status == 0 else "FAILED" if status is not None else "timed out"
-    found = glob.glob(os.path.join(session.work, "walks_*.json"))
-    rows = [p for p in found if not p.endswith(".verdicts.json")]
-    lines = [f"{len(json.load(open(rows[0])))} timing rows written" if rows else "no timing rows"]
+    rows = read_json(walks_path(session, ".json"), [])
+    lines = [f"{len(rows)} timing rows written" if rows else "no timing rows"]
     return Outcome("ok" if done == "ok" else done, lines + ([] if done == "ok" else last_lines(text, 8)))
 
 
@@ -366,10 +381,8 @@ def rule_lines(session):
     """Every rule's verdict line, rule 5 with its correctness half, then the agreement's and the
     readings of the pages and the probe."""
     from bench.gpu import walks  # imports torch: only once the stages are done
-    found = glob.glob(os.path.join(session.work, "walks_*.verdicts.json"))
-    verdicts = json.load(open(found[0])) if found else {}
-    rows_path = found[0].replace(".verdicts.json", ".json") if found else None
-    rows = json.load(open(rows_path)) if rows_path and os.path.exists(rows_path) else []
+    verdicts = read_json(walks_path(session, ".verdicts.json"), {})
+    rows = read_json(walks_path(session, ".json"), [])
     lines = []
     for name in ("rule 1", "rule 5"):
         reads = verdicts.get(name, {}).get("reads")
@@ -401,9 +414,10 @@ def rule_lines(session):
 def pack(session):
     """The small files into the output folder, everything into one archive under its limit."""
     renamed = {"environment.txt": "environment.txt", "ncu_summary.txt": "ncu_summary.txt"}
-    for path in glob.glob(os.path.join(session.work, f"walks_{session.target.device}_*")):
-        if path.endswith((".md", ".json")) and not path.endswith(".verdicts.json"):
-            renamed[os.path.basename(path)] = "timings" + os.path.splitext(path)[1]
+    for suffix in (".md", ".json"):
+        path = walks_path(session, suffix)
+        if path:
+            renamed[os.path.basename(path)] = "timings" + suffix
     returned = ["stages.json"]  # written by Session.record
     for name, as_name in renamed.items():
         path = os.path.join(session.work, name)
