@@ -17,9 +17,10 @@ child processes of its own, alternating with this checkout's children round by r
 both see the same machine load. Medians of all rounds' timings. The revision's package loads
 its own ops' library (SCL_KERNELS_LIBRARY): this checkout's where the revision's C++ sources are
 this checkout's, else the one --against-library names, built from the revision's sources (a test
-build: SCL_BUILD_TESTS=1 python setup.py build_ext --inplace in a checkout of it).
+build: SCL_BUILD_TESTS=1 python setup.py build_ext --inplace in a checkout of it; LIBRARY below is
+the _C library that build leaves in that checkout's scl_kernels/).
 
-    python -m bench.triton_glue_time --against c05debd --against-library /tmp/c05debd/_C.so
+    python -m bench.triton_glue_time --against c05debd --against-library LIBRARY
 
 The table's last line counts the step's crossings from the shared core into Python: its calls of
 the ops whose kernels the Triton backend registers in Python.

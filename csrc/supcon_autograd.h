@@ -1,9 +1,11 @@
 // Autograd of a fused op pair (forward and backward schemas of csrc/op_schemas.h): forward saves
 // the inputs and the float64 log-sum-exp (O(N)), backward calls the op's backward. In C++ rather
 // than torch.library.register_autograd because a Python autograd wrapper costs more than the
-// whole computation at fine-tuning batch sizes (bench/DECISIONS.md, "Small batches"). Each op
-// pair registers supcon_autograd<Names> and supcon_backward_autograd<Names> for its Autograd key,
-// Names giving its schema names (csrc/autograd.cpp, csrc/testing).
+// whole computation at fine-tuning batch sizes (measured in
+// bench/decisions/2026-11-22-small-batches-baseline.md; the C++ autograd's gain in
+// bench/decisions/2026-11-22-small-batches-shared-core.md). Each op pair registers
+// supcon_autograd<Names> and supcon_backward_autograd<Names> for its Autograd key, Names giving its
+// schema names (csrc/autograd.cpp, csrc/testing).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>

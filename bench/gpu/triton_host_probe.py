@@ -1,4 +1,4 @@
-"""Is launching Triton's JIT-compiled cubins from the C++ core worth building? (issue 45, item 6)
+"""Is launching Triton's JIT-compiled cubins from the C++ core worth building?
 
 On an H100 (2026-11-27) the host took 1.68 ms to issue a Triton step at N = 16,384, D = 128 for
 0.52 ms of GPU work; since then the launchers lost 1.6x of their host instructions, counted on

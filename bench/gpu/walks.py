@@ -1,4 +1,4 @@
-"""M0 of the tile kernels' work (issue 40): the CUDA C++ symmetric backward's walks (the triangle,
+"""M0 of the tile kernels' work: the CUDA C++ symmetric backward's walks (the triangle,
 the triangle with its partners' exchange by st.async, full rows) timed three ways side by side in
 one process on one machine, per kernel, with the SM clock under load, each walk twice (early and
 late, in alternating order); Triton beside them where asked; whether the walks' gradients agree;

@@ -5,11 +5,11 @@ namespace {
 
 // On the CPU, kept only while the problem's tiles are at most this many multiply-adds (N = 256 at
 // D = 1024): above it the preparation is a small share of the call, and the kept O(N*D) tensors
-// (unit rows, class sums) would grow with the batch. On the device's path (off the CPU, or
-// SCL_DEVICE_PREPARATION=1: supcon_problem.h) it is kept at every size: there
+// (unit rows, class sums) would grow with the batch. On the device's path (off the CPU, or on it
+// under the test hook device_preparation: supcon_problem.h) it is kept at every size: there
 // the preparation is dozens of launches whose issue time the host pays again in backward
-// (bench/DECISIONS.md, "One preparation per step on the GPU"), and the O(N*D) kept is a small
-// fraction of what the encoder keeps for the same rows.
+// (bench/decisions/2026-11-26-gpu-call-first-steps-h200.md, "One preparation per step on the
+// GPU"), and the O(N*D) kept is a small fraction of what the encoder keeps for the same rows.
 constexpr int64_t kKeepWorkOnCpu = int64_t{1} << 26;
 
 bool worth_keeping(const SupConProblem& problem) {

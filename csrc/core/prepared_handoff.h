@@ -3,13 +3,13 @@
 //
 // At fine-tuning sizes (N of 16 to a few hundred) that preparation is a few dozen ATen calls and
 // costs as much as the tiles; doing it again in backward made the fused op slower than dense
-// PyTorch (bench/DECISIONS.md, "Small batches"). The op's schema stays as it is (raw-op callers and
-// the fakes see nothing): while the autograd kernel holds a CaptureForward, the core's forward on
-// the same thread leaves its problem here, and while it holds a ReuseInBackward, the core's
-// backward on that thread takes the problem instead of preparing it again. Both calls are
-// synchronous on the calling thread, so the hand-over cannot cross calls. Off the CPU every problem
-// is kept (one preparation per step); on the CPU only those below a size (their O(N*D) tensors
-// then stay small), larger ones being prepared again.
+// PyTorch (bench/decisions/2026-11-22-small-batches-backward-reuses-preparation.md). The op's
+// schema stays as it is (raw-op callers and the fakes see nothing): while the autograd kernel
+// holds a CaptureForward, the core's forward on the same thread leaves its problem here, and while
+// it holds a ReuseInBackward, the core's backward on that thread takes the problem instead of
+// preparing it again. Both calls are synchronous on the calling thread, so the hand-over cannot
+// cross calls. Off the CPU every problem is kept (one preparation per step); on the CPU only those
+// below a size (their O(N*D) tensors then stay small), larger ones being prepared again.
 #pragma once
 
 #include <ATen/core/ivalue.h>

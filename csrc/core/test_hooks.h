@@ -1,6 +1,6 @@
 // Switches that send CPU calls down the paths a GPU takes, so that the CPU test suite covers them.
 // The installed library only reads them, all off; a library built with SCL_BUILD_TESTS=1 also
-// registers scl::_set_test_hooks (csrc/testing/test_ops.cpp), which the tests set through
+// registers scl::_set_test_hooks (csrc/testing/test_hooks_op.cpp), which the tests set through
 // scl_kernels._testing.test_hooks. One struct read per call instead of environment variables.
 #pragma once
 

@@ -24,7 +24,8 @@ using at::vec::Vectorized;
 
 // Rows and columns of one tile: 128 while the batch is small (more tiles than threads x rounds),
 // 256 from 8,192 rows on, where operand blocks stop fitting in cache and the larger tile halves the
-// memory traffic per FLOP (bench/DECISIONS.md, "CPU backend": 18.5 s -> 14.8 s at N = 65,536).
+// memory traffic per FLOP (bench/decisions/2026-11-21-cpu-backend.md: 18.5 s -> 14.8 s at
+// N = 65,536).
 // Below 512 rows, a quarter of the rows rounded up to 16: four blocks a side give every round of
 // the schedules at least two tiles to run side by side (a tile's BLAS calls are single-threaded),
 // and a fine-tuning batch of 16 need not fill and scan a 128 x 128 tile. The rule depends on the

@@ -35,3 +35,37 @@ def test_the_kernels_have_the_focal_walk_the_registry_declares(name, plan_op):
     text = plan_op(x, y, None, None, torch.tensor(0.1), 12, True, 0, 1.5, True)
     expected = "none" if REGISTRY[name].focal else "no focal walk"
     assert f"cannot_run: {expected}" in text
+
+
+def _table_rows(text, heading):
+    """The first column of the first Markdown table after ``heading``."""
+    after = text[text.index(heading):]
+    rows = [line for line in after.splitlines() if line.startswith("|")]
+    table = []
+    for line in after[after.index(rows[0]):].splitlines():
+        if not line.startswith("|"):
+            break
+        table.append(line.split("|")[1].strip())
+    return table[2:]  # past the header and its rule
+
+
+def test_every_backend_is_named_where_adding_one_says():
+    """docs/BACKENDS.md, "Adding a backend", items 7 and 8: the hand-written places that name
+    every backend."""
+    from scl_kernels import _docstrings
+    from scl_kernels.compat import pml, supcontrast
+
+    root = BACKENDS_PAGE.parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    status = (root / "docs" / "STATUS.md").read_text(encoding="utf-8")
+    compat = (root / "docs" / "COMPAT.md").read_text(encoding="utf-8")
+    names = [f"`{name}`" for name in REGISTRY]
+    assert _table_rows(readme, "## Backends") == names
+    assert _table_rows(status, "# Status of each backend") == names
+    described = {"scl_kernels/_docstrings.py": _docstrings.ARGUMENTS["backend"],
+                 "scl_kernels/compat/supcontrast.py": supcontrast.SupConLoss.__init__.__doc__,
+                 "scl_kernels/compat/pml.py": pml.SupConLoss.__init__.__doc__,
+                 "docs/COMPAT.md": compat}
+    missing = [f"{place} does not name {name!r}" for place, text in described.items()
+               for name in REGISTRY if f'"{name}"' not in text]
+    assert missing == []

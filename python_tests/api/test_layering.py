@@ -1,6 +1,8 @@
 """The package's imports read in one direction: no module imports another that (directly or through
-others) imports it back, and no layer imports one above it. Read from the source with ast, so that
-imports inside functions (deferred for start-up time) count as much as those at the top."""
+others) imports it back, no part of the package (a subpackage such as nn or global_batch, or a
+top-level module such as functional) imports another part that imports it back, and no layer
+imports one above it. Read from the source with ast, so that imports inside functions (deferred
+for start-up time) count as much as those at the top."""
 import ast
 from pathlib import Path
 
@@ -59,6 +61,23 @@ def import_graph():
     return graph
 
 
+def part_of(module):
+    """The part of the package a module belongs to: ``scl_kernels.nn`` for
+    ``scl_kernels.nn.supcon``, ``scl_kernels.functional`` for itself, and the package's own
+    ``__init__`` (``scl_kernels``) for itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def part_graph(graph):
+    """{part: {other parts it imports}}: the module graph with each module replaced by its part
+    (imports inside one part dropped), so that a cycle through several modules of two parts, as
+    nn.x -> global_batch.y -> nn.z, shows even though no module imports itself back."""
+    parts = {part_of(module): set() for module in graph}
+    for module, targets in graph.items():
+        parts[part_of(module)] |= {part_of(target) for target in targets}
+    return {part: targets - {part} for part, targets in parts.items()}
+
+
 def layer_of(module):
     for name, prefixes in UPPER_LAYERS:
         if any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes):
@@ -106,6 +125,25 @@ def test_the_graph_sees_the_package():
 
 def test_no_import_cycle_between_modules():
     assert cycles(import_graph()) == []
+
+
+def test_the_part_graph_sees_the_package_and_deferred_imports():
+    parts = part_graph(import_graph())
+    assert {f"{PACKAGE}.nn", f"{PACKAGE}.global_batch", f"{PACKAGE}.distributed",
+            f"{PACKAGE}.functional", f"{PACKAGE}.backends", PACKAGE} <= parts.keys()
+    # SupConCrossEntropyLoss imports global_batch inside its methods only.
+    assert f"{PACKAGE}.global_batch" in parts[f"{PACKAGE}.nn"]
+    assert f"{PACKAGE}.nn" in parts[f"{PACKAGE}.distributed"]
+
+
+def test_a_cycle_between_parts_is_found_where_modules_have_none():
+    graph = {"p.a.x": {"p.b.y"}, "p.a.z": set(), "p.b.y": {"p.c"}, "p.b.w": {"p.a.z"}, "p.c": set()}
+    assert cycles(graph) == []
+    assert cycles(part_graph(graph)) == [["p.a", "p.b"]]
+
+
+def test_no_import_cycle_between_parts_of_the_package():
+    assert cycles(part_graph(import_graph())) == []
 
 
 def test_no_module_imports_a_layer_above_its_own():

@@ -9,7 +9,7 @@ from torch import nn
 from scl_kernels import supcon_loss
 from scl_kernels.grad_cache import GradientCache
 from scl_kernels.nn import SupConCrossEntropyLoss, SupConLoss, SupConMemory
-from scl_kernels.nn.memory import supcon_loss_with_memory
+from scl_kernels.cross_batch_memory import supcon_loss_with_memory
 from support import needs
 
 BACKENDS = [pytest.param("cpu", marks=needs.library), "reference"]
@@ -285,3 +285,14 @@ def test_a_failed_call_leaves_the_memory_unchanged():
         SupConLoss(memory=memory)(torch.full((2, 3), float("inf")), torch.tensor([0, 1]))
     for name, value in memory.state_dict().items():
         assert torch.equal(value, before[name])
+
+
+def test_the_memory_is_also_where_it_used_to_be():
+    """scl_kernels.nn.memory, its former home, still gives the same objects (old imports, and
+    whole-module checkpoints pickled by that path)."""
+    import scl_kernels.cross_batch_memory as moved
+    import scl_kernels.nn.memory as old
+
+    assert old.SupConMemory is moved.SupConMemory is SupConMemory
+    assert old.supcon_loss_with_memory is moved.supcon_loss_with_memory
+    assert old.check_memory is moved.check_memory and old.memory_labels is moved.memory_labels

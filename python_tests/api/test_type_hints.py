@@ -1,4 +1,4 @@
-"""The public API is typed (issue 39): every callable a public module exports in ``__all__`` (its
+"""The public API is typed: every callable a public module exports in ``__all__`` (its
 functions, and each class's constructor, public methods and properties) has every parameter and
 its return annotated, as run time reads them (``typing.get_type_hints``, which also fails on an
 annotation that names nothing), so that the hints cannot silently go.

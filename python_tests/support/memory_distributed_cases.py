@@ -8,7 +8,7 @@ import torch.distributed as dist
 
 import scl_kernels.distributed as sd
 from scl_kernels.nn import SupConCrossEntropyLoss, SupConMemory
-from scl_kernels.nn.memory import supcon_loss_with_memory
+from scl_kernels.cross_batch_memory import supcon_loss_with_memory
 from .spawned_ranks import join_gloo_group, run_cases
 
 SIZES = [5, 3]  # unequal local batches

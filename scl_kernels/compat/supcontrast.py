@@ -65,7 +65,7 @@ class SupConLoss(nn.Module):
             raise ValueError("base_temperature must be a positive finite number, "
                              f"got {base_temperature!r}")
         self.temperature = temperature
-        # Declared (mypy cannot infer them through the import cycle of nn and global_batch).
+        # The attributes' types, declared (as the constructor's signature gives them).
         self.contrast_mode: ContrastMode = contrast_mode
         self.base_temperature: float = base_temperature
         self.backend: BackendName = backend

@@ -5,8 +5,8 @@ import torch
 import torch.distributed as dist
 
 from .._types import BackendName, ContrastMode, Reduction, Strategy, Temperature
+from ..cross_batch_memory import SupConMemory
 from ..global_batch.loss import check_distributed_options, supcon_loss
-from ..nn.memory import SupConMemory
 from ..nn.supcon import SupConLoss as SingleProcessSupConLoss
 
 

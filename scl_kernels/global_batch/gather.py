@@ -13,8 +13,8 @@ import torch.distributed as dist
 
 from ..backends import Backend
 from ..backends.fused_ops import loss_dtype
+from ..cross_batch_memory import SupConMemory, memory_labels
 from ..functional import Layout
-from ..nn.memory import SupConMemory, memory_labels
 from .agreement import CallPlan
 from .collectives import gather_rows, gather_rows_with_grad
 

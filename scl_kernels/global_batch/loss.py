@@ -6,9 +6,9 @@ import torch.distributed as dist
 
 from .._types import BackendName, ContrastMode, Reduction, Strategy, Temperature
 from .._validation import check_focal_gamma, check_inputs, check_options, temperature_tensor
+from ..backends import REGISTRY, resolve_backend
+from ..cross_batch_memory import SupConMemory, check_memory
 from ..functional import Layout, build_layout
-from ..nn.memory import SupConMemory, check_memory
-from ..backends import resolve_backend
 from .agreement import STRATEGIES, CallPlan, agree_on_call
 from .gather import gathered_supcon
 from .ring import ring_supcon
@@ -149,7 +149,8 @@ def supcon_loss(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
         chosen = resolve_backend(backend, features.device, focal_gamma)
         temperature = temperature_tensor(temperature, features.device)
         if strategy == "ring" and chosen.op_name is None:
-            raise ValueError("strategy='ring' needs a fused backend ('cpu', 'triton' or 'cuda'), "
+            fused = ", ".join(repr(name) for name, backend in REGISTRY.items() if backend.op_name)
+            raise ValueError(f"strategy='ring' needs a fused backend ({fused}), "
                              f"got {chosen.name!r}")
         layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode,
                               allow_no_rows=True)

@@ -6,7 +6,7 @@ that SupConLoss and SupConCrossEntropyLoss contrast against (``memory=``)."""
 from .core_tuning import CoreTuningLoss, CoreTuningParts, GeneratedRows
 from .dice_loss import SelfAdjustingDiceLoss
 from .focal_loss import FocalLoss
-from .memory import SupConMemory
+from ..cross_batch_memory import SupConMemory
 from .mixed_cross_entropy import MixedCrossEntropyLoss
 from .supcon import SupConLoss
 from .supcon_cross_entropy import SCL_REDUCTIONS, SupConCrossEntropyLoss, SupConCrossEntropyParts

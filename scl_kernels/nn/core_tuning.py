@@ -222,7 +222,7 @@ class CoreTuningLoss(nn.Module):
             head_input = "sequence" if type(head).__name__.endswith("ClassificationHead") else "embedding"
         self.head = head
         self.ce = ce
-        # Declared (mypy cannot infer them through the import cycle of nn and global_batch).
+        # The attributes' types, declared (as the constructor's signature gives them).
         self.lam: float = float(lam)
         self.temperature = temperature
         self.focal_gamma: float = float(focal_gamma)

@@ -81,7 +81,7 @@ class MixedCrossEntropyLoss(nn.Module):
         if not isinstance(auto_step, bool):
             raise TypeError(f"auto_step must be a bool, got {type(auto_step).__name__}")
         check_reduction(reduction)
-        # Declared (mypy cannot infer them through the import cycle of nn and global_batch).
+        # The attributes' types, declared (as the constructor's signature gives them).
         self.total_steps: int = total_steps
         self.final_weight: float = float(final_weight)
         self.schedule: Schedule = schedule

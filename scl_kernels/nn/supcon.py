@@ -7,8 +7,8 @@ from torch import nn
 from .._docstrings import fill_arguments
 from .._types import BackendName, ContrastMode, Reduction, Temperature
 from .._validation import check_focal_gamma, check_options, has_values
+from ..cross_batch_memory import SupConMemory, check_memory, supcon_loss_with_memory
 from ..functional import supcon_loss
-from .memory import SupConMemory, check_memory, supcon_loss_with_memory
 
 
 class SupConLoss(nn.Module):
@@ -24,8 +24,8 @@ class SupConLoss(nn.Module):
 
     With a :class:`SupConMemory` (``memory=``), a call in training mode contrasts the batch's
     anchors against the batch and the memory's rows, then enqueues the batch's rows
-    (:func:`~scl_kernels.nn.memory.supcon_loss_with_memory`); in eval mode the memory is neither
-    used nor changed.
+    (:func:`~scl_kernels.cross_batch_memory.supcon_loss_with_memory`); in eval mode the memory is
+    neither used nor changed.
     """
 
     temperature: Temperature

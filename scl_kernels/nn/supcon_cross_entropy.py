@@ -9,9 +9,9 @@ from torch import nn
 
 from .._types import BackendName, SclReduction, Strategy, Temperature
 from .._validation import check_focal_gamma, check_options, check_tensor
+from ..cross_batch_memory import SupConMemory, check_memory, supcon_loss_with_memory
 from ..functional import supcon_loss
 from ._classification_targets import check_class_indices
-from .memory import SupConMemory, check_memory, supcon_loss_with_memory
 
 SCL_REDUCTIONS: Tuple[str, ...] = get_args(SclReduction)
 
@@ -176,7 +176,7 @@ class SupConCrossEntropyLoss(nn.Module):
         if memory is not None and distributed and strategy != "gather":
             raise ValueError(f"memory needs strategy='gather' (got {strategy!r}): the memory "
                              "enqueues the gathered global batch, which the ring never holds")
-        # Declared (mypy cannot infer them through the import cycle of nn and global_batch).
+        # The attributes' types, declared (as the constructor's signature gives them).
         self.lam: float = float(lam)
         self.ce = ce
         self.label_smoothing: float = float(label_smoothing)
