@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from scl_kernels.command_threads import WAIT_VARIABLES
+
 from .harness.report import REPO_ROOT
 
 SPIN = "while True: pass"
@@ -39,6 +41,8 @@ RECIPES = {
     "spin": "three busy Python processes, runnable all the time",
     "train": "a 2-thread PyTorch job (384 x 384 matmuls and a backward in a loop) and two busy "
              "Python processes, like a training job beside a build's compiler",
+    "torch-job": "the 2-thread PyTorch job of `train` alone, with torch's default OpenMP waits, "
+                 "like another user's training job on the same cores",
 }
 
 
@@ -61,7 +65,17 @@ def commands(recipe):
         return [python + [SPIN]] * 3
     if recipe == "train":
         return [python + [TRAIN]] + [python + [SPIN]] * 2
+    if recipe == "torch-job":
+        return [python + [TRAIN]]
     raise ValueError(f"unknown load {recipe!r}; choose from {', '.join(RECIPES)}")
+
+
+def default_wait_environment(**extra):
+    """This process's environment without an OpenMP wait setting (torch's default waits), plus
+    ``extra``."""
+    environment = {name: value for name, value in os.environ.items() if name not in WAIT_VARIABLES}
+    environment.update(extra)
+    return environment
 
 
 def describe(recipe):
@@ -75,8 +89,11 @@ def running(recipe, settle=5.0):
     if recipe is None:
         yield
         return
+    # Torch's default waits, whatever this process was started with: the loads are other
+    # people's jobs.
     procs = [subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True) for args in commands(recipe)]
+                              env=default_wait_environment(), start_new_session=True)
+             for args in commands(recipe)]
     try:
         time.sleep(settle)
         yield

@@ -18,6 +18,7 @@ import torch
 
 from ._types import BackendName
 from .backends import require_fused
+from .command_threads import prepare_command_threads
 from .functional import supcon_loss
 from .profiling import PeakMemory
 
@@ -298,4 +299,5 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
 
 
 if __name__ == "__main__":
+    prepare_command_threads()
     main()

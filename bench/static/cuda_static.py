@@ -21,7 +21,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 from bench.static import issue_slots, sass
-from bench.static.requirements import CUDA_NEEDS, CUOBJDUMP, CUTLASS_PIN, TRITON_PIN
+from bench.static.requirements import CUDA_NEEDS, CUOBJDUMP, TRITON_PIN, cutlass_include
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCES = ("supcon_sm80.cu", "supcon_sm90.cu", "row_stages.cu")
@@ -58,8 +58,9 @@ WALKS = ("kLsePlain", "kLseSymmetric", "kGradRowsPlain", "kGradRowsSymmetric", "
 # after the tile's reductions into L2, so each tile waits for them to land. Its exchange without
 # them, kGradTriangleAsync, is not listed: a GPU-scope fence in its tile loop fails the check.
 KNOWN_GPU_FENCES = {"kGradTriangle": "until the triangle's exchange by st.async (kGradTriangleAsync, "
-                                     "step 1 of issue 40) is measured and becomes the default "
-                                     "(rule 5 of bench/decisions/2026-11-28-walks-m0-rules.md)"}
+                                     "step 1 of the walks' plan) is measured and becomes the "
+                                     "default (rule 5 of "
+                                     "bench/decisions/2026-11-28-walks-m0-rules.md)"}
 
 _FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
 _RESOURCE = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
@@ -74,13 +75,8 @@ def toolchain():
                                                 "bin", "nvcc")
     if not os.path.exists(nvcc):
         return None, "nvcc is not found (set CUDA_HOME)"
-    include = os.environ.get("SCL_CUTLASS_INCLUDE")
-    if not include:
-        spec = importlib.util.find_spec("cutlass_library")
-        if spec is None:
-            return None, f"the CuTe headers are not installed (pip install {CUTLASS_PIN})"
-        include = os.path.join(os.path.dirname(spec.origin), "source", "include")
-    return (nvcc, include), None
+    include, why_not = cutlass_include(os.environ)
+    return ((nvcc, include), None) if include else (None, why_not)
 
 
 def _fingerprint(nvcc):

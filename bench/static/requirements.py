@@ -6,10 +6,16 @@ the Triton launcher leaves out, per release, the tiles that release spills, and 
 oldest and the newest release the supported torch versions bring. The instruction counts and the
 predicted times still differ between releases: the pins are part of a result."""
 import importlib.util
+import os
+import sys
+
+from bench.harness.report import REPO_ROOT
+
+sys.path.insert(0, os.path.join(REPO_ROOT, "csrc"))
+from build_description import CUTLASS_PIN, cutlass_include  # noqa: E402  (the build's own lookup)
 
 TRITON_PIN = "triton==3.6.0"  # its wheel also brings cuobjdump and nvdisasm
 TRITON_NEWEST_CHECKED = "triton==3.9.0"
-CUTLASS_PIN = "nvidia-cutlass==4.2.0.0"  # the CuTe headers of the CUDA C++ kernels
 NVCC = "nvcc (on PATH or in CUDA_HOME; CI uses CUDA 13.0)"
 
 TRITON_NEEDS = (f"Needs triton 3.6 to 3.9, no GPU: pip install {TRITON_PIN} (CI runs it with "

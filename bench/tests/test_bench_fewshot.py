@@ -15,7 +15,7 @@ pytest.importorskip("sklearn")
 pytest.importorskip("matplotlib")
 
 from bench import fewshot, setfit_runner  # noqa: E402
-from scl_kernels.finetune import cli  # noqa: E402
+from scl_kernels.finetune import cli, training_loop  # noqa: E402
 from support.tiny_models import tiny_config  # noqa: E402
 
 WORDS = {"pos": ["good", "great", "fine", "nice"], "neg": ["bad", "awful", "poor", "sad"]}
@@ -215,3 +215,28 @@ def test_simcse_then_ce_trains_one_encoder_for_every_cell(assets, tmp_path, spie
     capsys.readouterr()
     assert fewshot.main(_argv(assets, output, *options[:-1], "3", "--seeds", "3", "--resume")) == 2
     assert "holds a SimCSE encoder made with" in capsys.readouterr().err
+
+
+def test_a_run_of_our_recipe_encodes_the_test_rows_once(assets, tmp_path, monkeypatch):
+    """What a run of the recipe costs in encoder passes, exactly: the probe's pass over the
+    training rows, the steps' batches and one evaluation of the test rows, none during
+    training (bench/decisions/2026-12-02-few-shot-at-setfit-speed.md)."""
+    evaluated = []
+    evaluate = training_loop.evaluate
+
+    def counting(model, tokenizer, data, options, **kwargs):
+        evaluated.append(len(data))
+        return evaluate(model, tokenizer, data, options, **kwargs)
+
+    monkeypatch.setattr(training_loop, "evaluate", counting)
+    output = tmp_path / "out"
+    argv = ["--train", assets["train"], "--test", assets["test"], "--model", assets["model"],
+            "--output-dir", str(output), "--per-class", "2", "--seeds", "1",
+            "--methods", "ce,scl", "--ours-args",
+            "--head-init probe --epochs 3 --batch-size 4 --max-length 16 --no-progress"]
+    assert fewshot.main(argv) == 0
+    runs = json.loads((output / "results.json").read_text(encoding="utf-8"))["runs"]
+    assert [run["method"] for run in runs] == ["ce", "scl"]
+    # 2 classes x 2 rows: the probe encodes the 4 rows, 3 epochs of one batch of 4, 10 test rows.
+    assert [run["encoded_examples"] for run in runs] == [4 + 3 * 4 + 10] * 2
+    assert evaluated == [10, 10]

@@ -5,7 +5,10 @@
 #include <c10/util/Exception.h>
 #include <c10/util/ParallelGuard.h>
 
+#include <strings.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 
@@ -24,13 +27,40 @@ namespace {
 // and more as N grows; on a loaded machine every parallel region can wait milliseconds for a
 // core, so the grain sits at the top of the break-even range.
 constexpr int64_t kSerialWork = int64_t{1} << 24;
+// The grain where OpenMP's idle workers spin. Under libgomp's default wait policy a worker spins
+// for milliseconds (about 300,000 pause loops) after every region before it sleeps: it holds a
+// core that the calling thread's serial steps and other processes need, and beside another job
+// every round's barrier waits for a thread the scheduler has put aside. N = 256, D = 768
+// fwd + bwd (50 M) beside a 2-thread training job on a 2-core VM that other jobs shared too:
+// 116-268 ms on 2 spinning threads, 25-68 ms on the calling thread, 16-25 ms on 2 passive threads
+// (bench/PERFORMANCE.md, "Shared machines"). Quiet, a second thread saves a quarter at most up to
+// here (0.75-0.93 from 2^24 to 50 M, bench/decisions/2026-11-28-cpu-grain.md).
+constexpr int64_t kSerialWorkWhileSpinning = int64_t{1} << 26;
+
+// Whether this process's OpenMP workers spin between regions: unless OMP_WAIT_POLICY is passive
+// or GOMP_SPINCOUNT is 0 (which overrides the policy's spin count). libgomp reads both when it
+// loads, at `import torch`; they are read here once, on the assumption that nobody changed them
+// since.
+bool openmp_workers_spin() {
+  static const bool spin = [] {
+    if (const char* spin_count = std::getenv("GOMP_SPINCOUNT")) {
+      char* end = nullptr;
+      const long long count = std::strtoll(spin_count, &end, 10);
+      return end == spin_count || count != 0;  // "infinite" and the like spin
+    }
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    return policy == nullptr || strcasecmp(policy, "passive") != 0;
+  }();
+  return spin;
+}
 
 // True to give the tile kernels torch's threads (calling_thread.h): past the grain, and not
 // inside a caller's own parallel region, whose threads are busy already.
 bool tiles_in_parallel(const SupConArgs& a) {
   const at::Tensor& columns = a.contrast.has_value() ? *a.contrast : a.features;
   const int64_t work = a.features.numel() * (columns.dim() >= 1 ? columns.size(0) : 1);
-  return work >= kSerialWork && !at::in_parallel_region() && !c10::ParallelGuard::is_enabled();
+  const int64_t grain = openmp_workers_spin() ? kSerialWorkWhileSpinning : kSerialWork;
+  return work >= grain && !at::in_parallel_region() && !c10::ParallelGuard::is_enabled();
 }
 
 // Whether the backend has the fused per-anchor losses, alone or grouped with the tiles.

@@ -7,6 +7,8 @@ which runs the Triton backend too.
 TRITON_INTERPRET=1 must be set before triton is imported; support/backend_matrix.py does so when
 no GPU is present."""
 import os
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -159,6 +161,16 @@ def test_float32_rounding_of_the_scale_matches_torch():
         assert launch._fp32(x) == float(torch.tensor(x, dtype=torch.float32))
 
 
+def test_test_extra_allows_only_the_releases_the_cached_launches_were_read_for():
+    """The test extra's triton range and handles.VERIFIED_RELEASES are one list: a release the
+    extra lets pip install takes the cached launch, and the test below runs on it, not skips."""
+    from scl_kernels.backends.triton import handles
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    low, high = re.search(r'"triton>=(\d+\.\d+),<(\d+\.\d+);', pyproject).groups()
+    (major, first), (_, end) = ([int(part) for part in bound.split(".")] for bound in (low, high))
+    assert handles.VERIFIED_RELEASES == {(major, minor) for minor in range(first, end)}
+
+
 def test_compiled_kernels_reuse_a_binary_only_for_the_same_specialisation(monkeypatch):
     """The GPU's launch through cached handles (handles.py), which the interpreter never takes:
     here with Triton's own binder for sm_90, a stand-in for the device and for the JIT's launch.
@@ -190,6 +202,7 @@ def test_compiled_kernels_reuse_a_binary_only_for_the_same_specialisation(monkey
         kernel = object.__new__(CompiledKernel)
         kernel._run = lambda *launch: launched.append((len(compiled) - 1, launch))
         kernel.function, kernel.packed_metadata = "function", "metadata"
+        kernel.module = None  # nothing loaded, so nothing for 3.9's destructor to unload
         compiled.append(kernel)
         return kernel
     monkeypatch.setattr(jit, "run", jit_run)

@@ -24,7 +24,6 @@ below asserts one family of lines, so a failure names the fact that broke:
   (row, column) at every index.
 """
 import glob
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -32,10 +31,11 @@ import sys
 
 import pytest
 
+from support.build_description import build_description
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SOURCE = os.path.join(ROOT, "csrc", "tests", "fragment_layout_check.cpp")
 COMPILER = shutil.which("g++")
-CUTLASS_PIN = "nvidia-cutlass==4.2.0.0"
 
 # Checks per family: the program's main() runs sm80 for bf16 / fp16 / fp32 and sm90 for bf16 / fp16.
 EXPECTED = {
@@ -49,17 +49,6 @@ EXPECTED = {
     "sm90-triangle": 18,        # 2 types x (3 accumulators x 2, weights tile offsets and pairs,
                                 #            logits view)
 }
-
-
-def _cutlass_include():
-    override = os.environ.get("SCL_CUTLASS_INCLUDE")
-    if override:
-        return override if os.path.isdir(override) else None
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is None or spec.origin is None:
-        return None
-    path = os.path.join(os.path.dirname(spec.origin), "source", "include")
-    return path if os.path.exists(os.path.join(path, "cute", "tensor.hpp")) else None
 
 
 def _cuda_includes():
@@ -96,9 +85,9 @@ def layout_checks(tmp_path_factory):
     """{family: [(status, name, details)]}, from one build and run of the check program."""
     if COMPILER is None:
         pytest.skip("no g++ on PATH to build csrc/tests/fragment_layout_check.cpp")
-    cutlass = _cutlass_include()
+    cutlass, why_not = build_description().cutlass_include(os.environ)
     if cutlass is None:
-        pytest.skip(f"the CuTe headers are not installed (pip install {CUTLASS_PIN}, or set SCL_CUTLASS_INCLUDE)")
+        pytest.skip(f"{why_not} (or set SCL_CUTLASS_INCLUDE)")
     cuda = _cuda_includes()
     if cuda is None:
         pytest.skip("the CUDA toolkit's headers (cuda_runtime.h and libcu++'s cuda/std, which CUTLASS includes) "

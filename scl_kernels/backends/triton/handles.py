@@ -1,7 +1,7 @@
 """Compiled Triton kernels launched through their cached handles instead of the JIT's per-call
 dispatch: on a GPU, under the triton releases whose launch path this repeats.
 
-On every call the JIT (triton/runtime/jit.py, JITFunction.run, read in triton 3.6) binds the
+On every call the JIT (triton/runtime/jit.py, JITFunction.run, read in triton 3.6 to 3.9) binds the
 arguments and computes their specialisation with its generated binder (each tensor's dtype and
 16-byte alignment, each integer's width, divisibility by 16 and whether it is 1, the constexprs'
 values, each tensor descriptor's dtype and block shape), turns that and the options into a string
@@ -11,8 +11,8 @@ binary a call runs is exactly the one the JIT would choose, and keeps each kerne
 binder's specialisation and options as a tuple; a hit calls the launcher as the JIT does. The
 first call of each specialisation, and everything this was not written for, goes through the
 JIT: another triton release, the interpreter (which has no compiled kernels), launch or pre-run
-hooks (a profiler's, for one), a device the JIT has not launched on yet, a kernel compiled
-asynchronously, a changed global.
+hooks (a profiler's, for one), a custom pass pipeline (triton 3.7 on: it enters the JIT's key), a
+device the JIT has not launched on yet, a kernel compiled asynchronously, a changed global.
 """
 import triton
 from triton import knobs
@@ -23,9 +23,13 @@ from triton.runtime.jit import JITFunction
 
 # The releases whose JITFunction.run `launch` repeats, checked against their source: the binder
 # at device_caches[device][4] returning (bound arguments, specialisation, options), the options
-# `debug` and `instrumentation_mode` set before binding, and the launcher's arguments.
-VERIFIED_RELEASES = {(3, 6)}
+# set from the knobs before binding, the stages-inspection hook that 3.7 adds to the key, and the
+# launcher's arguments.
+VERIFIED_RELEASES = {(3, 6), (3, 7), (3, 8), (3, 9)}
 TRITON_RELEASE = tuple(int(part) for part in triton.__version__.split(".")[:2])  # the one running
+# The compilation knobs JITFunction.run passes as options before binding: 3.9 adds the last.
+OPTION_KNOBS = tuple(name for name in ("instrumentation_mode", "fpsan_homomorphic_casts")
+                     if hasattr(knobs.compilation, name))
 _MISSING = object()
 
 
@@ -52,7 +56,8 @@ class CompiledKernels:
         # while a chain holds no hook, calling it does nothing, and the launcher given None calls
         # nothing.
         if (not self.usable or runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls
-                or fn.pre_run_hooks):
+                or fn.pre_run_hooks
+                or getattr(runtime, "add_stages_inspection_hook", None) is not None):
             return fn.run(*args, grid=grid, warmup=False, **kwargs)
         active = driver.active
         device = active.get_current_device()
@@ -60,7 +65,8 @@ class CompiledKernels:
         if caches is None:
             return fn.run(*args, grid=grid, warmup=False, **kwargs)
         kwargs["debug"] = kwargs.get("debug", fn.debug) or runtime.debug
-        kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+        for name in OPTION_KNOBS:
+            kwargs[name] = getattr(knobs.compilation, name)
         bound, specialisation, options = caches[4](*args, **kwargs)
         key = (device, tuple(specialisation), tuple(options.items()))
         kernel = self.by_specialisation.get(key)
