@@ -41,19 +41,26 @@ MATRIX_MARKER = ("matrix(**values): parametrise a backend test over these values
                  "backend's budget (python_tests/support/backend_matrix.py)")
 
 
-# Set from --full in pytest_configure, before any test module is collected.
+# Set from --full and --interpreter-each in pytest_configure, before any test module is collected.
 full_tier = False
+interpreter_each = False
 
 
 def pytest_addoption(parser):
     parser.addoption("--full", action="store_true",
                      help="run every matrix case of the secondary backend cases (the dense "
-                          "reference, the device-prep variant), not their pairwise cover")
+                          "reference, the device-prep variant), not their pairwise cover, and "
+                          "Triton's interpreter over every pair of values")
+    parser.addoption("--interpreter-each", action="store_true",
+                     help="with --full: Triton's interpreter takes each value once, as in the "
+                          "default tier (CI, whose time limit the pairwise cover's 400 more "
+                          "interpreted cases, about 0.5 s each, would strain)")
 
 
 def pytest_configure(config):
-    global full_tier
+    global full_tier, interpreter_each
     full_tier = config.getoption("full")
+    interpreter_each = config.getoption("interpreter_each")
     config.addinivalue_line("markers", MATRIX_MARKER)
 
 
@@ -116,7 +123,7 @@ def budget_for(name, device, variant=""):
     keeps its sizes in both tiers (about a second a case there): each value once by default,
     every pair of values with --full."""
     if name == "triton" and device == "cpu":
-        interpreted = INTERPRETED if full_tier else INTERPRETED_EACH
+        interpreted = INTERPRETED if full_tier and not interpreter_each else INTERPRETED_EACH
         if _interpreter_multiplies_bf16():
             return interpreted
         return Budget(interpreted.max_rows, interpreted.max_dim, interpreted.combinations,
@@ -362,7 +369,8 @@ def pytest_terminal_summary(terminalreporter, config):
     write = terminalreporter.write_line
     generated = sum(counts[0] for counts in _COUNTS.values())
     whole = sum(counts[1] for counts in _COUNTS.values())
-    tier = ("full tier (--full)" if full_tier else
+    tier = (("full tier (--full --interpreter-each)" if interpreter_each else "full tier (--full)")
+            if full_tier else
             "default tier (--full runs the secondary cases' full product, the interpreter's "
             "pairwise cover and the slow tests)")
     write(f"{tier}: {generated} of {whole} backend cases; per backend (budgets: "
