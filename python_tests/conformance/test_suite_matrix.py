@@ -40,15 +40,16 @@ def test_pairwise_covers_every_pair_and_each_choice(sizes):
     assert len(rows) <= full
 
 
-@pytest.mark.parametrize("full_tier", [False, True])
-def test_the_default_tier_runs_the_secondary_cases_pairwise(monkeypatch, full_tier):
+@pytest.mark.parametrize("full_tier, interpreter_each", [(False, False), (True, False), (True, True)])
+def test_the_default_tier_runs_the_secondary_cases_pairwise(monkeypatch, full_tier, interpreter_each):
     monkeypatch.setattr(backend_matrix, "full_tier", full_tier)
+    monkeypatch.setattr(backend_matrix, "interpreter_each", interpreter_each)
     assert budget_for("cpu", "cpu") == FULL
     for secondary in (budget_for("reference", "cpu"), budget_for("cpu", "cpu", "device-prep")):
         expected = "all" if full_tier else "pairs"
         assert secondary == Budget(FULL.max_rows, FULL.max_dim, combinations=expected)
     interpreted = budget_for("triton", "cpu")
-    assert interpreted.combinations == ("pairs" if full_tier else "each")
+    assert interpreted.combinations == ("pairs" if full_tier and not interpreter_each else "each")
     assert (interpreted.max_rows, interpreted.max_dim) == (70, 40)
 
 
