@@ -139,7 +139,7 @@ def measure(n, d, calls, repeats, replayed):
         timed = dict(zip(LAUNCHERS, (
             lambda: tiles.lse_tiles(x, x, inv_norm, inv_norm, 10.0, host_temperature, 0, True),
             lambda: tiles.grad_tiles(x, x, inv_norm, inv_norm, 10.0, host_temperature, 0, True,
-                                     coef, coef, coef),
+                                     False, coef, coef, coef),
             step)))
     original = interpreter.InterpretedFunction.run
     interpreter.InterpretedFunction.run = lambda self, *args, grid, warmup, **kwargs: None

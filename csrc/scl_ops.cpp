@@ -39,14 +39,15 @@ TORCH_LIBRARY(scl, m) {
   m.def(("supcon_plan" + scl::kPlan).c_str());
   m.def(("supcon_triton_plan" + scl::kPlan).c_str());
   // The Triton tile kernels (scl_kernels/backends/triton registers them from Python); the
-  // arguments are those of scl::TileInputs and scl::GradCoefficients (csrc/core/tile_kernels.h).
+  // arguments are those of scl::TileInputs and scl::GradCoefficients (csrc/core/tile_kernels.h);
+  // `deterministic` is the plan's (no atomics).
   // In these ops a `temperature` ([1] float64) gives t in memory, inv_t then unread; None: t is
   // on the host, 1/t = inv_t (scl::Temperature, csrc/core/temperature.h).
   m.def("supcon_triton_lse_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
         "float inv_t, Tensor? temperature, int self_offset, bool symmetric) -> Tensor lse");
   m.def("supcon_triton_grad_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
-        "float inv_t, Tensor? temperature, int self_offset, bool symmetric, Tensor coef, "
-        "Tensor lse_hi, Tensor lse_lo) -> (Tensor dq, Tensor dz)");
+        "float inv_t, Tensor? temperature, int self_offset, bool symmetric, bool deterministic, "
+        "Tensor coef, Tensor lse_hi, Tensor lse_lo) -> (Tensor dq, Tensor dz)");
   // The focal loss's walk over positive pairs (scl::TileKernels::positive_walk; registered from
   // Python like the tiles). An empty grad_weight asks for the forward only.
   m.def("supcon_triton_positive_walk(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
@@ -84,9 +85,9 @@ TORCH_LIBRARY(scl, m) {
   m.def("supcon_triton_weights_grads_and_assembly(Tensor grad_loss, "
         "Tensor? anchors_with_positives, Tensor lse, Tensor q, Tensor z, Tensor q_inv_norm, "
         "Tensor z_inv_norm, float inv_t, Tensor? temperature, int self_offset, bool symmetric, "
-        "Tensor num_positives, Tensor anchor_class, Tensor contrast_class, Tensor class_sums, "
-        "bool single_set, int anchor_offset, bool class_shares_weight, bool normalize, "
-        "float max_inv_norm, ScalarType features_dtype, ScalarType contrast_dtype) -> "
+        "bool deterministic, Tensor num_positives, Tensor anchor_class, Tensor contrast_class, "
+        "Tensor class_sums, bool single_set, int anchor_offset, bool class_shares_weight, "
+        "bool normalize, float max_inv_norm, ScalarType features_dtype, ScalarType contrast_dtype) -> "
         "(Tensor grad_features, Tensor unit_dot_features, Tensor grad_contrast, "
         "Tensor unit_dot_contrast)");
   // Whether the host may wait for values on `like`'s device now (false while a CUDA graph is

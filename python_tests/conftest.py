@@ -41,6 +41,14 @@ def reproducible():
 
 
 @pytest.fixture
+def reproducible_if():
+    """torch.use_deterministic_algorithms, for a test to set as it goes; restored afterwards."""
+    previous = torch.are_deterministic_algorithms_enabled()
+    yield torch.use_deterministic_algorithms
+    torch.use_deterministic_algorithms(previous)
+
+
+@pytest.fixture
 def gen(request):
     """A torch.Generator seeded from the test's node id: reproducible and different per test."""
     seed = zlib.crc32(request.node.nodeid.encode())

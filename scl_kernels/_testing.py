@@ -31,6 +31,8 @@ class TestHooks:
     dry_run_capturing: bool = False
     cpu_capability: str = ""
     value_checks: str = ""
+    symmetric_backward_walk: str = ""
+    blas_missing: bool = False
 
 
 _current = TestHooks()

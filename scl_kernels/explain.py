@@ -86,6 +86,25 @@ def _choice(sentences: Dict[str, str]) -> Callable[[str, Plan], str]:
     return lambda value, plan: sentences[value]
 
 
+_TRIANGLE = ("the symmetric backward walks the upper triangle by cluster pairs, adding by atomics "
+             "(sm_90a, D <= 128; full rows elsewhere)")
+
+
+def _symmetric_backward_walk(value: str, plan: Plan) -> str:
+    if value == "none":
+        if plan["backward_schedule"] == "plain":
+            return "no symmetric backward to walk (the backward is plain)"
+        return "this backend's symmetric backward has one walk"
+    if value == "full rows":
+        why = ("torch.use_deterministic_algorithms(True): no atomics"
+               if plan["deterministic"] == "yes" else "SCL_CUDA_SYMMETRIC_BACKWARD=rows")
+        return f"the symmetric backward walks full rows, every element stored once ({why})"
+    if value == "triangle by st.async":
+        return (f"{_TRIANGLE}, the partners exchanging by st.async "
+                "(SCL_CUDA_SYMMETRIC_BACKWARD=triangle-async, opt-in)")
+    return _TRIANGLE
+
+
 # One sentence per field of CallPlan::describe(), given the field's value and the whole plan.
 FIELD_SENTENCES: Dict[str, Callable[[str, Plan], str]] = {
     "temperature": _temperature,
@@ -148,8 +167,13 @@ FIELD_SENTENCES: Dict[str, Callable[[str, Plan], str]] = {
     "deterministic": _choice({
         "yes": "torch.use_deterministic_algorithms(True): no atomics anywhere",
         "no": "reproducible results not asked for: the fastest paths, atomics included"}),
+    "symmetric_backward_walk": _symmetric_backward_walk,
     "cannot_run": _choice({
         "none": "the backend can compute the call",
+        "no BLAS": "cannot run: this PyTorch build exports no BLAS, which the tiles multiply "
+                   "through; the call raises",
+        "too many elements": "cannot run: a rows tensor holds more elements than this backend's "
+                             "kernels address (2^31 - 1); the call raises",
         "no focal walk": "cannot run: focal_gamma > 0 and this backend's kernels have no walk "
                          "over the positive pairs; the call raises",
         "temperature unreadable": "cannot run: a GPU temperature cannot be read while a CUDA "

@@ -4,7 +4,6 @@ the caching allocator. A backend may name the CUDA C++ symmetric backward's walk
 ("cuda:triangle", "cuda:triangle-async", "cuda:rows"): the step then runs inside
 ``walk_of(spec)``."""
 import contextlib
-import os
 import re
 
 import torch
@@ -14,9 +13,6 @@ from bench.static.cuda_static import WALKS as WALK_KINDS
 
 TEMPERATURE = 0.1
 CLASSES = 100
-# The CUDA C++ library reads this at every call (csrc/cuda/supcon_cuda.cpp,
-# symmetric_backward_by_triangle), so one process can time both walks.
-WALK_VARIABLE = "SCL_CUDA_SYMMETRIC_BACKWARD"
 WALKS = ("triangle", "triangle-async", "rows")
 # The sm90 walk_kernel's Walk argument as the profiler and Nsight Compute print it in the
 # demangled name ("(scl::cuda::Walk)5").
@@ -42,18 +38,17 @@ def split_backend(spec):
 
 @contextlib.contextmanager
 def walk_of(spec):
-    """The environment a backend spec asks for while its steps are made (and captured)."""
+    """The walk a backend spec asks for, chosen while its steps are made (and captured): the test
+    hook symmetric_backward_walk, which the call plan reads on every call (the library reads
+    SCL_CUDA_SYMMETRIC_BACKWARD once per process), so that one process times every walk. A spec
+    without a walk changes nothing; one with a walk needs a test build (bench.gpu.build's)."""
     _, walk = split_backend(spec)
-    before = os.environ.get(WALK_VARIABLE)
-    if walk:
-        os.environ[WALK_VARIABLE] = walk
-    try:
+    if walk is None:
         yield
-    finally:
-        if before is None:
-            os.environ.pop(WALK_VARIABLE, None)
-        else:
-            os.environ[WALK_VARIABLE] = before
+        return
+    from scl_kernels._testing import test_hooks
+    with test_hooks(symmetric_backward_walk=walk):
+        yield
 
 
 def walk_that_ran(kernel_names):

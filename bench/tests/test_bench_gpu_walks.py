@@ -9,7 +9,8 @@ import os
 import pytest
 
 from bench.gpu import ncu_pages, walks
-from bench.gpu.step import split_backend, walk_of, walk_that_ran, WALK_VARIABLE
+from bench.gpu.step import split_backend, walk_of, walk_that_ran
+from scl_kernels import _testing
 
 from ncu_page_text import ASYNC, FORWARD, LOOP, PREAMBLE, RAW, ROWS, TRIANGLE, source_page
 
@@ -21,14 +22,20 @@ def test_a_backend_names_its_walk():
     for bad in ("triton:rows", "cuda:diagonal"):
         with pytest.raises(ValueError):
             split_backend(bad)
-    before = os.environ.get(WALK_VARIABLE)
-    with walk_of("cuda:rows"):
-        assert os.environ[WALK_VARIABLE] == "rows"
-    assert os.environ.get(WALK_VARIABLE) == before
     assert walk_that_ran([FORWARD, TRIANGLE]) == "triangle" and walk_that_ran([ROWS]) == "rows"
     assert walk_that_ran([FORWARD, ASYNC]) == "triangle-async"
     assert split_backend("cuda:triangle-async") == ("cuda", "triangle-async")
     assert walk_that_ran(["grad_rows_kernel"]) is None
+
+
+@pytest.mark.skipif(not _testing.test_build(), reason=_testing.NOT_A_TEST_BUILD)
+def test_a_backend_s_walk_is_chosen_through_the_test_hook():
+    before = _testing._current.symmetric_backward_walk
+    with walk_of("cuda:rows"):
+        assert _testing._current.symmetric_backward_walk == "rows"
+    with walk_of("cuda"):
+        assert _testing._current.symmetric_backward_walk == before
+    assert _testing._current.symmetric_backward_walk == before
 
 
 KERNEL_OF = {"triangle": TRIANGLE, "rows": ROWS, "triangle-async": ASYNC}

@@ -7,10 +7,12 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
+#include <string>
 
 #include "deferred_value_check.h"
 #include "supcon_problem.h"
@@ -77,22 +79,23 @@ bool host_may_wait(const TileKernels& kernels, const at::Tensor& like) {
   return !kernels.host_may_wait || kernels.host_may_wait(like);
 }
 
-// Whether the temperature stays in memory. A tensor on the GPU stays unread wherever the fused
-// stages serve (float32 compute, no float64 rows; the SupCon loss; reproducible results not asked
-// for), eager calls and captured ones alike, so that a warm-up takes the path a capture will; so
-// does any tensor under TestHooks::temperature_in_memory, which lets CPU tests take that path.
-// Elsewhere a GPU temperature is read, which a capture cannot do: `unreadable` then.
-bool temperature_stays_in_memory(const TileKernels& kernels, const SupConArgs& a,
-                                 bool deterministic, bool& unreadable) {
+// Whether the temperature stays in memory. A tensor on the GPU stays unread wherever the plan
+// runs the fused stages that read it (the fused preparation, weights and assembly: float32
+// compute, the SupCon loss, reproducible results not asked for), eager calls and captured ones
+// alike, so that a warm-up takes the path a capture will; so does any tensor under
+// TestHooks::temperature_in_memory, which lets CPU tests take that path. Elsewhere a GPU
+// temperature is read, which a capture cannot do: `unreadable` then.
+bool temperature_stays_in_memory(const TileKernels& kernels, const CallPlan& plan,
+                                 const SupConArgs& a, bool host_may_wait_now, bool& unreadable) {
   unreadable = false;
   if (!kernels.reads_temperature) return false;  // a CPU backend: a host tensor, read in place
   const bool forced = test_hooks().temperature_in_memory;
   if (!forced && a.temperature.is_cpu()) return false;
-  const bool fused = kernels.prepare_rows && has_fused_weights(kernels) &&
-                     a.features.scalar_type() != at::kDouble && a.focal_gamma == 0 &&
-                     !deterministic;
-  if (fused) return true;
-  unreadable = forced || !host_may_wait(kernels, a.features);
+  if (plan.fused_preparation &&
+      plan.backward_assembly == AssemblyPath::kFusedWeightsAndAssembly) {
+    return true;
+  }
+  unreadable = forced || !host_may_wait_now;
   return false;
 }
 
@@ -205,13 +208,67 @@ const char* name(ValueChecks v) {
 const char* name(Refusal r) {
   switch (r) {
     case Refusal::kNone: return "none";
+    case Refusal::kNoBlas: return "no BLAS";
+    case Refusal::kTooManyElements: return "too many elements";
     case Refusal::kNoFocalWalk: return "no focal walk";
     case Refusal::kTemperatureUnreadable: return "temperature unreadable";
   }
   return "";
 }
 
+const char* name(SymmetricBackwardWalk w) {
+  switch (w) {
+    case SymmetricBackwardWalk::kNone: return "none";
+    case SymmetricBackwardWalk::kTriangle: return "triangle";
+    case SymmetricBackwardWalk::kTriangleAsync: return "triangle by st.async";
+    case SymmetricBackwardWalk::kRows: return "full rows";
+  }
+  return "";
+}
+
+SymmetricBackwardWalk walk_named(const std::string& walk, const char* source) {
+  if (walk.empty() || walk == "triangle") return SymmetricBackwardWalk::kTriangle;
+  if (walk == "triangle-async") return SymmetricBackwardWalk::kTriangleAsync;
+  TORCH_CHECK_VALUE(walk == "rows", source, " must be \"triangle\", \"triangle-async\" or ",
+                    "\"rows\", got \"", walk, "\"");
+  return SymmetricBackwardWalk::kRows;
+}
+
+// The process's choice: the variable read once, at the first call of the op.
+SymmetricBackwardWalk process_walk() {
+  const char* walk = std::getenv("SCL_CUDA_SYMMETRIC_BACKWARD");
+  return walk_named(walk == nullptr ? "" : walk, "SCL_CUDA_SYMMETRIC_BACKWARD");
+}
+
+// The largest rows tensor of the call (the features or the contrast rows).
+int64_t rows_elements(const SupConArgs& a) {
+  return std::max(a.features.numel(), a.contrast.has_value() ? a.contrast->numel() : 0);
+}
+
+// The refusal the backend's own limits give, before the call's arguments are looked at.
+Refusal backend_refusal(const TileKernels& kernels, const SupConArgs& a) {
+  if (kernels.blas_missing && kernels.blas_missing()) return Refusal::kNoBlas;
+  if (kernels.max_rows_elements > 0 && rows_elements(a) > kernels.max_rows_elements) {
+    return Refusal::kTooManyElements;
+  }
+  if (a.focal_gamma > 0 && !kernels.positive_walk) return Refusal::kNoFocalWalk;
+  return Refusal::kNone;
+}
+
+// One line for a refused call: what was asked, the plan's line that refuses it, what to do, and
+// the whole plan.
+std::string refused(const CallPlan& plan, const std::string& asked, const std::string& remedy) {
+  return asked + ": the plan's line 'cannot_run: " + name(plan.refusal) + "' refuses it; " +
+         remedy + ". Plan: " + plan.summary();
+}
+
 }  // namespace
+
+SymmetricBackwardWalk symmetric_backward_walk_setting() {
+  static const SymmetricBackwardWalk chosen = process_walk();
+  const std::string& hooked = test_hooks().symmetric_backward_walk;
+  return hooked.empty() ? chosen : walk_named(hooked, "the test hook symmetric_backward_walk");
+}
 
 bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
   // exp(s - 1/t) >= exp(-2/t) must stay a normal number of the compute type (tile_math.h).
@@ -228,30 +285,11 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
   TORCH_CHECK_VALUE(std::isfinite(args.focal_gamma) && args.focal_gamma >= 0,
                     "focal_gamma must be finite and >= 0, got ", args.focal_gamma);
   plan.focal = args.focal_gamma > 0;
-  plan.refusal = plan.focal && !kernels.positive_walk ? Refusal::kNoFocalWalk : Refusal::kNone;
-  if (kept != nullptr) {  // what the forward decided and read
-    plan.temperature = kept->temperature;
-  } else {
-    bool unreadable = false;
-    const bool in_memory =
-        temperature_stays_in_memory(kernels, args, plan.deterministic, unreadable);
-    if (unreadable && plan.refusal == Refusal::kNone) plan.refusal = Refusal::kTemperatureUnreadable;
-    const double t = check_arguments(args, /*read_temperature=*/!in_memory && !unreadable);
-    plan.temperature =
-        in_memory ? Temperature::in_memory(args.temperature.to(args.features.device(), at::kDouble)
-                                               .reshape({1})
-                                               .contiguous())
-                  : Temperature::on_host(1.0 / t);
-  }
+  plan.rows_elements = rows_elements(args);
+  plan.max_rows_elements = kernels.max_rows_elements;
+  plan.refusal = backend_refusal(kernels, args);
   const bool float_compute = args.features.scalar_type() != at::kDouble;
-  plan.host_reads = !prepare_without_host_reads(args.features);
   plan.fused_preparation = kernels.prepare_rows && float_compute && !plan.deterministic;
-  plan.rows_type = args.features.scalar_type();
-  plan.compute_type = kernels.compute_type(plan.rows_type);
-  plan.forward_plain_because = plain_because(plan, kernels, args, /*forward=*/true);
-  plan.backward_plain_because = plain_because(plan, kernels, args, /*forward=*/false);
-  plan.forward_schedule = schedule_for(plan.forward_plain_because);
-  plan.backward_schedule = schedule_for(plan.backward_plain_because);
   plan.mean = args.mean;
   if (plan.focal) {
     plan.forward_finish = ForwardFinish::kFocalWalk;
@@ -272,16 +310,48 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
   } else {
     plan.backward_assembly = AssemblyPath::kAten;
   }
+  // While a CUDA graph is captured even asking whether an earlier call's verdict has landed (an
+  // event query) is refused and ends the capture: the verdicts wait for the next eager call.
+  const bool host_may_wait_now = host_may_wait(kernels, args.features);
+  if (kept != nullptr) {  // what the forward decided and read
+    plan.temperature = kept->temperature;
+  } else {
+    bool unreadable = false;
+    const bool in_memory =
+        temperature_stays_in_memory(kernels, plan, args, host_may_wait_now, unreadable);
+    if (unreadable && plan.refusal == Refusal::kNone) {
+      plan.refusal = Refusal::kTemperatureUnreadable;
+    }
+    const double t = check_arguments(args, /*read_temperature=*/!in_memory && !unreadable);
+    plan.temperature =
+        in_memory ? Temperature::in_memory(args.temperature.to(args.features.device(), at::kDouble)
+                                               .reshape({1})
+                                               .contiguous())
+                  : Temperature::on_host(1.0 / t);
+  }
+  plan.host_reads = !prepare_without_host_reads(args.features);
+  plan.rows_type = args.features.scalar_type();
+  plan.compute_type = kernels.compute_type(plan.rows_type);
+  plan.forward_plain_because = plain_because(plan, kernels, args, /*forward=*/true);
+  plan.backward_plain_because = plain_because(plan, kernels, args, /*forward=*/false);
+  plan.forward_schedule = schedule_for(plan.forward_plain_because);
+  plan.backward_schedule = schedule_for(plan.backward_plain_because);
+  // Read on every call, so that a misspelt SCL_CUDA_SYMMETRIC_BACKWARD is an error on any device.
+  const SymmetricBackwardWalk walk = symmetric_backward_walk_setting();
+  if (kernels.walks_triangle && plan.backward_schedule == Schedule::kSymmetric) {
+    // The triangle adds by atomics: reproducible results take the full rows.
+    plan.symmetric_backward_walk = plan.deterministic ? SymmetricBackwardWalk::kRows : walk;
+  } else {
+    plan.symmetric_backward_walk = SymmetricBackwardWalk::kNone;
+  }
   plan.grouped_forward = kernels.lse_and_anchor_losses &&
                          (plan.forward_finish == ForwardFinish::kFusedLosses ||
                           plan.forward_finish == ForwardFinish::kFusedLossesAndMean);
   plan.grouped_backward = kernels.weights_grads_and_assembly &&
                           plan.backward_assembly == AssemblyPath::kFusedWeightsAndAssembly;
-  // While a CUDA graph is captured even asking whether an earlier call's verdict has landed (an
-  // event query) is refused and ends the capture: the verdicts wait for the next eager call.
-  plan.value_checks = !host_may_wait(kernels, args.features) ? ValueChecks::kSkipped
-                      : plan.host_reads                     ? ValueChecks::kOnHost
-                                                            : ValueChecks::kDeferred;
+  plan.value_checks = !host_may_wait_now ? ValueChecks::kSkipped
+                      : plan.host_reads  ? ValueChecks::kOnHost
+                                         : ValueChecks::kDeferred;
   plan.parallel_tiles = tiles_in_parallel(args);
   verdict_timing();  // a misspelt SCL_VALUE_CHECKS is an error on any device, from the first call
   return plan;
@@ -308,6 +378,7 @@ std::string CallPlan::describe() const {
       << "value_checks: " << name(value_checks) << "\n"
       << "threads: " << (parallel_tiles ? "parallel tiles" : "calling thread") << "\n"
       << "deterministic: " << (deterministic ? "yes" : "no") << "\n"
+      << "symmetric_backward_walk: " << name(symmetric_backward_walk) << "\n"
       << "cannot_run: " << name(refusal);
   return out.str();
 }
@@ -324,19 +395,32 @@ void require_runnable(const CallPlan& plan) {
   switch (plan.refusal) {
     case Refusal::kNone:
       return;
-    case Refusal::kNoFocalWalk:
+    case Refusal::kNoBlas:
+      TORCH_CHECK(false, refused(plan, "this backend's tiles, which multiply through BLAS",
+                                 "this PyTorch build exports no BLAS (sgemm_, dgemm_): use "
+                                 "backend='reference', or a PyTorch build with MKL or OpenBLAS"));
+    case Refusal::kTooManyElements:
+      TORCH_CHECK_VALUE(false, refused(plan, "rows of " + std::to_string(plan.rows_elements) +
+                                                 " elements",
+                                       "this backend's kernels take at most " +
+                                           std::to_string(plan.max_rows_elements) +
+                                           " (2^31 - 1, int32 offsets) per rows tensor: split "
+                                           "the batch, or use another backend"));
+    case Refusal::kNoFocalWalk: {
+      std::ostringstream asked;
+      asked << "focal_gamma=" << plan.focal_gamma << " (the focal contrastive loss)";
       TORCH_CHECK_NOT_IMPLEMENTED(
-          false, "focal_gamma=", plan.focal_gamma, " (the focal contrastive loss) is not "
-          "implemented by this backend's kernels (they have no positive walk); "
-          "scl_kernels.backends.focal_backends() lists the backends that have it. Plan: ",
-          plan.summary());
+          false, refused(plan, asked.str(),
+                         "this backend's kernels have no positive walk; "
+                         "scl_kernels.backends.focal_backends() lists the backends that have it"));
+    }
     case Refusal::kTemperatureUnreadable:
       TORCH_CHECK_VALUE(
-          false, "a temperature tensor on the GPU cannot be read while a CUDA graph is captured, "
-          "and this call cannot take it from memory (that needs the triton or cuda backend, "
-          "float32, float16 or bfloat16 rows, focal_gamma 0 and no "
-          "torch.use_deterministic_algorithms(True)): pass the temperature as a float, or "
-          "capture without it. Plan: ", plan.summary());
+          false, refused(plan, "a temperature tensor on the GPU while a CUDA graph is captured",
+                         "it cannot be read then, and this call cannot take it from memory "
+                         "(that needs the triton or cuda backend, float32, float16 or bfloat16 "
+                         "rows, focal_gamma 0 and no torch.use_deterministic_algorithms(True)): "
+                         "pass the temperature as a float, or capture without it"));
   }
 }
 

@@ -43,6 +43,8 @@ enum class AssemblyPath {
 // Why a backend cannot compute a call (plan_call's caller raises it with the plan).
 enum class Refusal {
   kNone,
+  kNoBlas,                 // TileKernels::blas_missing: this PyTorch build exports no BLAS
+  kTooManyElements,        // a rows tensor past TileKernels::max_rows_elements
   kNoFocalWalk,            // focal_gamma > 0 without TileKernels::positive_walk
   kTemperatureUnreadable,  // a GPU temperature that must be read while a CUDA graph is captured
 };
@@ -88,7 +90,13 @@ struct CallPlan {
   // calling thread (calling_thread.h).
   bool parallel_tiles;
   bool deterministic;  // torch.use_deterministic_algorithms(True): no atomics anywhere
+  // The symmetric backward's walk where the backend has a choice (TileKernels::walks_triangle)
+  // and the backward is symmetric: full rows in deterministic mode, else the process's setting
+  // (symmetric_backward_walk_setting); kNone elsewhere.
+  SymmetricBackwardWalk symmetric_backward_walk;
   double focal_gamma;  // for the refusal's message
+  int64_t rows_elements;  // the largest rows tensor's, for the refusal's message
+  int64_t max_rows_elements;
 
   // "name: value" lines, the same names scl_kernels.explain parses.
   std::string describe() const;
@@ -103,8 +111,14 @@ struct CallPlan {
 CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args,
                    const SupConProblem* kept = nullptr);
 
-// Raises the plan's refusal, quoting the plan: NotImplementedError for a feature the backend
-// lacks, ValueError for a temperature it cannot read now.
+// The walk SCL_CUDA_SYMMETRIC_BACKWARD asks for ("triangle", the default, "triangle-async" or
+// "rows"), read once per process, or the test hook symmetric_backward_walk's (test_hooks.h); a
+// value that names none is a ValueError naming its source, from any call of the op.
+SymmetricBackwardWalk symmetric_backward_walk_setting();
+
+// Raises the plan's refusal in one line (what was asked, the plan's line that refuses, what to
+// do), quoting the plan: NotImplementedError for a feature the backend lacks, ValueError for a
+// temperature it cannot read now or rows past its size limit, RuntimeError without BLAS.
 void require_runnable(const CallPlan& plan);
 
 // True when exp(s - 1/t) cannot underflow for unit rows (|s| <= 1/t) in `compute_type`: the

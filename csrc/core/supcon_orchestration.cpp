@@ -15,9 +15,10 @@
 namespace scl {
 namespace {
 
-TileInputs tile_inputs(const SupConProblem& p, Schedule schedule) {
-  return {p.q,      p.z,      p.q_inv_norm, p.z_inv_norm,    p.q_unit,
-          p.z_unit, p.temperature, p.self_offset(), schedule};
+TileInputs tile_inputs(const SupConProblem& p, const CallPlan& plan, Schedule schedule) {
+  return {p.q,      p.z,      p.q_inv_norm,  p.z_inv_norm,       p.q_unit,
+          p.z_unit, p.temperature, p.self_offset(), schedule, plan.deterministic,
+          plan.symmetric_backward_walk};
 }
 
 void check_lse(const SupConProblem& p, const at::Tensor& lse) {
@@ -180,7 +181,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   DeferredValueChecks value_checks;
   SupConProblem p =
       prepare_problem(args, plan, check_values ? &value_checks : nullptr, kernels.prepare_rows);
-  const TileInputs in = tile_inputs(p, plan.forward_schedule);
+  const TileInputs in = tile_inputs(p, plan, plan.forward_schedule);
   at::Tensor lse, losses;
   if (plan.forward_finish == ForwardFinish::kFusedLosses ||
       plan.forward_finish == ForwardFinish::kFusedLossesAndMean) {
@@ -235,7 +236,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels
   check_grad_loss(p, grad_loss, args.mean);
   const Schedule schedule = plan.backward_schedule;
   const at::ScalarType kernel_type = kernels.compute_type(p.z.scalar_type());
-  const TileInputs in = tile_inputs(p, schedule);
+  const TileInputs in = tile_inputs(p, plan, schedule);
   const at::Tensor lse64 = lse.to(at::kDouble);
   const bool focal = plan.backward_assembly == AssemblyPath::kFocalWalk;
   if (plan.backward_assembly == AssemblyPath::kFusedWeightsAndAssembly) {

@@ -28,6 +28,12 @@ struct TestHooks {
   // Non-empty: when value checks are read ("when_ready", "end_of_call", "next_call"), in place of
   // SCL_VALUE_CHECKS, which is read once per process (deferred_value_check.h).
   std::string value_checks;
+  // Non-empty: the symmetric backward's walk ("triangle", "triangle-async", "rows"), in place of
+  // SCL_CUDA_SYMMETRIC_BACKWARD, which is read once per process (call_plan.h), so that one
+  // process tests and times every walk.
+  std::string symmetric_backward_walk;
+  // The CPU kernels see no BLAS, as in a PyTorch build that exports none: the plan refuses.
+  bool blas_missing = false;
 };
 
 const TestHooks& test_hooks();

@@ -23,6 +23,15 @@ enum class Schedule {
   kSymmetric,
 };
 
+// How the symmetric backward walks its tiles, where the backend has a choice
+// (TileKernels::walks_triangle; the call plan decides, CallPlan::symmetric_backward_walk).
+enum class SymmetricBackwardWalk {
+  kNone,           // no choice: a plain backward, or a backend with one symmetric walk
+  kTriangle,       // the upper triangle by cluster pairs, adding by atomics (fenced exchange)
+  kTriangleAsync,  // the same, the partners exchanging by st.async (opt-in)
+  kRows,           // full rows: every element stored once, no atomics
+};
+
 // The operands of the tiled steps. Rows are the caller's values (contiguous, input dtype); a
 // kernel forms unit rows as x_i * inv_norm_i in whatever precision it computes.
 struct TileInputs {
@@ -35,6 +44,10 @@ struct TileInputs {
   Temperature temperature;  // a host 1/t, or t in device memory (temperature.h)
   int64_t self_offset;   // anchor i's own column is z row self_offset + i; -1: no self column
   Schedule schedule;
+  // The plan's choices that the tile kernels follow: no atomics anywhere (the plan's
+  // `deterministic`), and the symmetric backward's walk.
+  bool deterministic;
+  SymmetricBackwardWalk symmetric_backward_walk;
 };
 
 // The softmax part of the gradient w.r.t. unit rows, in the compute dtype. kSymmetric kernels
@@ -237,6 +250,15 @@ struct TileKernels {
   // Temperature is there (temperature.h): then a temperature on the GPU is not read on the host
   // while the host may not wait (host_may_wait), so a CUDA graph can capture the call.
   bool reads_temperature;
+  // Whether the symmetric backward can walk the upper triangle (adding by atomics) instead of
+  // full rows: the plan then chooses the walk (TileInputs::symmetric_backward_walk).
+  bool walks_triangle;
+  // The most elements the kernels take in one rows tensor (features, contrast), 0 for no limit:
+  // a call past it is refused by the plan (Triton's kernels address rows with int32 offsets).
+  int64_t max_rows_elements;
+  // Whether the BLAS the tiles multiply through is missing from this PyTorch build (empty: the
+  // kernels need none): the plan refuses every call then.
+  std::function<bool()> blas_missing;
   // Log-sum-exp per anchor over its columns, float64 [m] (-inf for an anchor without columns).
   std::function<at::Tensor(const TileInputs&)> lse;
   std::function<TileGrads(const TileInputs&, const GradCoefficients&)> grad;

@@ -213,7 +213,6 @@ void walk_grads(const ClassOrder& o, const std::vector<Block>& blocks, double in
 }  // namespace
 
 PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs& walk) {
-  TORCH_CHECK(blas_available(), "scl: this PyTorch build exports no BLAS; use backend='reference'");
   const at::ScalarType ct = walk.lse_hi.scalar_type();
   const at::TensorOptions options = walk.lse_hi.options();
   const bool forward_only = walk.grad_weight.numel() == 0;

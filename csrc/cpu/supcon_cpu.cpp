@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "../core/supcon_orchestration.h"
+#include "../core/test_hooks.h"
 #include "blas.h"
 #include "positive_walk.h"
 #include "supcon_tiles.h"
@@ -22,7 +23,6 @@ struct UnitRows {
 };
 
 UnitRows unit_rows(const TileInputs& in) {
-  TORCH_CHECK(blas_available(), "scl: this PyTorch build exports no BLAS; use backend='reference'");
   const at::ScalarType ct = compute_type(in.z.scalar_type());
   auto unit = [&](const at::Tensor& rows, const at::Tensor& inv_norm) {
     return (rows.to(ct) * inv_norm.to(ct).unsqueeze(1)).contiguous();
@@ -81,11 +81,21 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   return out;
 }
 
+// The tiles and the positive walk multiply through BLAS: without it the plan refuses the call.
+bool blas_missing() { return !blas_available() || test_hooks().blas_missing; }
+
 const TileKernels& cpu_kernels() {
+  // One symmetric backward walk (the upper triangle of tiles), no limit on the rows.
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/true,
-                                   /*reads_temperature=*/false, lse_tiles,
-                                   grad_tiles, /*host_may_wait=*/{}, positive_walk};
+                                   /*reads_temperature=*/false,
+                                   /*walks_triangle=*/false,
+                                   /*max_rows_elements=*/0,
+                                   blas_missing,
+                                   lse_tiles,
+                                   grad_tiles,
+                                   /*host_may_wait=*/{},
+                                   positive_walk};
   return kernels;
 }
 

@@ -7,15 +7,12 @@
 // (csrc/cuda_dry_run): bench.launch_count counts the CUDA call from it, and the test suite checks
 // this glue against the float64 reference.
 #include <ATen/ATen.h>
-#include <ATen/Context.h>
 #include <torch/library.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <optional>
-#include <string>
 
 #include "../core/supcon_orchestration.h"
 #include "../core/tile_math.h"
@@ -156,20 +153,18 @@ at::Tensor lse_tiles(const TileInputs& in) {
   return lse;
 }
 
-// The symmetric backward walks the upper triangle (sm_90a, D <= 128; atomics) unless
-// reproducibility is asked for or SCL_CUDA_SYMMETRIC_BACKWARD=rows asks for the full-row walk
-// (one program per row block over every column block; docs/CUDA_KERNELS.md), e.g. to compare.
-// SCL_CUDA_SYMMETRIC_BACKWARD=triangle-async takes the triangle whose partners exchange by
-// st.async (opt-in until it has run on a GPU). The triangle's exchange, or none for full rows.
-std::optional<TriangleExchange> symmetric_backward_by_triangle() {
-  if (at::globalContext().deterministicAlgorithms()) return std::nullopt;
-  const char* walk = std::getenv("SCL_CUDA_SYMMETRIC_BACKWARD");
-  const std::string chosen = walk == nullptr ? "triangle" : walk;
-  if (chosen == "triangle") return TriangleExchange::kFenced;
-  if (chosen == "triangle-async") return TriangleExchange::kAsync;
-  TORCH_CHECK_VALUE(chosen == "rows", "SCL_CUDA_SYMMETRIC_BACKWARD must be \"triangle\", \"triangle-async\" or ",
-                    "\"rows\", got \"", chosen, "\"");
-  return std::nullopt;
+// The plan's symmetric backward walk as the triangle's exchange, or none for full rows: the
+// upper triangle by cluster pairs (sm_90a, D <= 128; atomics), fenced or by st.async (opt-in
+// until it has run on a GPU), unless the plan takes full rows (one program per row block over
+// every column block; docs/CUDA_KERNELS.md): in deterministic mode, or asked for, e.g. to compare.
+std::optional<TriangleExchange> triangle_exchange(SymmetricBackwardWalk walk) {
+  switch (walk) {
+    case SymmetricBackwardWalk::kTriangle: return TriangleExchange::kFenced;
+    case SymmetricBackwardWalk::kTriangleAsync: return TriangleExchange::kAsync;
+    case SymmetricBackwardWalk::kRows: return std::nullopt;
+    case SymmetricBackwardWalk::kNone: break;
+  }
+  TORCH_INTERNAL_ASSERT(false, "a symmetric backward planned without a walk");
 }
 
 TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
@@ -187,7 +182,7 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
     // triangle's column side scales by r_i / r_j.
     const at::Tensor own = terms_buffer(n, fp32), streamed = terms_buffer(n, fp32);
     const TileProblem problem = o.problem(o.z, o.z, own, streamed, 0);
-    const std::optional<TriangleExchange> exchange = symmetric_backward_by_triangle();
+    const std::optional<TriangleExchange> exchange = triangle_exchange(in.symmetric_backward_walk);
     const bool triangle = exchange && symmetric_triangle_supported(problem, device);
     // The triangle adds whole 16-byte vectors into a padded buffer, zeroed by the row terms'
     // launch; the gradient is its view. The full-row walk stores every element.
@@ -369,12 +364,15 @@ bool host_may_wait(const at::Tensor& like) { return !stream_is_capturing(like); 
 
 const TileKernels& cuda_kernels() {
   // The symmetric forward adds a row's tiles by atomics: not reproducible. The symmetric
-  // backward's triangle does too, so deterministic mode takes the full-row walk there
-  // (symmetric_backward_by_triangle above); the other backward walks write every element once.
-  // No focal loss (no positive walk yet); the O(N*D) stages are fused (row_stages.h).
+  // backward's triangle does too, so the plan takes the full-row walk in deterministic mode
+  // (triangle_exchange above); the other backward walks write every element once. No focal
+  // loss (no positive walk yet); the O(N*D) stages are fused (row_stages.h).
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false,
                                    /*reads_temperature=*/true,
+                                   /*walks_triangle=*/true,
+                                   /*max_rows_elements=*/0,
+                                   /*blas_missing=*/{},
                                    lse_tiles,
                                    grad_tiles,
                                    host_may_wait,

@@ -58,14 +58,15 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
           .findSchemaOrThrow("scl::supcon_triton_grad_tiles", "")
           .typed<std::tuple<at::Tensor, at::Tensor>(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-              OptionalTensor, int64_t, bool, const at::Tensor&, const at::Tensor&,
+              OptionalTensor, int64_t, bool, bool, const at::Tensor&, const at::Tensor&,
               const at::Tensor&)>();
   require_tile_kernel("scl::supcon_triton_grad_tiles", in.z);
   const bool symmetric = in.schedule == Schedule::kSymmetric;
   // The schema has no optional tensors: the symmetric schedule's unused lse parts are empty.
   const at::Tensor none = at::empty({0}, c.coef.options());
   auto [dq, dz] = op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
-                          in_memory(in.temperature), in.self_offset, symmetric, c.coef,
+                          in_memory(in.temperature), in.self_offset, symmetric, in.deterministic,
+                          c.coef,
                           symmetric ? none : c.lse_hi, symmetric ? none : c.lse_lo);
   return {symmetric ? at::Tensor() : dq, dz};
 }
@@ -156,7 +157,7 @@ AssembledGradients weights_grads_and_assembly(const TileInputs& in,
           .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
               const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-              OptionalTensor, int64_t, bool, const at::Tensor&, const at::Tensor&,
+              OptionalTensor, int64_t, bool, bool, const at::Tensor&, const at::Tensor&,
               const at::Tensor&, const at::Tensor&, bool, int64_t, bool, bool, double,
               at::ScalarType, at::ScalarType)>();
   require_tile_kernel("scl::supcon_triton_weights_grads_and_assembly", in.z);
@@ -167,7 +168,7 @@ AssembledGradients weights_grads_and_assembly(const TileInputs& in,
                                          : std::nullopt,
       w.lse, in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
       in_memory(in.temperature), in.self_offset, in.schedule == Schedule::kSymmetric,
-      w.num_positives, w.anchor_class, stages.contrast_class, stages.class_sums,
+      in.deterministic, w.num_positives, w.anchor_class, stages.contrast_class, stages.class_sums,
       stages.single_set, stages.anchor_offset, stages.class_shares_weight, stages.normalize,
       stages.max_inv_norm, stages.features_dtype, stages.contrast_dtype);
   if (stages.single_set) return {{features, features_dot}, {}};
@@ -183,11 +184,17 @@ bool host_may_wait(const at::Tensor& like) {
   return op.call(like);
 }
 
+// The kernels address rows with int32 offsets.
+constexpr int64_t kMaxRowsElements = (int64_t{1} << 31) - 1;
+
 const TileKernels& triton_kernels() {
-  // The symmetric forward sums a row's tiles by atomics: not reproducible.
+  // The symmetric forward sums a row's tiles by atomics: not reproducible. One symmetric
+  // backward walk (full rows).
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false,
-                                   /*reads_temperature=*/true, lse_tiles,
+                                   /*reads_temperature=*/true,
+                                   /*walks_triangle=*/false, kMaxRowsElements,
+                                   /*blas_missing=*/{}, lse_tiles,
                                    grad_tiles, host_may_wait, positive_walk,
                                    /*anchor_losses=*/{}, assemble_backward, prepare_rows,
                                    /*anchor_weights=*/{}, lse_and_anchor_losses,

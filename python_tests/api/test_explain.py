@@ -41,7 +41,8 @@ CPU_PLANS = [
      dict(temperature="host value", forward_schedule="symmetric", backward_schedule="symmetric",
           preparation="aten", host_reads="yes", forward_finish="aten losses",
           mean="inside the op", backward_assembly="aten", value_checks="on the host",
-          threads="calling thread", deterministic="no", cannot_run="none")),
+          threads="calling thread", deterministic="no", symmetric_backward_walk="none",
+          cannot_run="none")),
     ("small t", dict(t=0.001), {}, dict(forward_schedule="plain", backward_schedule="plain")),
     ("cross set", dict(layout="cross"), {}, dict(forward_schedule="plain")),
     ("some anchors", dict(anchors=ROWS // 2), {}, dict(forward_schedule="plain")),
@@ -54,13 +55,6 @@ CPU_PLANS = [
     ("device preparation", {}, dict(device_preparation=True),
      dict(host_reads="no", value_checks="deferred")),
 ]
-
-
-@pytest.fixture
-def reproducible_if():
-    previous = torch.are_deterministic_algorithms_enabled()
-    yield torch.use_deterministic_algorithms
-    torch.use_deterministic_algorithms(previous)
 
 
 def test_cpu_plan_under_deterministic_algorithms(reproducible_if):
@@ -83,13 +77,21 @@ def test_cpu_plan(arguments, hooked, expected):
 DRY_RUN_PLANS = [
     ("fused stages", {}, {}, False,
      dict(preparation="fused", forward_finish="fused losses and mean",
-          backward_assembly="fused weights and assembly", forward_schedule="symmetric")),
+          backward_assembly="fused weights and assembly", forward_schedule="symmetric",
+          symmetric_backward_walk="triangle")),
     ("fused per anchor", dict(mean=False), {}, False, dict(forward_finish="fused losses")),
     # the triangle forward adds by atomics: reproducible results take the plain one
     ("deterministic", {}, {}, True,
      dict(preparation="aten", forward_finish="fused losses", forward_schedule="plain",
           backward_schedule="symmetric", backward_assembly="aten weights, fused assembly",
-          deterministic="yes")),
+          deterministic="yes", symmetric_backward_walk="full rows")),
+    # the walk chosen through the test hook (SCL_CUDA_SYMMETRIC_BACKWARD, read once per process)
+    ("full rows asked for", {}, dict(symmetric_backward_walk="rows"), False,
+     dict(symmetric_backward_walk="full rows", deterministic="no")),
+    ("triangle by st.async", {}, dict(symmetric_backward_walk="triangle-async"), False,
+     dict(symmetric_backward_walk="triangle by st.async")),
+    ("cross set: no symmetric walk", dict(layout="cross"), {}, False,
+     dict(backward_schedule="plain", symmetric_backward_walk="none")),
     ("float64 rows", dict(dtype=torch.float64), {}, False,
      dict(preparation="aten", forward_finish="aten losses", backward_assembly="aten")),
     ("focal", dict(focal_gamma=1.0), {}, False, dict(cannot_run="no focal walk")),
@@ -165,9 +167,51 @@ def test_explain_raises_what_supcon_loss_raises():
 @dry_run
 def test_a_refused_call_quotes_its_plan():
     args = (torch.randn(20, 4), torch.randint(0, 2, (20,)), None, None, torch.tensor(0.1), 20, True)
-    with pytest.raises(NotImplementedError, match="focal.*Plan: temperature: host value;.*"
+    with pytest.raises(NotImplementedError, match="focal_gamma=1 .*: the plan's line 'cannot_run: "
+                                                  "no focal walk' refuses it; .*focal_backends.*"
+                                                  "Plan: temperature: host value;.*"
                                                   "cannot_run: no focal walk"):
         torch.ops.scl.supcon_cuda_dry_run(*args, 0, 1.0, False)
+
+
+@hooks
+def test_a_call_without_blas_is_refused_by_its_plan():
+    x, y = torch.randn(20, 4), torch.randint(0, 2, (20,))
+    with test_hooks(blas_missing=True):
+        assert scl_kernels.explain(x, y, backend="cpu").plan["cannot_run"] == "no BLAS"
+        with pytest.raises(RuntimeError, match="multiply through BLAS: the plan's line "
+                                               "'cannot_run: no BLAS' refuses it; .*"
+                                               "backend='reference'.*Plan: "):
+            scl_kernels.supcon_loss(x, y, backend="cpu")
+
+
+@pytest.mark.parametrize("name,device,focal_gamma,line", [
+    ("cuda", "cpu", 0.0, "cannot_run: no cpu kernels"),
+    ("cuda", "cuda", 2.0, "cannot_run: no focal walk"),
+])
+def test_a_backend_refused_before_its_op_runs_quotes_the_plan_line(name, device, focal_gamma,
+                                                                   line):
+    """resolve_backend's refusals read as the op's: what was asked, the plan's line that refuses
+    it, what to do, in one line."""
+    with pytest.raises(ValueError) as refused:
+        scl_kernels.backends.resolve_backend(name, torch.device(device), focal_gamma)
+    message = str(refused.value)
+    assert message.startswith(f"backend={name!r} on {device}")
+    assert f"the plan's line '{line}' refuses it; " in message and "\n" not in message
+
+
+@dry_run
+@pytest.mark.parametrize("walk,sentence", [
+    ("", "walks the upper triangle by cluster pairs"),
+    ("rows", "walks full rows, every element stored once (SCL_CUDA_SYMMETRIC_BACKWARD=rows)"),
+    ("triangle-async", "exchanging by st.async"),
+])
+def test_explain_says_which_symmetric_backward_walk_the_plan_takes(walk, sentence):
+    with test_hooks(symmetric_backward_walk=walk):
+        plan = plan_of(torch.ops.scl.supcon_cuda_dry_run_plan, dtype=torch.bfloat16)
+    text = str(scl_kernels.Explanation("cuda", "the dry run's plan", plan))
+    line = next(line for line in text.splitlines() if "symmetric_backward_walk: " in line)
+    assert sentence in line
 
 
 def test_profiles_show_the_plan():

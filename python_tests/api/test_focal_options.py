@@ -59,8 +59,9 @@ def test_auto_skips_backends_without_focal(cpu_without_focal):
 
 
 def test_explicit_backend_without_focal_says_so(cpu_without_focal):
-    with pytest.raises(ValueError, match=r"backend='cpu' does not implement .*focal_gamma=2.0.*"
-                                         r"'reference'"):
+    with pytest.raises(ValueError, match=r"backend='cpu' on cpu with focal_gamma=2.0: the plan's "
+                                         r"line 'cannot_run: no focal walk' refuses it; it does not "
+                                         r"implement .*'reference'"):
         scl_kernels.supcon_loss(X, Y, focal_gamma=2.0, backend="cpu")
     scl_kernels.supcon_loss(X, Y, focal_gamma=0.0, backend="cpu")  # SupCon still runs
 

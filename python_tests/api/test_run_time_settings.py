@@ -14,7 +14,8 @@ CALL = ("import torch, scl_kernels; "
 
 
 def _run(**environment):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SCL_VALUE_CHECKS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SCL_VALUE_CHECKS", "SCL_CUDA_SYMMETRIC_BACKWARD")}
     env.update(environment)
     done = subprocess.run([sys.executable, "-c", CALL], env=env, capture_output=True, text=True,
                           timeout=300)
@@ -31,3 +32,16 @@ def test_each_documented_value_check_setting_runs():
     for mode in ("when_ready", "end_of_call", "next_call"):
         status, output = _run(SCL_VALUE_CHECKS=mode)
         assert status == 0, (mode, output)
+
+
+def test_a_misspelt_symmetric_backward_walk_is_named_on_the_cpu():
+    status, output = _run(SCL_CUDA_SYMMETRIC_BACKWARD="diagonal")
+    assert status != 0
+    assert ('SCL_CUDA_SYMMETRIC_BACKWARD must be "triangle", "triangle-async" or "rows", '
+            'got "diagonal"') in output
+
+
+def test_each_documented_symmetric_backward_walk_runs():
+    for walk in ("triangle", "triangle-async", "rows"):
+        status, output = _run(SCL_CUDA_SYMMETRIC_BACKWARD=walk)
+        assert status == 0, (walk, output)

@@ -13,6 +13,7 @@ import torch
 
 import scl_kernels
 from scl_kernels import backends
+from scl_kernels._testing import test_hooks
 from scl_kernels.backends import auto_rule
 from support import needs
 from support.layouts import LAYOUTS, make_layout
@@ -212,37 +213,32 @@ def test_deterministic_mode_is_bitwise_reproducible(dtype, cuda_randn, cuda_rand
 
 
 @gpu
+@needs.hooks
 @pytest.mark.parametrize("walk", ["triangle", "triangle-async"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n", [1, 127, 129, 300, 385, 640, 1000, 2100])
 @pytest.mark.parametrize("d,classes", [(5, 3), (64, 1), (100, 7), (128, None)])
-def test_symmetric_backward_triangle_against_full_rows(n, d, classes, dtype, walk, cuda_randn, cuda_randint, gen,
-                                                       monkeypatch):
+def test_symmetric_backward_triangle_against_full_rows(n, d, classes, dtype, walk, cuda_randn,
+                                                       cuda_randint, gen):
     """The single set's backward over the upper triangle by cluster pairs (sm_90a, D <= 128; on
     other GPUs the same walk as full rows), with either exchange between the partners (the
-    default, or by st.async: SCL_CUDA_SYMMETRIC_BACKWARD=triangle-async): against the float64
-    reference and against the full-row walk (SCL_CUDA_SYMMETRIC_BACKWARD=rows) on the same
-    inputs. Row-block counts 1 to 17, odd ones with a padding partner, D odd (scalar atomics),
-    one class, and classes=None: every label distinct, no positives."""
+    default, or by st.async: the walk triangle-async): against the float64 reference and
+    against the full-row walk (rows) on the same inputs, each chosen through the test hook
+    symmetric_backward_walk (SCL_CUDA_SYMMETRIC_BACKWARD is read once per process). Row-block
+    counts 1 to 17, odd ones with a padding partner, D odd (scalar atomics), one class, and
+    classes=None: every label distinct, no positives."""
     x = cuda_randn(n, d, dtype=dtype)
     labels = cuda_randint(0, classes, (n,)) if classes else torch.randperm(n, device=x.device)
-    monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", walk)
-    check_against_reference("cuda", x, labels, 0.1, generator=gen, compute_dtype=torch.float32)
-    triangle = _loss_and_grads("cuda", x, labels)
-    monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", "rows")
-    rows = _loss_and_grads("cuda", x, labels)
+    with test_hooks(symmetric_backward_walk=walk):
+        check_against_reference("cuda", x, labels, 0.1, generator=gen, compute_dtype=torch.float32)
+        triangle = _loss_and_grads("cuda", x, labels)
+    with test_hooks(symmetric_backward_walk="rows"):
+        rows = _loss_and_grads("cuda", x, labels)
     # The same forward, up to the order of its atomic adds (the symmetric forward is not
     # bitwise reproducible outside deterministic mode).
     torch.testing.assert_close(triangle[0], rows[0], rtol=1e-5, atol=0)
     scale = rows[1].float().abs().max().clamp_min(1e-30)
     assert ((triangle[1].float() - rows[1].float()).abs().max() / scale).item() <= 5e-2
-
-
-@gpu
-def test_symmetric_backward_knob_is_checked(cuda_randn, cuda_randint, monkeypatch):
-    monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", "diagonal")
-    with pytest.raises(ValueError, match="SCL_CUDA_SYMMETRIC_BACKWARD"):
-        _loss_and_grads("cuda", cuda_randn(200, 64, dtype=torch.bfloat16), cuda_randint(0, 5, (200,)))
 
 
 @gpu

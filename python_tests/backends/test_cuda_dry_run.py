@@ -157,36 +157,63 @@ def test_skipped_tiles_are_recorded_and_left_unwritten(randn, randint):
     assert not torch.equal(emulated, skipped)
 
 
-# SCL_CUDA_SYMMETRIC_BACKWARD -> the backward tile kernel the glue launches for the single set
-# (16-bit rows, D <= 128, an H100).
-SYMMETRIC_BACKWARDS = {None: "sm90.grad_triangle", "triangle": "sm90.grad_triangle",
-                       "triangle-async": "sm90.grad_triangle_async", "rows": "sm90.grad_rows_symmetric"}
+# The walk chosen (the test hook symmetric_backward_walk, in place of SCL_CUDA_SYMMETRIC_BACKWARD)
+# -> the plan's symmetric_backward_walk and the backward tile kernel the glue launches for the
+# single set (16-bit rows, D <= 128, an H100).
+SYMMETRIC_BACKWARDS = {"": ("triangle", "sm90.grad_triangle"),
+                       "triangle": ("triangle", "sm90.grad_triangle"),
+                       "triangle-async": ("triangle by st.async", "sm90.grad_triangle_async"),
+                       "rows": ("full rows", "sm90.grad_rows_symmetric")}
 
 
-@pytest.mark.parametrize("walk", list(SYMMETRIC_BACKWARDS), ids=str)
-@pytest.mark.parametrize("n,d", [(300, 64), (257, 128), (129, 5)])
-def test_symmetric_backward_walks(walk, n, d, randn, randint, gen, monkeypatch):
-    """Each symmetric backward walk the variable names reaches its kernel, and the glue around it
-    (the triangle's padded, zeroed accumulator and its view, or the full rows') gives the
-    reference's gradients. The triangle's two exchanges differ only in their synchronisation,
-    which the dry run does not emulate: the GPU tests and compute-sanitizer check that."""
-    if walk is None:
-        monkeypatch.delenv("SCL_CUDA_SYMMETRIC_BACKWARD", raising=False)
-    else:
-        monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", walk)
-    args = (randn(n, d, dtype=torch.bfloat16), randint(0, 4, (n,)), None, None, torch.tensor(0.1),
-            n, True)
+def _symmetric_backward_launches(args, gen):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         check(args, gen)
-    launched = {e.name.removeprefix("cuda_kernel::") for e in prof.events()
-                if e.name.startswith("cuda_kernel::") and "grad" in e.name}
-    assert launched == {SYMMETRIC_BACKWARDS[walk]}
+    return {e.name.removeprefix("cuda_kernel::") for e in prof.events()
+            if e.name.startswith("cuda_kernel::") and "grad" in e.name}
 
 
-def test_symmetric_backward_variable_is_checked(randn, randint, monkeypatch):
-    monkeypatch.setenv("SCL_CUDA_SYMMETRIC_BACKWARD", "async")
+def _plan(args):
+    text = torch.ops.scl.supcon_cuda_dry_run_plan(*args, 0, 0.0, False)
+    return dict(line.split(": ", 1) for line in text.splitlines())
+
+
+@pytest.mark.parametrize("walk", list(SYMMETRIC_BACKWARDS), ids=lambda walk: walk or "default")
+@pytest.mark.parametrize("n,d", [(300, 64), (257, 128), (129, 5)])
+def test_symmetric_backward_walks(walk, n, d, randn, randint, gen):
+    """Each symmetric backward walk chosen is the plan's, reaches its kernel, and the glue around
+    it (the triangle's padded, zeroed accumulator and its view, or the full rows') gives the
+    reference's gradients. The triangle's two exchanges differ only in their synchronisation,
+    which the dry run does not emulate: the GPU tests and compute-sanitizer check that."""
+    args = (randn(n, d, dtype=torch.bfloat16), randint(0, 4, (n,)), None, None, torch.tensor(0.1),
+            n, True)
+    planned, kernel = SYMMETRIC_BACKWARDS[walk]
+    with test_hooks(symmetric_backward_walk=walk):
+        assert _plan(args)["symmetric_backward_walk"] == planned
+        assert _symmetric_backward_launches(args, gen) == {kernel}
+
+
+def test_deterministic_mode_plans_and_launches_the_full_rows(randn, randint, gen):
+    """The triangle adds by atomics: in deterministic mode the plan takes the full rows whatever
+    walk is asked for, and the glue launches them."""
+    args = (randn(200, 64, dtype=torch.bfloat16), randint(0, 4, (200,)), None, None,
+            torch.tensor(0.1), 200, True)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        with test_hooks(symmetric_backward_walk="triangle"):
+            plan = _plan(args)
+            assert (plan["backward_schedule"], plan["symmetric_backward_walk"]) == \
+                ("symmetric", "full rows")
+            assert _symmetric_backward_launches(args, gen) == {"sm90.grad_rows_symmetric"}
+    finally:
+        torch.use_deterministic_algorithms(previous)
+
+
+def test_the_symmetric_backward_walk_is_checked(randn, randint):
     args = (randn(40, 16, dtype=torch.bfloat16), randint(0, 4, (40,)), None, None,
             torch.tensor(0.1), 40, True)
-    _, lse, _ = torch.ops.scl.supcon_cuda_dry_run(*args)
-    with pytest.raises(ValueError, match='"triangle", "triangle-async" or "rows", got "async"'):
-        torch.ops.scl.supcon_cuda_dry_run_backward(torch.ones(40), *args, lse)
+    with test_hooks(symmetric_backward_walk="async"):
+        with pytest.raises(ValueError, match='the test hook symmetric_backward_walk must be '
+                                             '"triangle", "triangle-async" or "rows", got "async"'):
+            torch.ops.scl.supcon_cuda_dry_run(*args)

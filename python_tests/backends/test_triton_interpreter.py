@@ -55,6 +55,42 @@ def test_deterministic_mode(layout, randn, randint, monkeypatch, reproducible):
         assert torch.equal(grad, again.grads[name]), f"grad of {name} differs between runs"
 
 
+def _deterministic_launches(monkeypatch):
+    """The list that each later gradient launch appends its `deterministic` argument to."""
+    from scl_kernels.backends.triton import launch
+    seen = []
+    for name in ("grad_plain", "grad_symmetric"):
+        original = getattr(launch, name)
+
+        def spy(*args, _original=original):
+            seen.append(args[-1])
+            return _original(*args)
+        monkeypatch.setattr(launch, name, spy)
+    return seen
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_deterministic_mode_reaches_the_launchers_from_the_plan(deterministic, randn, randint,
+                                                                monkeypatch, reproducible_if):
+    """The plan's `deterministic` is what the gradient launchers take: the grad op's argument,
+    never a second read of torch's switch."""
+    seen = _deterministic_launches(monkeypatch)
+    reproducible_if(deterministic)
+    x, y = randn(40, 8).requires_grad_(), randint(0, 3, (40,))
+    assert scl_kernels.explain(x, y, backend="triton").plan["deterministic"] == \
+        ("yes" if deterministic else "no")
+    scl_kernels.supcon_loss(x, y, backend="triton").backward()
+    assert seen == [deterministic]
+    # The op follows its argument whatever torch's switch says now.
+    seen.clear()
+    reproducible_if(not deterministic)
+    unit = torch.nn.functional.normalize(x.detach(), dim=1)
+    ones = torch.ones(40)
+    torch.ops.scl.supcon_triton_grad_tiles(unit, unit, ones, ones, 10.0, None, 0, True,
+                                           deterministic, ones, ones, ones)
+    assert seen == [deterministic]
+
+
 def test_triton_op_without_interpreter_is_a_clear_error(randn, randint, monkeypatch):
     import scl_kernels.backends.triton as triton_backend
     monkeypatch.setattr(triton_backend, "_interpret", False)
@@ -74,8 +110,13 @@ def test_poisoned_scratch_is_fully_written(layout, randn, randint, gen, monkeypa
 @pytest.mark.slow
 def test_tensors_past_int32_offsets_are_refused():
     huge = torch.zeros(1, 1).expand(2**16, 2**15)  # 2^31 elements, no memory behind them
-    with pytest.raises(ValueError, match="2\\^31"):
-        scl_kernels.supcon_loss(huge, torch.zeros(2**16, dtype=torch.long), backend="triton")
+    labels = torch.zeros(2**16, dtype=torch.long)
+    refusal = ("rows of 2147483648 elements: the plan's line 'cannot_run: too many elements' "
+               "refuses it")
+    with pytest.raises(ValueError, match=refusal + ".*2\\^31 - 1.*Plan: temperature"):
+        scl_kernels.supcon_loss(huge, labels, backend="triton")
+    assert scl_kernels.explain(huge, labels, backend="triton").plan["cannot_run"] == \
+        "too many elements"
 
 
 def _row_widths_recorded(monkeypatch):

@@ -326,28 +326,47 @@ def _auto(device: torch.device, focal_gamma: float = 0.0,
     return REGISTRY["reference"]
 
 
+def refusal(asked: str, plan_line: str, remedy: str) -> str:
+    """A refused call's one line: what was asked, the plan's line that refuses it and what to do,
+    worded as the fused op's own refusals (require_runnable, csrc/core/call_plan.cpp)."""
+    return f"{asked}: the plan's line '{plan_line}' refuses it; {remedy}"
+
+
 def resolve_backend(name: str, device: torch.device, focal_gamma: float = 0.0,
                     shape: Optional[CallShape] = None) -> Backend:
     """The backend that runs ``name`` on ``device`` (with ``focal_gamma``, already checked; auto
-    reads the call's ``shape`` where given), or a ValueError that says why none can."""
+    reads the call's ``shape`` where given), or an error that says why none can, in one line
+    that quotes the plan's ``cannot_run`` (:func:`refusal`): a ValueError, or the loader's
+    RuntimeError where the library is not loaded."""
     if name == "auto":
         return _auto(device, focal_gamma, shape)
     backend = get_backend(name)
+    asked = f"backend={name!r} on {device}"
     if not backend.runs(focal_gamma):
-        raise ValueError(f"backend={name!r} does not implement the focal contrastive loss "
-                         f"(focal_gamma={focal_gamma}); backends that do: {focal_backends()}")
+        raise ValueError(refusal(f"{asked} with focal_gamma={focal_gamma}",
+                                 "cannot_run: no focal walk",
+                                 f"it does not implement the focal contrastive loss; backends "
+                                 f"that do: {focal_backends()}"))
     if device.type not in backend.device_types:
-        raise ValueError(f"backend={name!r} runs on {' and '.join(backend.device_types)} tensors, "
-                         f"but features is on {device}; available there: "
-                         f"{available_backends(device)}")
+        raise ValueError(refusal(asked, f"cannot_run: no {device.type} kernels",
+                                 f"it runs on {' and '.join(backend.device_types)} tensors, "
+                                 f"but features is on {device}; available there: "
+                                 f"{available_backends(device)}"))
     if not backend.available(device):
         if _fused(backend) and not library_loaded():
-            require_library()
+            try:
+                require_library()
+            except RuntimeError as error:
+                raise RuntimeError(refusal(asked, "cannot_run: library not loaded",
+                                           str(error))) from error
         if name == "triton" and not triton_installed():
-            raise ValueError(TRITON_MISSING)
+            raise ValueError(refusal(asked, "cannot_run: no triton package", TRITON_MISSING))
         if name == "triton":
-            raise ValueError(TRITON_CPU_NEEDS_INTERPRETER)
+            raise ValueError(refusal(asked, "cannot_run: cpu tensors without the interpreter",
+                                     TRITON_CPU_NEEDS_INTERPRETER))
         if name == "cuda":
-            raise ValueError(CUDA_NOT_BUILT)
-        raise ValueError(f"backend={name!r} cannot run {device.type} tensors in this installation")
+            raise ValueError(refusal(asked, "cannot_run: no CUDA kernels built", CUDA_NOT_BUILT))
+        raise ValueError(refusal(asked, "cannot_run: not in this installation",
+                                 f"it cannot run {device.type} tensors here; available there: "
+                                 f"{available_backends(device)}"))
     return backend

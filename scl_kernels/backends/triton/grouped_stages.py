@@ -23,9 +23,9 @@ def lse_and_losses(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset
 
 def weights_grads_and_assembly(grad_loss, anchors_with_positives, lse, q, z, q_inv_norm,
                                z_inv_norm, inv_t, temperature, self_offset, symmetric,
-                               num_positives, anchor_class, contrast_class, class_sums,
-                               single_set, anchor_offset, class_shares_weight, normalize,
-                               max_inv_norm, features_dtype, contrast_dtype):
+                               deterministic, num_positives, anchor_class, contrast_class,
+                               class_sums, single_set, anchor_offset, class_shares_weight,
+                               normalize, max_inv_norm, features_dtype, contrast_dtype):
     """(grad_features, unit_dot_features, grad_contrast, unit_dot_contrast), the contrast's
     empty in single set: the anchor weights (anchor_weights.py), the gradient tiles from their
     coefficients (tiles.py) and each output's assembly (backward_assembly.py), as the shared
@@ -36,7 +36,7 @@ def weights_grads_and_assembly(grad_loss, anchors_with_positives, lse, q, z, q_i
         grad_loss, anchors_with_positives, lse, num_positives, q, q_inv_norm, anchor_class,
         classes, held, symmetric)
     dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset,
-                            symmetric, coef, lse_hi, lse_lo)
+                            symmetric, deterministic, coef, lse_hi, lse_lo)
     if single_set:
         # One output, the contrast rows: the anchors' side is added at their rows, and the
         # contrast part by the weighted sums unless the class sums stand in for them.

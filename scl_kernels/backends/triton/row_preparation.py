@@ -108,8 +108,7 @@ def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_su
     accumulators at an even float offset (8-byte aligned)."""
     r, d = rows.shape
     n = sorted_labels.numel()
-    # Only a cross set's contrast rows are summed without their own label among the sorted ones.
-    rows = kernel_rows(rows, "contrast" if class_sums and not self_in_class else "features")
+    rows = kernel_rows(rows)
     inv_norm = torch.empty(r, dtype=torch.float32, device=rows.device)
     row_class = torch.empty(r, dtype=torch.int64, device=rows.device)
     positives = torch.empty(r, dtype=torch.int64, device=rows.device)

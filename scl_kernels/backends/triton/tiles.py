@@ -12,11 +12,10 @@ from . import launch
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def kernel_rows(x, name):
-    """Rows as the kernels read them: contiguous, float64 as float32 (the kernels compute in fp32)."""
-    if x.numel() >= 2**31:  # the kernels address rows with int32 offsets
-        raise ValueError(f"{name} has {x.numel()} elements; the Triton backend takes fewer than "
-                         "2^31 per tensor (split the batch, or use another backend)")
+def kernel_rows(x):
+    """Rows as the kernels read them: contiguous, float64 as float32 (the kernels compute in fp32).
+    The call plan has refused rows past the int32 offsets the kernels address them with
+    (TileKernels::max_rows_elements)."""
     return (x if x.dtype in KERNEL_DTYPES else x.float()).contiguous()
 
 
@@ -27,37 +26,37 @@ def kernel_scale(inv_norm):
 
 
 def _operands(q, z, q_inv_norm, z_inv_norm):
-    return (kernel_rows(q, "features"), kernel_rows(z, "contrast"), kernel_scale(q_inv_norm),
+    return (kernel_rows(q), kernel_rows(z), kernel_scale(q_inv_norm),
             kernel_scale(z_inv_norm))
 
 
 def lse_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric):
-    z, z_scale = kernel_rows(z, "contrast"), kernel_scale(z_inv_norm)
+    z, z_scale = kernel_rows(z), kernel_scale(z_inv_norm)
     if symmetric:  # the anchors are the rows of z
         return launch.lse_symmetric(z, z_scale, inv_t)
-    q, q_scale = kernel_rows(q, "features"), kernel_scale(q_inv_norm)
+    q, q_scale = kernel_rows(q), kernel_scale(q_inv_norm)
     return launch.lse_plain(q, z, q_scale, z_scale,
                             launch.temperature_of(temperature, inv_t, q_scale), self_offset)
 
 
-def grad_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric, coef,
-               lse_hi, lse_lo):
+def grad_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric,
+               deterministic, coef, lse_hi, lse_lo):
     """The op: (dq, dz), dq empty for the symmetric schedule (whose dz holds both sides)."""
     dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset,
-                            symmetric, coef, lse_hi, lse_lo)
+                            symmetric, deterministic, coef, lse_hi, lse_lo)
     return dz.new_empty((0,)) if dq is None else dq, dz
 
 
 def tile_gradients(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric,
-                   coef, lse_hi, lse_lo):
+                   deterministic, coef, lse_hi, lse_lo):
     """(dq, dz) of the tiles, dq None for the symmetric schedule; lse_hi and lse_lo unread
-    there."""
-    z, z_scale = kernel_rows(z, "contrast"), kernel_scale(z_inv_norm)
-    deterministic = torch.are_deterministic_algorithms_enabled()
+    there. `deterministic`: the plan's (no atomics: the column split and the contrast side's
+    adds are left out)."""
+    z, z_scale = kernel_rows(z), kernel_scale(z_inv_norm)
     coef = kernel_scale(coef)
     if symmetric:  # the anchors are the rows of z
         return None, launch.grad_symmetric(z, z_scale, coef, inv_t, deterministic)
-    q, q_scale = kernel_rows(q, "features"), kernel_scale(q_inv_norm)
+    q, q_scale = kernel_rows(q), kernel_scale(q_inv_norm)
     return launch.grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo,
                              launch.temperature_of(temperature, inv_t, q_scale), self_offset,
                              deterministic)
