@@ -5,14 +5,13 @@
 #include <c10/util/Exception.h>
 #include <c10/util/ParallelGuard.h>
 
-#include <strings.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <strings.h>
 
 #include "deferred_value_check.h"
 #include "supcon_problem.h"
