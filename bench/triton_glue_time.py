@@ -125,7 +125,8 @@ def measure(n, d, calls, repeats, replayed):
     inv_norm = x.norm(dim=1).reciprocal()
     coef = torch.rand(n, generator=g)
     features = x.clone().requires_grad_()
-    host_temperature = None  # 1/t comes as the float, as for a float temperature
+    # t on the host, as the core passes a float temperature's: 1/t = 10
+    host_temperature = torch.tensor([0.1], dtype=torch.float64)
 
     def step():
         loss = scl_kernels.supcon_loss(features, labels, 0.1, backend="triton")
@@ -137,8 +138,8 @@ def measure(n, d, calls, repeats, replayed):
     else:
         python_kernels = python_kernel_names()
         timed = dict(zip(LAUNCHERS, (
-            lambda: tiles.lse_tiles(x, x, inv_norm, inv_norm, 10.0, host_temperature, 0, True),
-            lambda: tiles.grad_tiles(x, x, inv_norm, inv_norm, 10.0, host_temperature, 0, True,
+            lambda: tiles.lse_tiles(x, x, inv_norm, inv_norm, host_temperature, False, 0, True),
+            lambda: tiles.grad_tiles(x, x, inv_norm, inv_norm, host_temperature, False, 0, True,
                                      False, coef, coef, coef),
             step)))
     original = interpreter.InterpretedFunction.run
@@ -176,7 +177,8 @@ def dispatch_timings(n, d, calls, repeats):
         (launch.GRAD_SYMMETRIC, launch.COLUMN_TERMS))
     try:
         x = torch.randn(n, d)
-        launch.grad_symmetric(x, torch.ones(n), torch.ones(n), 10.0, False)
+        host = launch.temperature_of(torch.tensor([0.1], dtype=torch.float64), False)
+        launch.grad_symmetric(x, torch.ones(n), torch.ones(n), host, False)
     finally:
         launch.GRAD_SYMMETRIC, launch.COLUMN_TERMS = real
     grid, args = recorded["grid"], recorded["args"]

@@ -41,12 +41,13 @@ TORCH_LIBRARY(scl, m) {
   // The Triton tile kernels (scl_kernels/backends/triton registers them from Python); the
   // arguments are those of scl::TileInputs and scl::GradCoefficients (csrc/core/tile_kernels.h);
   // `deterministic` is the plan's (no atomics).
-  // In these ops a `temperature` ([1] float64) gives t in memory, inv_t then unread; None: t is
-  // on the host, 1/t = inv_t (scl::Temperature, csrc/core/temperature.h).
+  // In these ops `temperature` ([1] float64) holds t: in device memory, where the kernels read
+  // it, with temperature_in_memory; else the host value the call read and checked, on the CPU
+  // (scl::Temperature, csrc/core/temperature.h).
   m.def("supcon_triton_lse_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
-        "float inv_t, Tensor? temperature, int self_offset, bool symmetric) -> Tensor lse");
+        "Tensor temperature, bool temperature_in_memory, int self_offset, bool symmetric) -> Tensor lse");
   m.def("supcon_triton_grad_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
-        "float inv_t, Tensor? temperature, int self_offset, bool symmetric, bool deterministic, "
+        "Tensor temperature, bool temperature_in_memory, int self_offset, bool symmetric, bool deterministic, "
         "Tensor coef, Tensor lse_hi, Tensor lse_lo) -> (Tensor dq, Tensor dz)");
   // The focal loss's walk over positive pairs (scl::TileKernels::positive_walk; registered from
   // Python like the tiles). An empty grad_weight asks for the forward only.
@@ -59,7 +60,7 @@ TORCH_LIBRARY(scl, m) {
   // supcon_triton_lse_tiles gives it, and the losses from it in one kernel, or, given the
   // mean's zeroed accumulators (mean_sums), their mean, the accumulators left holding the totals.
   m.def("supcon_triton_lse_and_losses(Tensor q, Tensor z, Tensor q_inv_norm, "
-        "Tensor z_inv_norm, float inv_t, Tensor? temperature, int self_offset, bool symmetric, "
+        "Tensor z_inv_norm, Tensor temperature, bool temperature_in_memory, int self_offset, bool symmetric, "
         "Tensor class_sums, Tensor anchor_class, Tensor num_positives, bool single_set, "
         "Tensor(a!)? mean_sums) -> (Tensor lse, Tensor loss)");
   // The backward's assembly for one output's rows in one kernel
@@ -68,7 +69,7 @@ TORCH_LIBRARY(scl, m) {
   m.def("supcon_triton_assemble_backward(Tensor rows, Tensor inv_norm, Tensor grads, "
         "Tensor extra, int anchor_offset, Tensor anchor_weight, Tensor anchor_class, "
         "Tensor class_sums, bool self_in_class, Tensor row_class, Tensor weighted_sums, "
-        "bool class_shares_weight, float inv_t, Tensor? temperature, bool normalize, "
+        "bool class_shares_weight, Tensor temperature, bool temperature_in_memory, bool normalize, "
         "float max_inv_norm, ScalarType out_dtype) -> (Tensor grad, Tensor unit_dot)");
   // The preparation of one set of rows in one kernel (scl::TileKernels::prepare_rows;
   // registered from Python like the tiles); class_sums, non_finite and mean_sums are empty when
@@ -84,7 +85,7 @@ TORCH_LIBRARY(scl, m) {
   // dots are empty in single set.
   m.def("supcon_triton_weights_grads_and_assembly(Tensor grad_loss, "
         "Tensor? anchors_with_positives, Tensor lse, Tensor q, Tensor z, Tensor q_inv_norm, "
-        "Tensor z_inv_norm, float inv_t, Tensor? temperature, int self_offset, bool symmetric, "
+        "Tensor z_inv_norm, Tensor temperature, bool temperature_in_memory, int self_offset, bool symmetric, "
         "bool deterministic, Tensor num_positives, Tensor anchor_class, Tensor contrast_class, "
         "Tensor class_sums, bool single_set, int anchor_offset, bool class_shares_weight, "
         "bool normalize, float max_inv_norm, ScalarType features_dtype, ScalarType contrast_dtype) -> "

@@ -25,13 +25,13 @@ def _temperature(value: str, plan: Plan) -> str:
     if value == "device memory":
         return ("t stays in device memory, read by the kernels themselves: no host read, so a "
                 "CUDA graph can capture the call")
-    if plan["host_temperature"] == "nan":
+    if plan["host_temperature"] == "unread":
         return "t is on the GPU and cannot be read now (see cannot_run)"
     return f"t = {_number(plan['host_temperature'])}, read once on the host: a number of the call"
 
 
 def _host_temperature(value: str, plan: Plan) -> str:
-    if value == "nan":
+    if value == "unread":
         return "the host did not read t"
     return f"the host read t = {_number(value)}"
 

@@ -16,6 +16,9 @@ HOPPER = GPUTarget("cuda", 90, 32)
 ELEMENT_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 USES = launch.KERNEL_USES
 HEADLINE = dict(n=65536, d=128, dtype="bf16")
+# A kernel's `temperature` as the launchers usually pass it: the host's 1/t as its float64's bits
+# (launch.Temperature; a temperature in device memory is a *fp64 instead).
+TEMPERATURE = "i64"
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,6 @@ def specialisation(case):
             "PRECISION": _precision(case.dtype)}
     if "num_splits" in kernel.arg_names and case.use != "lse_symmetric":
         meta["num_splits"] = 1
-    if "TEMPERATURE_IN_MEMORY" in kernel.arg_names:  # 1/t as a number, the launchers' usual
-        meta["TEMPERATURE_IN_MEMORY"] = False
     blocks = {"BLOCK_M": case.tile.block_m, "BLOCK_N": case.tile.block_n,
               "BLOCK": case.tile.block_m, **width.meta()}
     signature, constexprs, divisible = {}, {}, []
@@ -66,8 +67,8 @@ def specialisation(case):
         elif name.endswith("_ptr"):
             signature[name] = "*fp32"
             divisible.append(name)
-        elif name in ("scale_log2", "log2e_hi", "log2e_lo"):
-            signature[name] = "fp32"
+        elif name == "temperature":
+            signature[name] = TEMPERATURE
         else:
             signature[name] = "i32"
             if name in ("M", "N", "n_bucket") or (name in ("D", "stride") and case.d % 16 == 0):
@@ -138,9 +139,11 @@ def compile_hard_pairs(dtype):
 
 def _stage_signature(kernel, constexprs, pointers, floats):
     """A fused stage's signature: its constexprs, pointers (fp32 unless `pointers` names another
-    type), the float32 scalars named in `floats`, every other scalar an int32."""
+    type), the temperature (TEMPERATURE), the float32 scalars named in `floats`, every other
+    scalar an int32."""
     return {name: ("constexpr" if name in constexprs else
                    pointers.get(name, "*fp32") if name.endswith("_ptr") else
+                   TEMPERATURE if name == "temperature" else
                    "fp32" if name in floats else "i32") for name in kernel.arg_names}
 
 
@@ -154,10 +157,9 @@ def compile_fused_stages():
     records = []
     kernel = kernels.column_terms_kernel
     for has_coef in (False, True):
-        constexprs = {"HAS_COEF": has_coef, "ZEROES": True, "TEMPERATURE_IN_MEMORY": False,
-                      "BLOCK": launch.TERMS_PADDING, "ZERO_BLOCK": launch.ZERO_BLOCK}
-        signature = _stage_signature(kernel, constexprs, {},
-                                     ("scale_log2", "bias", "log2e_hi", "log2e_lo"))
+        constexprs = {"HAS_COEF": has_coef, "ZEROES": True, "BLOCK": launch.TERMS_PADDING,
+                      "ZERO_BLOCK": launch.ZERO_BLOCK}
+        signature = _stage_signature(kernel, constexprs, {}, ("bias",))
         compiled = _compile(kernel, signature, constexprs, ["terms_ptr"], 4, 1)
         records.append(_single_config_record(
             "column_terms", "fp32", compiled,
@@ -166,9 +168,8 @@ def compile_fused_stages():
     records.extend(_stage_records(
         anchor_losses.anchor_losses_kernel, "anchor_losses", "bf16",
         {"q_ptr": "*bf16", "anchor_class_ptr": "*i64", "num_positives_ptr": "*i64",
-         "lse_ptr": "*fp64", "mean_sums_ptr": "*fp64"}, ("inv_t_hi", "inv_t_lo"),
-        [({"SINGLE_SET": True, "MEAN": mean, "TEMPERATURE_IN_MEMORY": False,
-           "BLOCK_M": anchor_losses.BLOCK_M,
+         "lse_ptr": "*fp64", "mean_sums_ptr": "*fp64"}, (),
+        [({"SINGLE_SET": True, "MEAN": mean, "BLOCK_M": anchor_losses.BLOCK_M,
            "BLOCK_D": anchor_losses.MAX_BLOCK_D}, tile + (", mean" if mean else ""))
          for mean in (False, True)]))
     records.append(_compile_backward_assembly())
@@ -225,9 +226,8 @@ def _compile_anchor_weights():
     return _stage_records(
         anchor_weights.anchor_weights_kernel, "anchor_weights", "bf16",
         {"q_ptr": "*bf16", "lse_ptr": "*fp64", "positives_ptr": "*i64", "class_ptr": "*i64",
-         "counted_ptr": "*fp64"}, ("inv_t_hi", "inv_t_lo"),
+         "counted_ptr": "*fp64"}, (),
         [({"SYMMETRIC": symmetric, "MEAN": True, "WEIGHTED_SUMS": sums,
-           "TEMPERATURE_IN_MEMORY": False,
            "BLOCK_M": anchor_weights.BLOCK_M, "BLOCK_D": anchor_weights.MAX_BLOCK_D},
           f"{tile}, {'symmetric' if symmetric else 'plain'}"
           + ("" if sums else ", no weighted sums"))
@@ -241,12 +241,11 @@ def _compile_backward_assembly():
     from scl_kernels.backends.triton import backward_assembly
     kernel = backward_assembly.assemble_backward_kernel
     constexprs = {"EXTRA": True, "ANCHOR_PART": True, "SELF_IN_CLASS": True, "ROW_PART": True,
-                  "CLASS_SHARES_WEIGHT": False, "TEMPERATURE_IN_MEMORY": False,
-                  "NORMALIZE": True, "BLOCK_R": backward_assembly.BLOCK_R,
+                  "CLASS_SHARES_WEIGHT": False, "NORMALIZE": True, "BLOCK_R": backward_assembly.BLOCK_R,
                   "BLOCK_D": backward_assembly.MAX_BLOCK_D}
     pointers = {"x_ptr": "*bf16", "out_ptr": "*bf16", "anchor_class_ptr": "*i64",
                 "row_class_ptr": "*i64"}
-    signature = _stage_signature(kernel, constexprs, pointers, ("inv_t", "max_inv_norm"))
+    signature = _stage_signature(kernel, constexprs, pointers, ("max_inv_norm",))
     compiled = _compile(kernel, signature, constexprs, [], 4, 1)
     return _single_config_record(
         "backward_assembly", "bf16", compiled,

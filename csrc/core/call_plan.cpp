@@ -98,11 +98,6 @@ bool temperature_stays_in_memory(const TileKernels& kernels, const CallPlan& pla
   return false;
 }
 
-// 1/t where the host read t; NaN where it did not (left in device memory, or unreadable).
-double host_inv_t(const Temperature& t) {
-  return t.is_in_memory() ? std::numeric_limits<double>::quiet_NaN() : t.inv_t();
-}
-
 // Single set with every row an anchor is symmetric (S = S^T); its fixed shift is exact only for
 // unit rows and a temperature inside the exp range of the kernels' precision. The forward visits
 // the triangle only where that is reproducible or reproducibility is not asked for. Every
@@ -114,10 +109,9 @@ unsigned plain_because(const CallPlan& plan, const TileKernels& kernels, const S
   else if (a.num_anchors != a.features.size(0)) because |= kSomeAnchors;
   if (!a.normalize) because |= kNotNormalized;
   // A temperature left unread has no known range: the plain schedule serves any.
-  const double inv_t = host_inv_t(plan.temperature);
-  if (std::isnan(inv_t)) {
+  if (!plan.temperature.is_on_host()) {
     because |= kTemperatureUnread;
-  } else if (!fixed_shift_is_safe(inv_t, plan.compute_type)) {
+  } else if (!fixed_shift_is_safe(plan.temperature.inv_t(), plan.compute_type)) {
     because |= kSmallTemperature;
   }
   if (forward && !kernels.symmetric_forward_is_deterministic && plan.deterministic) {
@@ -321,12 +315,14 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
     if (unreadable && plan.refusal == Refusal::kNone) {
       plan.refusal = Refusal::kTemperatureUnreadable;
     }
-    const double t = check_arguments(args, /*read_temperature=*/!in_memory && !unreadable);
-    plan.temperature =
-        in_memory ? Temperature::in_memory(args.temperature.to(args.features.device(), at::kDouble)
-                                               .reshape({1})
-                                               .contiguous())
-                  : Temperature::on_host(1.0 / t);
+    check_arguments(args);
+    // Unread (the default) where the call is refused for it: nothing runs with the plan.
+    if (in_memory) {
+      plan.temperature = Temperature::in_memory(
+          args.temperature.to(args.features.device(), at::kDouble).reshape({1}).contiguous());
+    } else if (!unreadable) {
+      plan.temperature = Temperature::on_host(read_temperature(args));
+    }
   }
   plan.host_reads = !prepare_without_host_reads(args.features);
   plan.rows_type = args.features.scalar_type();
@@ -362,7 +358,13 @@ std::string CallPlan::describe() const {
       << (temperature.is_in_memory() ? "device memory" : "host value") << "\n"
       << "forward_schedule: " << name(forward_schedule) << "\n"
       << "backward_schedule: " << name(backward_schedule) << "\n"
-      << "host_temperature: " << 1 / host_inv_t(temperature) << "\n"
+      << "host_temperature: ";
+  if (temperature.is_on_host()) {
+    out << 1 / temperature.inv_t();
+  } else {
+    out << "unread";
+  }
+  out << "\n"
       << "forward_plain_because: " << plain_because_names(forward_plain_because) << "\n"
       << "backward_plain_because: " << plain_because_names(backward_plain_because) << "\n"
       << "symmetric_temperature_floor: " << symmetric_temperature_floor(compute_type) << "\n"

@@ -62,7 +62,8 @@ enum PlainBecause : unsigned {
 
 struct CallPlan {
   // Read once on the host (a CPU tensor in place: 1/t is a number of the call), or left unread
-  // in device memory for the kernels (TileKernels::reads_temperature).
+  // in device memory for the kernels (TileKernels::reads_temperature); unread (neither) where
+  // the plan refuses the call because it cannot read t now (kTemperatureUnreadable).
   Temperature temperature;
   bool focal;
   Refusal refusal;  // kNone where the backend can compute the call

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string>
 
 namespace scl {
@@ -75,7 +74,7 @@ void check_finite(const at::Tensor& x, const char* name) {
 
 }  // namespace
 
-double check_arguments(const SupConArgs& a, bool read_temperature) {
+void check_arguments(const SupConArgs& a) {
   check_features(a.features, "features");
   check_labels(a.labels, "labels", a.features, "features");
   TORCH_CHECK_VALUE(a.contrast.has_value() == a.contrast_labels.has_value(),
@@ -109,7 +108,10 @@ double check_arguments(const SupConArgs& a, bool read_temperature) {
   TORCH_CHECK_VALUE(t.numel() == 1, "temperature must hold one value, got ", t.numel());
   TORCH_CHECK_VALUE(t.device().is_cpu() || t.device() == a.features.device(),
                     "temperature is on ", t.device(), " but features is on ", a.features.device());
-  if (!read_temperature) return std::numeric_limits<double>::quiet_NaN();
+}
+
+double read_temperature(const SupConArgs& a) {
+  const at::Tensor& t = a.temperature;
   // A host temperature is read in place; a device one costs the op's only host read.
   const double value =
       t.is_cpu() ? *t.to(at::kDouble).const_data_ptr<double>() : t.item<double>();

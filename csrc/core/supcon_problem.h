@@ -59,9 +59,15 @@ struct SupConProblem {
 // that CPU tests (and the CUDA backend's dry run) cover it.
 bool prepare_without_host_reads(const at::Tensor& x);
 
-// Checks the op's arguments but the rows' values (TypeError / ValueError naming the argument);
-// returns the temperature, read with read_temperature (else NaN).
-double check_arguments(const SupConArgs& args, bool read_temperature);
+// Checks the op's arguments but the rows' values and the temperature's value (TypeError /
+// ValueError naming the argument).
+void check_arguments(const SupConArgs& args);
+
+// The temperature t read on the host (a host tensor in place; a device one costs the op's only
+// host read) and checked positive and finite: the call's one check of a value read on the host
+// (a value left in memory is checked with the rows', prepare_problem). plan_call calls it once
+// per call, where it reads t.
+double read_temperature(const SupConArgs& args);
 
 // Prepares the arguments that plan_call checked, as the plan says (its temperature, host reads
 // and fused preparation: TileKernels::prepare_rows). With value_checks, NaN / inf in the rows is

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../core/kernel_temperature.h"
 #include "../core/tile_math.h"
 #include "launch.h"
 #include "tile_args.h"
@@ -148,13 +149,6 @@ SCL_HOST_DEVICE int64_t search(const int64_t* sorted, int64_t n, int64_t key, bo
   return lo;
 }
 
-// 1 / t: from the temperature in memory where the call left it unread on the host
-// (csrc/core/tile_kernels.h, TileInputs::temperature), else the host's value; the same float64
-// division either way, so the results do not depend on where t was read.
-SCL_HOST_DEVICE double inv_t_of(double given, const double* temperature) {
-  return temperature != nullptr ? 1.0 / *temperature : given;
-}
-
 // The columns of a row that one lane of its warp takes: index, index + count, ...
 struct Lane {
   int index, count;
@@ -230,8 +224,7 @@ struct AnchorLosses {
   const int64_t* anchor_class;
   const int64_t* num_positives;
   const double* lse;
-  double inv_t;
-  const double* temperature;   // [1], or null: inv_t as given (inv_t_of)
+  KernelTemperature temperature;
   bool single_set;
   float* loss;                 // [count], or with mean_sums the mean (one value)
   // The mean's accumulators, float64 zeroed: the losses' sum, the anchors with positives, the
@@ -255,7 +248,7 @@ SCL_HOST_DEVICE Partial anchor_loss_partial(const AnchorLosses& a, int64_t i, La
 SCL_HOST_DEVICE double anchor_loss_value(const AnchorLosses& a, int64_t i, Partial row) {
   const int64_t positives = a.num_positives[i];
   return positives > 0
-             ? a.lse[i] - double(row.first) * inv_t_of(a.inv_t, a.temperature) / double(positives)
+             ? a.lse[i] - double(row.first) * a.temperature.inverse() / double(positives)
              : 0.0;
 }
 
@@ -281,8 +274,7 @@ struct AnchorWeightTerms {
   int64_t count, d;
   const float* q_inv_norm;
   const int64_t* anchor_class;
-  double inv_t;
-  const double* temperature;  // [1], or null: inv_t as given (inv_t_of)
+  KernelTemperature temperature;
   bool symmetric;
   float* weight;         // [count]
   float* weighted_sums;  // [classes, d] zeroed, or null: not asked for
@@ -304,7 +296,7 @@ SCL_HOST_DEVICE void anchor_weight_finish(const AnchorWeightTerms& a, int64_t i,
   const float w = divide_rn(g, float(positives > 1 ? positives : 1));
   if (lane.leader()) {
     a.weight[i] = w;
-    const double g64 = g, lse = a.lse[i], inv_t = inv_t_of(a.inv_t, a.temperature);
+    const double g64 = g, lse = a.lse[i], inv_t = a.temperature.inverse();
     if (a.symmetric) {
       // A zero-gradient row never evaluates exp(1/t - lse): its lse may be -inf.
       a.coef[i] = g64 != 0 ? float(g64 * exp(inv_t - lse) * inv_t) : 0.0f;
@@ -339,8 +331,7 @@ struct BackwardAssemblyTerms {
   const float* weighted_sums;  // [classes, d]
   // W_{c_r} = w_r C_{c_r} (tile_kernels.h): the class sum counts twice in the anchor part.
   bool class_shares_weight;
-  float inv_t;
-  const double* temperature;   // [1], or null: inv_t as given (inv_t_of, rounded to float)
+  KernelTemperature temperature;  // 1/t rounded to float once per row (assembly_row)
   bool normalize;
   float max_inv_norm;
   ElementType grad_type;       // the caller's dtype
@@ -357,7 +348,7 @@ SCL_HOST_DEVICE void store(ElementType type, void* data, int64_t i, float value)
 }
 
 // Where row r is an anchor, its index among the anchors, its anchor-side scale and class; its
-// contrast-side class; 1/t, formed once per row (inv_t_of).
+// contrast-side class; 1/t in float, formed once per row.
 struct AssemblyRow {
   int64_t anchor;
   bool is_anchor;
@@ -370,7 +361,7 @@ SCL_HOST_DEVICE AssemblyRow assembly_row(const BackwardAssemblyTerms& a, int64_t
   const int64_t anchor = r - a.anchor_offset;
   const bool is_anchor = anchor >= 0 && anchor < a.anchor_count;
   const bool weighted = is_anchor && a.anchor_weight != nullptr;
-  const float inv_t = float(inv_t_of(a.inv_t, a.temperature));
+  const float inv_t = float(a.temperature.inverse());
   return {anchor,
           is_anchor,
           weighted ? a.anchor_weight[anchor] * inv_t : 0.0f,
@@ -454,8 +445,7 @@ struct TermsArray {
 // sets `zeroed` to 0: the accumulator that the tile kernel launched next adds into, zeroed here
 // instead of by a launch of its own (thread j takes elements j, j + threads, ...: coalesced).
 struct RowTermsArgs {
-  float logit_scale;  // c = log2(e) / t, rounded to float once, as the tiles' callers always had it
-  const double* temperature;  // [1]: c from it instead (inv_t_of), or null
+  KernelTemperature temperature;  // c = float(log2(e) / t), formed once per thread (logit_scale)
   TermsArray first, second;  // second.out null: one array
   float* zeroed = nullptr;   // [zeroed_count]
   int64_t zeroed_count = 0;
@@ -494,10 +484,14 @@ SCL_HOST_DEVICE RowTerms terms_of(const TermsArray& a, float c, int64_t j) {
   }
 }
 
+// c = log2(e) / t rounded to float, as the tile kernels take it (supcon_cuda.cpp's logit_scale
+// for the host's own uses of c).
+SCL_HOST_DEVICE float logit_scale(KernelTemperature temperature) {
+  return float(temperature.inverse() * tile_math::kLog2e);
+}
+
 SCL_HOST_DEVICE void write_terms(const RowTermsArgs& a, int64_t j) {
-  const float c = a.temperature != nullptr
-                      ? float(inv_t_of(0.0, a.temperature) * tile_math::kLog2e)
-                      : a.logit_scale;
+  const float c = logit_scale(a.temperature);
   if (j < a.first.padded) a.first.out[j] = terms_of(a.first, c, j);
   if (a.second.out != nullptr && j < a.second.padded) a.second.out[j] = terms_of(a.second, c, j);
   const int64_t threads = a.launch_rows();
@@ -514,15 +508,14 @@ struct LseMerge {
   const float* part_sum;  // [splits, rows], or the symmetric row sums [rows]
   int64_t rows;
   int splits;
-  double inv_t;
-  const double* temperature;  // [1], or null: inv_t as given (inv_t_of)
+  KernelTemperature temperature;
   double* lse;            // [rows]
 };
 
 SCL_HOST_DEVICE void merge_lse(const LseMerge& a, int64_t i) {
   if (a.part_max == nullptr) {
     // log(0) = -inf: a row without columns
-    a.lse[i] = log(double(a.part_sum[i])) + inv_t_of(a.inv_t, a.temperature);
+    a.lse[i] = log(double(a.part_sum[i])) + a.temperature.inverse();
     return;
   }
   double top = -INFINITY;

@@ -23,7 +23,6 @@
 namespace scl::cuda {
 namespace {
 
-namespace tm = scl::tile_math;
 
 // The kernels compute in fp32 (float64 inputs are read as float32), like the Triton backend.
 at::ScalarType compute_type(at::ScalarType) { return at::kFloat; }
@@ -79,10 +78,10 @@ row_stages::TermsArray terms_array(row_stages::TermsKind kind, const at::Tensor&
 
 // `zeroed` (contiguous fp32, or undefined): the next tile kernel's accumulator, set to 0 by the
 // same launch.
-void write_row_terms(float logit_scale, const double* temperature,
-                     const row_stages::TermsArray& first, const row_stages::TermsArray& second,
-                     const Device& device, const at::Tensor& zeroed = at::Tensor()) {
-  row_stages::row_terms({logit_scale, temperature, first, second,
+void write_row_terms(KernelTemperature temperature, const row_stages::TermsArray& first,
+                     const row_stages::TermsArray& second, const Device& device,
+                     const at::Tensor& zeroed = at::Tensor()) {
+  row_stages::row_terms({temperature, first, second,
                          zeroed.defined() ? zeroed.data_ptr<float>() : nullptr,
                          zeroed.defined() ? zeroed.numel() : 0},
                         device);
@@ -119,25 +118,25 @@ at::Tensor lse_tiles(const TileInputs& in) {
   if (m == 0) return at::empty({0}, float64);
   const Operands o = operands(in);
   const Device device = current_device(in.z);
-  const float scale2 = float(in.temperature.kernel_inv_t() * tm::kLog2e);  // log2(e) / t
-  const double* temperature = in.temperature.device_pointer();
+  const KernelTemperature temperature = in.temperature.for_kernels();
   at::Tensor lse = at::empty({m}, float64);
   if (in.schedule == Schedule::kSymmetric) {
+    // The fixed shift c = log2(e) / t: the plan reads t on the host for this schedule.
+    const float shift2 = row_stages::logit_scale(KernelTemperature::on_host(in.temperature.inv_t()));
     const at::Tensor terms = terms_buffer(n, o.rz.options());
     const at::Tensor row_sum = at::empty({terms.size(0)}, o.rz.options());
-    write_row_terms(scale2, temperature,
-                    terms_array(TermsKind::kContrast, o.rz, terms, nullptr, nullptr, nullptr, -scale2),
+    write_row_terms(temperature,
+                    terms_array(TermsKind::kContrast, o.rz, terms, nullptr, nullptr, nullptr, -shift2),
                     kNoTerms, device, row_sum);
     lse_symmetric(o.problem(o.z, o.z, terms, terms, 0), row_sum.data_ptr<float>(), device);
     check_launch();
-    row_stages::lse_merge(
-        {nullptr, row_sum.data_ptr<float>(), n, 1, in.temperature.kernel_inv_t(), temperature, lse.data_ptr<double>()},
-        device);
+    row_stages::lse_merge({nullptr, row_sum.data_ptr<float>(), n, 1, temperature, lse.data_ptr<double>()},
+                          device);
     check_launch();
     return lse;
   }
   const at::Tensor own = terms_buffer(m, o.rq.options()), streamed = terms_buffer(n, o.rz.options());
-  write_row_terms(scale2, temperature, terms_array(TermsKind::kLseAnchor, o.rq, own),
+  write_row_terms(temperature, terms_array(TermsKind::kLseAnchor, o.rq, own),
                   terms_array(TermsKind::kContrast, o.rz, streamed), device);
   const TileProblem p = o.problem(o.q, o.z, own, streamed, in.self_offset);
   const int splits = lse_plain_splits(p, device);
@@ -147,7 +146,7 @@ at::Tensor lse_tiles(const TileInputs& in) {
   check_launch();
   // The splits' base-2 (max, sum) pairs merged in float64 (docs/MATH.md section 6).
   row_stages::lse_merge({part_max.data_ptr<float>(), part_sum.data_ptr<float>(), m, splits,
-                         in.temperature.kernel_inv_t(), temperature, lse.data_ptr<double>()},
+                         temperature, lse.data_ptr<double>()},
                         device);
   check_launch();
   return lse;
@@ -172,8 +171,7 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   const int64_t m = in.q.size(0), n = in.z.size(0), d = in.z.size(1);
   const Operands o = operands(in);
   const Device device = current_device(in.z);
-  const float scale2 = float(in.temperature.kernel_inv_t() * tm::kLog2e);
-  const double* temperature = in.temperature.device_pointer();
+  const KernelTemperature temperature = in.temperature.for_kernels();
   const at::Tensor coef = c.coef.to(at::kFloat).contiguous();
   const auto fp32 = o.rz.options();
   TileGrads out;
@@ -188,7 +186,7 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
     // launch; the gradient is its view. The full-row walk stores every element.
     const at::Tensor accumulator = triangle ? at::empty({own.size(0), kTriangleGradWidth}, fp32)
                                             : at::empty({n, d}, fp32);
-    write_row_terms(scale2, temperature,
+    write_row_terms(temperature,
                     terms_array(TermsKind::kSymmetricGradOwn, o.rz, own, coef.data_ptr<float>()),
                     terms_array(TermsKind::kSymmetricGradStreamed, o.rz, streamed, coef.data_ptr<float>()),
                     device, triangle ? accumulator : at::Tensor());
@@ -209,10 +207,10 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   const at::Tensor anchors = terms_buffer(m, fp32), columns = terms_buffer(n, fp32);
   const at::Tensor anchors_streamed = terms_buffer(m, fp32);
   const float *hi = lse_hi.data_ptr<float>(), *lo = lse_lo.data_ptr<float>();
-  write_row_terms(scale2, temperature,
+  write_row_terms(temperature,
                   terms_array(TermsKind::kAnchorGrad, o.rq, anchors, coef.data_ptr<float>(), hi, lo),
                   terms_array(TermsKind::kContrast, o.rz, columns), device);
-  write_row_terms(scale2, temperature,
+  write_row_terms(temperature,
                   terms_array(TermsKind::kAnchorGradStreamed, o.rq, anchors_streamed,
                               coef.data_ptr<float>(), hi, lo),
                   kNoTerms, device);
@@ -287,8 +285,8 @@ at::Tensor anchor_losses(const AnchorLossInputs& in) {
   row_stages::anchor_losses(
       {rows_of(q), q.size(0), q.size(1), q_inv_norm.data_ptr<float>(),
        class_sums.data_ptr<float>(), anchor_class.data_ptr<int64_t>(),
-       num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), in.temperature.kernel_inv_t(),
-       in.temperature.device_pointer(), in.single_set,
+       num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), in.temperature.for_kernels(),
+       in.single_set,
        loss.data_ptr<float>(), mean ? in.mean_sums.data_ptr<double>() : nullptr},
       current_device(q));
   check_launch();
@@ -318,7 +316,7 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
       {grad_loss.data_ptr<float>(), grad_loss.dim() == 0 ? 0 : grad_loss.stride(0),
        counted.defined() ? counted.data_ptr<double>() : nullptr, lse.data_ptr<double>(),
        num_positives.data_ptr<int64_t>(), rows_of(q), m, d, q_inv_norm.data_ptr<float>(),
-       anchor_class.data_ptr<int64_t>(), in.temperature.kernel_inv_t(), in.temperature.device_pointer(), symmetric,
+       anchor_class.data_ptr<int64_t>(), in.temperature.for_kernels(), symmetric,
        out.weight.data_ptr<float>(),
        in.classes > 0 ? out.weighted_sums.data_ptr<float>() : nullptr,
        out.coefficients.coef.data_ptr<float>(),
@@ -350,7 +348,7 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
        ptr<float>(extra), in.anchor_offset, anchor_count, ptr<float>(anchor_weight),
        ptr<int64_t>(anchor_class), ptr<float>(class_sums), in.self_in_class,
        ptr<int64_t>(row_class), ptr<float>(weighted_sums), in.class_shares_weight,
-       float(in.temperature.kernel_inv_t()), in.temperature.device_pointer(), in.normalize,
+       in.temperature.for_kernels(), in.normalize,
        float(in.max_inv_norm), element_type(grad_type), out.grad.data_ptr(),
        out.unit_dot.data_ptr<float>()},
       current_device(rows));

@@ -22,14 +22,6 @@ namespace {
 // The kernels compute in float32 whatever the input (float64 inputs are read as float32).
 at::ScalarType compute_type(at::ScalarType) { return at::kFloat; }
 
-// The stage ops' temperature: its tensor where t is in device memory, None for a host 1/t
-// (which goes as their inv_t).
-std::optional<at::Tensor> in_memory(const Temperature& temperature) {
-  if (!temperature.is_in_memory()) return std::nullopt;
-  return temperature.tensor();
-}
-
-using OptionalTensor = const std::optional<at::Tensor>&;
 
 // A clear error instead of the dispatcher's when the Python side has not registered the tiles.
 void require_tile_kernel(const char* name, const at::Tensor& like) {
@@ -44,11 +36,11 @@ at::Tensor lse_tiles(const TileInputs& in) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("scl::supcon_triton_lse_tiles", "")
                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
-                                               const at::Tensor&, const at::Tensor&, double,
-                                               OptionalTensor, int64_t, bool)>();
+                                               const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                               bool, int64_t, bool)>();
   require_tile_kernel("scl::supcon_triton_lse_tiles", in.z);
-  return op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
-                 in_memory(in.temperature), in.self_offset,
+  return op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.tensor(),
+                 in.temperature.is_in_memory(), in.self_offset,
                  in.schedule == Schedule::kSymmetric);
 }
 
@@ -57,15 +49,15 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("scl::supcon_triton_grad_tiles", "")
           .typed<std::tuple<at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-              OptionalTensor, int64_t, bool, bool, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              bool, int64_t, bool, bool, const at::Tensor&, const at::Tensor&,
               const at::Tensor&)>();
   require_tile_kernel("scl::supcon_triton_grad_tiles", in.z);
   const bool symmetric = in.schedule == Schedule::kSymmetric;
   // The schema has no optional tensors: the symmetric schedule's unused lse parts are empty.
   const at::Tensor none = at::empty({0}, c.coef.options());
-  auto [dq, dz] = op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
-                          in_memory(in.temperature), in.self_offset, symmetric, in.deterministic,
+  auto [dq, dz] = op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.tensor(),
+                          in.temperature.is_in_memory(), in.self_offset, symmetric, in.deterministic,
                           c.coef,
                           symmetric ? none : c.lse_hi, symmetric ? none : c.lse_lo);
   return {symmetric ? at::Tensor() : dq, dz};
@@ -81,7 +73,7 @@ PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs
               double, const at::Tensor&)>();
   require_tile_kernel("scl::supcon_triton_positive_walk", in.z);
   auto [loss_sum, hterm_sum, dq, dz] =
-      op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(), in.self_offset,
+      op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.inv_t(), in.self_offset,
               walk.anchor_class, walk.contrast_class, walk.lse_hi, walk.lse_lo, walk.gamma,
               walk.grad_weight);
   return {loss_sum, hterm_sum, dq, dz};
@@ -93,13 +85,13 @@ LseAndLosses lse_and_anchor_losses(const TileInputs& in, const AnchorLossInputs&
       c10::Dispatcher::singleton()
           .findSchemaOrThrow("scl::supcon_triton_lse_and_losses", "")
           .typed<std::tuple<at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-              OptionalTensor, int64_t, bool, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              bool, int64_t, bool, const at::Tensor&, const at::Tensor&,
               const at::Tensor&, bool, const std::optional<at::Tensor>&)>();
   require_tile_kernel("scl::supcon_triton_lse_and_losses", in.z);
   auto [lse, losses] =
-      op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
-              in_memory(in.temperature), in.self_offset, in.schedule == Schedule::kSymmetric,
+      op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.tensor(),
+              in.temperature.is_in_memory(), in.self_offset, in.schedule == Schedule::kSymmetric,
               finish.class_sums, finish.anchor_class, finish.num_positives, finish.single_set,
               finish.mean_sums.defined() ? std::optional<at::Tensor>(finish.mean_sums)
                                          : std::nullopt);
@@ -113,7 +105,7 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
           .typed<std::tuple<at::Tensor, at::Tensor>(
               const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
               const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, const at::Tensor&,
-              const at::Tensor&, bool, double, OptionalTensor, bool, double,
+              const at::Tensor&, bool, const at::Tensor&, bool, bool, double,
               at::ScalarType)>();
   require_tile_kernel("scl::supcon_triton_assemble_backward", in.rows);
   // The schema has no optional tensors: a term left out is an empty tensor.
@@ -122,8 +114,8 @@ BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
   auto [grad, unit_dot] =
       op.call(in.rows, in.inv_norm, in.grads, given(in.extra), in.anchor_offset,
               given(in.anchor_weight), in.anchor_class, in.class_sums, in.self_in_class,
-              given(in.row_class), given(in.weighted_sums), in.class_shares_weight, in.temperature.kernel_inv_t(),
-              in_memory(in.temperature), in.normalize, in.max_inv_norm, in.out_dtype);
+              given(in.row_class), given(in.weighted_sums), in.class_shares_weight, in.temperature.tensor(),
+              in.temperature.is_in_memory(), in.normalize, in.max_inv_norm, in.out_dtype);
   return {grad, unit_dot};
 }
 
@@ -156,8 +148,8 @@ AssembledGradients weights_grads_and_assembly(const TileInputs& in,
           .findSchemaOrThrow("scl::supcon_triton_weights_grads_and_assembly", "")
           .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
               const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-              OptionalTensor, int64_t, bool, bool, const at::Tensor&, const at::Tensor&,
+              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+              bool, int64_t, bool, bool, const at::Tensor&, const at::Tensor&,
               const at::Tensor&, const at::Tensor&, bool, int64_t, bool, bool, double,
               at::ScalarType, at::ScalarType)>();
   require_tile_kernel("scl::supcon_triton_weights_grads_and_assembly", in.z);
@@ -166,8 +158,8 @@ AssembledGradients weights_grads_and_assembly(const TileInputs& in,
       w.grad_loss,
       w.anchors_with_positives.defined() ? std::optional<at::Tensor>(w.anchors_with_positives)
                                          : std::nullopt,
-      w.lse, in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.kernel_inv_t(),
-      in_memory(in.temperature), in.self_offset, in.schedule == Schedule::kSymmetric,
+      w.lse, in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.tensor(),
+      in.temperature.is_in_memory(), in.self_offset, in.schedule == Schedule::kSymmetric,
       in.deterministic, w.num_positives, w.anchor_class, stages.contrast_class, stages.class_sums,
       stages.single_set, stages.anchor_offset, stages.class_shares_weight, stages.normalize,
       stages.max_inv_norm, stages.features_dtype, stages.contrast_dtype);

@@ -86,7 +86,8 @@ def test_deterministic_mode_reaches_the_launchers_from_the_plan(deterministic, r
     reproducible_if(not deterministic)
     unit = torch.nn.functional.normalize(x.detach(), dim=1)
     ones = torch.ones(40)
-    torch.ops.scl.supcon_triton_grad_tiles(unit, unit, ones, ones, 10.0, None, 0, True,
+    t = torch.tensor([0.1], dtype=torch.float64)  # a host value: 1/t = 10
+    torch.ops.scl.supcon_triton_grad_tiles(unit, unit, ones, ones, t, False, 0, True,
                                            deterministic, ones, ones, ones)
     assert seen == [deterministic]
 

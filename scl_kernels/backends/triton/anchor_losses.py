@@ -13,25 +13,24 @@ import triton
 import triton.language as tl
 
 from .handles import CompiledKernels
-from .launch import cdiv, float32_pair, next_power_of_2
+from .kernels import inverse_temperature
+from .launch import cdiv, next_power_of_2
 
 BLOCK_M = 32
 MAX_BLOCK_D = 64
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["temperature"])
 def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr,
-                         num_positives_ptr, lse_ptr, out_ptr, mean_sums_ptr, temperature_ptr, M,
-                         D, q_stride, sums_stride, inv_t_hi, inv_t_lo, SINGLE_SET: tl.constexpr,
-                         MEAN: tl.constexpr, TEMPERATURE_IN_MEMORY: tl.constexpr,
+                         num_positives_ptr, lse_ptr, out_ptr, mean_sums_ptr, temperature, M, D,
+                         q_stride, sums_stride, SINGLE_SET: tl.constexpr, MEAN: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per BLOCK_M anchors: the dot product u_i . (C_{y_i} - [self] u_i) in the
     dtype of the class sums (the core's compute dtype), over D in BLOCK_D steps; then the mean
     over positives and the difference from lse in float64, stored in the class sums' dtype, or,
     with MEAN, added to mean_sums = [loss sum, anchors with positives, programs done] (float64,
-    zeroed), the last program storing the mean. 1/t arrives as a float32 (hi, lo) pair, since
-    Triton passes a Python float as float32, or with TEMPERATURE_IN_MEMORY as t at
-    temperature_ptr (float64)."""
+    zeroed), the last program storing the mean. 1/t in float64: kernels.inverse_temperature of
+    `temperature` (launch.Temperature)."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     valid = rows < M
     classes = tl.load(anchor_class_ptr + rows, mask=valid, other=0)
@@ -49,12 +48,7 @@ def anchor_losses_kernel(q_ptr, q_inv_norm_ptr, class_sums_ptr, anchor_class_ptr
         dot += tl.sum(unit * target, axis=1)
     positives = tl.load(num_positives_ptr + rows, mask=valid, other=0)
     lse = tl.load(lse_ptr + rows, mask=valid, other=0.0)
-    dot = dot.to(tl.float64)
-    # Each float32 half widens exactly to float64 beside a float64 operand.
-    if TEMPERATURE_IN_MEMORY:
-        scaled = dot / tl.load(temperature_ptr)
-    else:
-        scaled = dot * inv_t_hi + dot * inv_t_lo
+    scaled = dot.to(tl.float64) * inverse_temperature(temperature)
     mean_positive = scaled / tl.maximum(positives, 1).to(tl.float64)
     loss = tl.where(positives > 0, lse - mean_positive, 0.0)
     if MEAN:
@@ -91,8 +85,6 @@ def anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse, t
         (cdiv(m, BLOCK_M),),
         q, q_inv_norm.contiguous(), class_sums.contiguous(), anchor_class.contiguous(),
         num_positives.contiguous(), lse, out, mean_sums if mean else lse,
-        temperature.pointer, m, d, q.stride(0), class_sums.stride(0),
-        *float32_pair(temperature.inv_t), SINGLE_SET=single_set, MEAN=mean,
-        TEMPERATURE_IN_MEMORY=temperature.in_memory, BLOCK_M=BLOCK_M,
-        BLOCK_D=min(MAX_BLOCK_D, next_power_of_2(d)))
+        temperature.argument, m, d, q.stride(0), class_sums.stride(0), SINGLE_SET=single_set,
+        MEAN=mean, BLOCK_M=BLOCK_M, BLOCK_D=min(MAX_BLOCK_D, next_power_of_2(d)))
     return out

@@ -13,22 +13,22 @@ import triton
 import triton.language as tl
 
 from .handles import CompiledKernels
-from .launch import cdiv, float32_pair, next_power_of_2
+from .kernels import inverse_temperature
+from .launch import cdiv, next_power_of_2
 from .row_preparation import add_rows_to_classes
 
 BLOCK_M = 32
 MAX_BLOCK_D = 64
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["temperature"])
 def anchor_weights_kernel(grad_ptr, counted_ptr, lse_ptr, positives_ptr, q_ptr, q_inv_norm_ptr,
                           class_ptr, weighted_ptr, weight_ptr, coef_ptr, lse_hi_ptr, lse_lo_ptr,
-                          temperature_ptr, M, D, grad_stride, inv_t_hi, inv_t_lo,
-                          SYMMETRIC: tl.constexpr, MEAN: tl.constexpr,
-                          WEIGHTED_SUMS: tl.constexpr, TEMPERATURE_IN_MEMORY: tl.constexpr,
+                          temperature, M, D, grad_stride, SYMMETRIC: tl.constexpr,
+                          MEAN: tl.constexpr, WEIGHTED_SUMS: tl.constexpr,
                           BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """One program per BLOCK_M anchors: the scalars in float64 where the core takes them so
-    (1/t arrives as a float32 hi + lo pair, since Triton passes a Python float as float32), then,
+    (1/t: kernels.inverse_temperature of `temperature`, a launch.Temperature), then,
     with WEIGHTED_SUMS, one pass over D adding w_a u_a to its class's row by atomics. With MEAN,
     grad is the mean's and counted the number of anchors with positives (the forward's): each
     anchor's share is grad / counted, divided in float32 as autograd's division of the mean
@@ -44,11 +44,7 @@ def anchor_weights_kernel(grad_ptr, counted_ptr, lse_ptr, positives_ptr, q_ptr, 
     tl.store(weight_ptr + rows, weight, mask=valid)
     lse = tl.load(lse_ptr + rows, mask=valid, other=0.0)
     g64 = g.to(tl.float64)
-    # Each float32 half widens exactly to float64 beside a float64 operand.
-    if TEMPERATURE_IN_MEMORY:  # t at temperature_ptr (float64), inv_t_hi and lo unread
-        inv_t = tl.zeros([BLOCK_M], dtype=tl.float64) + 1.0 / tl.load(temperature_ptr)
-    else:
-        inv_t = tl.zeros([BLOCK_M], dtype=tl.float64) + inv_t_hi + inv_t_lo
+    inv_t = tl.zeros([BLOCK_M], dtype=tl.float64) + inverse_temperature(temperature)
     if SYMMETRIC:
         # Zero-gradient rows must not evaluate exp(1/t - lse): lse may be -inf there.
         shifted = tl.where(g64 != 0, inv_t - lse, 0.0)
@@ -97,8 +93,6 @@ def anchor_weights(grad_loss, anchors_with_positives, lse, num_positives, q, q_i
         q_inv_norm.contiguous(), anchor_class.contiguous(),
         coef if weighted_sums is None else weighted_sums, weight, coef,
         coef if symmetric else lse_hi, coef if symmetric else lse_lo,
-        temperature.pointer, m, d, grad_loss.stride(0) if grad_loss.dim() else 0,
-        *float32_pair(temperature.inv_t), SYMMETRIC=symmetric, MEAN=mean,
-        WEIGHTED_SUMS=classes > 0, TEMPERATURE_IN_MEMORY=temperature.in_memory, BLOCK_M=BLOCK_M,
-        BLOCK_D=min(MAX_BLOCK_D, next_power_of_2(d)))
+        temperature.argument, m, d, grad_loss.stride(0) if grad_loss.dim() else 0,
+        SYMMETRIC=symmetric, MEAN=mean, WEIGHTED_SUMS=classes > 0, BLOCK_M=BLOCK_M, BLOCK_D=min(MAX_BLOCK_D, next_power_of_2(d)))
     return weight, weighted_sums, coef, lse_hi, lse_lo

@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from .handles import CompiledKernels
+from .kernels import inverse_temperature
 from .launch import cdiv, next_power_of_2, temperature_of
 
 BLOCK_R = 16
@@ -50,22 +51,19 @@ def _row_gradient(x_ptr, grads_ptr, extra_ptr, class_sums_ptr, weighted_ptr, row
     return unit, d
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["temperature"])
 def assemble_backward_kernel(x_ptr, inv_norm_ptr, grads_ptr, extra_ptr, anchor_weight_ptr,
                              anchor_class_ptr, class_sums_ptr, row_class_ptr, weighted_ptr,
-                             out_ptr, dot_ptr, temperature_ptr, R, D, anchor_offset,
-                             anchor_count, inv_t, max_inv_norm,
-                             TEMPERATURE_IN_MEMORY: tl.constexpr,
-                             EXTRA: tl.constexpr, ANCHOR_PART: tl.constexpr,
-                             SELF_IN_CLASS: tl.constexpr, ROW_PART: tl.constexpr,
-                             CLASS_SHARES_WEIGHT: tl.constexpr, NORMALIZE: tl.constexpr,
-                             BLOCK_R: tl.constexpr,
+                             out_ptr, dot_ptr, temperature, R, D, anchor_offset,
+                             anchor_count, max_inv_norm, EXTRA: tl.constexpr,
+                             ANCHOR_PART: tl.constexpr, SELF_IN_CLASS: tl.constexpr,
+                             ROW_PART: tl.constexpr, CLASS_SHARES_WEIGHT: tl.constexpr,
+                             NORMALIZE: tl.constexpr, BLOCK_R: tl.constexpr,
                              BLOCK_D: tl.constexpr):
     """One program per BLOCK_R rows, two passes over D in BLOCK_D steps: the first sums
-    u . d, which the projection needs, the second writes the rows' gradients. With
-    TEMPERATURE_IN_MEMORY, 1/t from t at temperature_ptr (float64) instead of inv_t."""
-    if TEMPERATURE_IN_MEMORY:
-        inv_t = (1.0 / tl.load(temperature_ptr)).to(tl.float32)
+    u . d, which the projection needs, the second writes the rows' gradients. 1/t in float32:
+    kernels.inverse_temperature of `temperature` (launch.Temperature), rounded once."""
+    inv_t = inverse_temperature(temperature).to(tl.float32)
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     valid = rows < R
     scale = tl.load(inv_norm_ptr + rows, mask=valid, other=0.0)
@@ -106,16 +104,16 @@ ASSEMBLE_BACKWARD = CompiledKernels(assemble_backward_kernel)
 
 def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight, anchor_class,
                       class_sums, self_in_class, row_class, weighted_sums, class_shares_weight,
-                      inv_t, temperature, normalize, max_inv_norm, out_dtype):
+                      temperature, temperature_in_memory, normalize, max_inv_norm, out_dtype):
     """The op: (grad [R, d] in out_dtype, unit_dot [R] float32); an empty extra, anchor_weight
-    or row_class leaves its term out; a temperature tensor ([1] float64) gives t in memory,
-    inv_t then unread; the schema: csrc/scl_ops.cpp."""
+    or row_class leaves its term out; `temperature` and `temperature_in_memory`: the call's
+    temperature (launch.temperature_of); the schema: csrc/scl_ops.cpp."""
     has_row_part = row_class.numel() > 0
     return assemble(rows, inv_norm, grads, extra if extra.numel() > 0 else None, anchor_offset,
                     anchor_weight if anchor_weight.numel() > 0 else None, anchor_class,
                     class_sums, self_in_class, row_class if has_row_part else None,
                     weighted_sums if has_row_part else None, class_shares_weight,
-                    temperature_of(temperature, inv_t, inv_norm), normalize, max_inv_norm,
+                    temperature_of(temperature, temperature_in_memory), normalize, max_inv_norm,
                     out_dtype)
 
 
@@ -141,8 +139,7 @@ def assemble(rows, inv_norm, grads, extra, anchor_offset, anchor_weight, anchor_
         anchor_class.contiguous(), class_sums.float().contiguous(),
         row_class.contiguous() if row_part else anchor_class,
         weighted_sums.float().contiguous() if row_part else grads,
-        out, dots, temperature.pointer, r, d, anchor_offset, anchor_count, temperature.inv_t,
-        float(max_inv_norm), TEMPERATURE_IN_MEMORY=temperature.in_memory,
+        out, dots, temperature.argument, r, d, anchor_offset, anchor_count, float(max_inv_norm),
         EXTRA=has_extra, ANCHOR_PART=anchor_part, SELF_IN_CLASS=self_in_class,
         ROW_PART=row_part, CLASS_SHARES_WEIGHT=class_shares_weight, NORMALIZE=normalize,
         BLOCK_R=BLOCK_R, BLOCK_D=min(MAX_BLOCK_D, next_power_of_2(d)))

@@ -9,47 +9,50 @@ from .anchor_losses import anchor_losses
 from .anchor_weights import anchor_weights
 from .backward_assembly import assemble
 from .launch import temperature_of
-from .tiles import lse_tiles, tile_gradients
+from .tiles import tile_gradients, tile_lse
 
 
-def lse_and_losses(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric,
-                   class_sums, anchor_class, num_positives, single_set, mean_sums):
+def lse_and_losses(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_memory,
+                   self_offset, symmetric, class_sums, anchor_class, num_positives, single_set,
+                   mean_sums):
     """(lse, loss): lse_tiles's log-sum-exp, and the per-anchor losses from it, or with
     mean_sums (else None) their mean (anchor_losses.py); the schema: csrc/scl_ops.cpp."""
-    lse = lse_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric)
+    resolved = temperature_of(temperature, temperature_in_memory)  # once per op call
+    lse = tile_lse(q, z, q_inv_norm, z_inv_norm, resolved, self_offset, symmetric)
     return lse, anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse,
-                              temperature_of(temperature, inv_t, lse), single_set, mean_sums)
+                              resolved, single_set, mean_sums)
 
 
 def weights_grads_and_assembly(grad_loss, anchors_with_positives, lse, q, z, q_inv_norm,
-                               z_inv_norm, inv_t, temperature, self_offset, symmetric,
-                               deterministic, num_positives, anchor_class, contrast_class,
-                               class_sums, single_set, anchor_offset, class_shares_weight,
-                               normalize, max_inv_norm, features_dtype, contrast_dtype):
+                               z_inv_norm, temperature, temperature_in_memory, self_offset,
+                               symmetric, deterministic, num_positives, anchor_class,
+                               contrast_class, class_sums, single_set, anchor_offset,
+                               class_shares_weight, normalize, max_inv_norm, features_dtype,
+                               contrast_dtype):
     """(grad_features, unit_dot_features, grad_contrast, unit_dot_contrast), the contrast's
     empty in single set: the anchor weights (anchor_weights.py), the gradient tiles from their
     coefficients (tiles.py) and each output's assembly (backward_assembly.py), as the shared
     core composes the separate stages; the schema: csrc/scl_ops.cpp."""
-    held = temperature_of(temperature, inv_t, lse)
+    resolved = temperature_of(temperature, temperature_in_memory)  # once per op call
     classes = 0 if class_shares_weight else class_sums.shape[0]
     weight, weighted_sums, coef, lse_hi, lse_lo = anchor_weights(
         grad_loss, anchors_with_positives, lse, num_positives, q, q_inv_norm, anchor_class,
-        classes, held, symmetric)
-    dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset,
-                            symmetric, deterministic, coef, lse_hi, lse_lo)
+        classes, resolved, symmetric)
+    dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm, resolved, self_offset, symmetric,
+                            deterministic, coef, lse_hi, lse_lo)
     if single_set:
         # One output, the contrast rows: the anchors' side is added at their rows, and the
         # contrast part by the weighted sums unless the class sums stand in for them.
         grad, dot = assemble(z, z_inv_norm, dz, dq, anchor_offset, weight, anchor_class,
                              class_sums, True, None if class_shares_weight else contrast_class,
-                             weighted_sums, class_shares_weight, held, normalize, max_inv_norm,
+                             weighted_sums, class_shares_weight, resolved, normalize, max_inv_norm,
                              features_dtype)
         absent = dot.new_empty((0,))
         return grad, dot, absent, absent
     features, features_dot = assemble(q, q_inv_norm, dq, None, 0, weight, anchor_class,
-                                      class_sums, False, None, None, False, held, normalize,
+                                      class_sums, False, None, None, False, resolved, normalize,
                                       max_inv_norm, features_dtype)
     contrast, contrast_dot = assemble(z, z_inv_norm, dz, None, 0, None, anchor_class, class_sums,
-                                      False, contrast_class, weighted_sums, False, held,
+                                      False, contrast_class, weighted_sums, False, resolved,
                                       normalize, max_inv_norm, contrast_dtype)
     return features, features_dot, contrast, contrast_dot

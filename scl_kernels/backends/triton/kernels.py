@@ -65,29 +65,41 @@ def _resident(desc, ptr, row0, n_rows, D, stride, BLOCK_R: tl.constexpr, BLOCK_K
     return rows
 
 
-@triton.jit
-def scale_from_temperature(temperature_ptr, log2e_hi, log2e_lo):
-    """log2(e) / t in float32, from the temperature in memory ([1] float64: a call that left it
-    unread on the host) and log2(e) as a float32 hi + lo pair, as the launchers round it."""
-    log2e = tl.full([], log2e_hi, tl.float64) + log2e_lo  # each half exact in float64
-    return (log2e / tl.load(temperature_ptr)).to(tl.float32)
+LOG2E = tl.constexpr(1.4426950408889634)  # log2(e), the float64 nearest it
 
 
 @triton.jit
-def column_terms_kernel(scale_ptr, coef_ptr, terms_ptr, zeroed_ptr, temperature_ptr, N,
-                        zeroed_count, scale_log2, bias, log2e_hi, log2e_lo,
-                        HAS_COEF: tl.constexpr, ZEROES: tl.constexpr,
-                        TEMPERATURE_IN_MEMORY: tl.constexpr, BLOCK: tl.constexpr,
-                        ZERO_BLOCK: tl.constexpr):
+def inverse_temperature(temperature):
+    """1/t in float64 from a kernel's one temperature argument (launch.Temperature): a pointer
+    to t in device memory ([1] float64, which a call left unread on the host), or the host's 1/t
+    as the bits of its float64 in an int64 (Triton passes a Python float as float32). The form
+    is the argument's type, so each specialisation compiles one branch; either way 1/t is the
+    same float64 division of t, so results do not depend on where t was read."""
+    if temperature.dtype.is_ptr():
+        inv_t = 1.0 / tl.load(temperature)
+    else:
+        inv_t = temperature.to(tl.float64, bitcast=True)
+    return inv_t
+
+
+@triton.jit
+def logit_scale(temperature):
+    """log2(e) / t rounded to float32 once, the tiles' logit scale (inverse_temperature)."""
+    return (tl.full([], LOG2E, tl.float64) * inverse_temperature(temperature)).to(tl.float32)
+
+
+@triton.jit(do_not_specialize=["temperature"])
+def column_terms_kernel(scale_ptr, coef_ptr, terms_ptr, zeroed_ptr, temperature, N,
+                        zeroed_count, bias, HAS_COEF: tl.constexpr, ZEROES: tl.constexpr,
+                        BLOCK: tl.constexpr, ZERO_BLOCK: tl.constexpr):
     """Writes the per-column terms that _column_terms reads, four fp32 per column, every column
     of the padded array: r log2(e)/t; `bias` (-inf past the last column) or, HAS_COEF, coef r
     (0 past it); r (0 past it); 0. One launch in place of the half-dozen tensor ops that would
     fill the columns one by one. ZEROES: the programs also set the zeroed_count fp32 at
     zeroed_ptr to 0, each its contiguous share: the accumulator that the tile kernel launched
-    next adds into, zeroed here instead of by a launch of its own. TEMPERATURE_IN_MEMORY:
-    log2(e)/t from temperature_ptr instead of scale_log2."""
-    if TEMPERATURE_IN_MEMORY:
-        scale_log2 = scale_from_temperature(temperature_ptr, log2e_hi, log2e_lo)
+    next adds into, zeroed here instead of by a launch of its own. log2(e)/t: logit_scale of
+    `temperature` (launch.Temperature)."""
+    scale_log2 = logit_scale(temperature)
     program = tl.program_id(0)
     cols = program * BLOCK + tl.arange(0, BLOCK)
     valid = cols < N
@@ -355,12 +367,10 @@ def _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0,
     return dq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["temperature"])
 def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, terms_ptr,
-                     lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dq_ptr, dz_ptr, temperature_ptr, M, N,
-                     D, stride, n_bucket, scale_log2, log2e_hi, log2e_lo,
-                     self_offset, num_splits, TEMPERATURE_IN_MEMORY: tl.constexpr,
-                     SELF_COLUMN: tl.constexpr,
+                     lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dq_ptr, dz_ptr, temperature, M, N,
+                     D, stride, n_bucket, self_offset, num_splits, SELF_COLUMN: tl.constexpr,
                      CONTRAST_SIDE: tl.constexpr, SYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr,
                      RESIDENT: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr):
@@ -376,9 +386,9 @@ def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
     E = 2^(s2 - log2(e)/t) and coef_i = g_i e^(1/t - lse_i) / t, so the row block's whole
     gradient, both sides, is dq_I = sum_J (G + G^T)_IJ r_J z_J over full rows: no atomics and no
     lse in the loop, at the price of visiting every tile rather than the upper triangle (4 N^2 D
-    FLOPs instead of 3, but N^2 / BLOCK * D fewer atomic adds, which would dominate on a GPU)."""
-    if TEMPERATURE_IN_MEMORY:  # log2(e)/t from memory (column_terms_kernel's)
-        scale_log2 = scale_from_temperature(temperature_ptr, log2e_hi, log2e_lo)
+    FLOPs instead of 3, but N^2 / BLOCK * D fewer atomic adds, which would dominate on a GPU).
+    log2(e)/t: logit_scale of `temperature` (launch.Temperature), as column_terms_kernel's."""
+    scale_log2 = logit_scale(temperature)
     pid_m = tl.program_id(0)
     d_chunk = tl.program_id(1)
     split = tl.program_id(2)
@@ -431,16 +441,17 @@ def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
         tl.atomic_add(dq_ptrs, dq, mask=dq_mask, sem="relaxed")
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["temperature"])
 def grad_cols_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, terms_ptr,
-                     lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dz_ptr, M, N, D, stride, n_bucket,
-                     scale_log2, self_offset,
+                     lse2_hi_ptr, lse2_lo_ptr, coef_ptr, dz_ptr, temperature, M, N, D, stride,
+                     n_bucket, self_offset,
                      SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr, RESIDENT: tl.constexpr,
                      USE_TMA: tl.constexpr, PRECISION: tl.constexpr):
     """Contrast side without atomics (deterministic mode): one column block owns its dz rows
     and recomputes the transposed tiles of every row block. Anchors past M have coef 0 and
-    lse +inf, so they add exact zeros."""
+    lse +inf, so they add exact zeros. log2(e)/t: logit_scale of `temperature`."""
+    scale_log2 = logit_scale(temperature)
     pid_n = tl.program_id(0)
     d_chunk = tl.program_id(1)
     col0 = pid_n * BLOCK_N

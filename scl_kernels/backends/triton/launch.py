@@ -4,6 +4,7 @@ temperature's two forms. A training step runs them on every call, so they keep t
 small: what depends only on D, the dtype or the device is computed once (functools.cache), the
 autotuner's choice is kept per key (TileKernel) and, on a GPU, compiled kernels are launched
 through their cached handles (handles.py)."""
+import ctypes
 import functools
 import math
 import operator
@@ -374,23 +375,32 @@ _LOG2E_PAIR = float32_pair(LOG2E)
 
 
 class Temperature(NamedTuple):
-    """1/t as the kernels take it, resolved once per op call (temperature_of): `pointer`, the
-    tensor a kernel's temperature_ptr points at; `inv_t`, the number it takes (0 when t is in
-    memory); `in_memory`, its TEMPERATURE_IN_MEMORY."""
-    pointer: torch.Tensor
-    inv_t: float
+    """The temperature of one op call as every launcher and kernel takes it, resolved once per
+    call (temperature_of). `argument` is the kernels' one `temperature` argument
+    (kernels.inverse_temperature): the [1] float64 tensor holding t in device memory, which the
+    kernels read (`in_memory`), or the host's 1/t as the bits of its float64 (an int: Triton
+    passes a Python float as float32)."""
+    argument: object
     in_memory: bool
 
+    @property
+    def inv_t(self):
+        """1/t on the host, which only a host value has (the symmetric schedule's fixed shift
+        needs it: the core reads t on the host for that schedule)."""
+        assert not self.in_memory, "the temperature is in device memory: no host 1/t"
+        return struct.unpack("<d", struct.pack("<q", self.argument))[0]
 
-def temperature_of(temperature, inv_t, placeholder):
-    """The op's temperature as one Temperature (scl::Temperature, csrc/core/temperature.h). A
-    tensor ([1] float64, left unread by the core) is read on the device and inv_t goes as 0;
-    None sends 1/t as inv_t, and the pointer is `placeholder`, which the kernel never reads. The
-    core never leaves t unread for the symmetric schedule, whose fixed shift needs its value on
-    the host."""
-    if temperature is not None:
-        return Temperature(temperature, 0.0, True)
-    return Temperature(placeholder, float(inv_t), False)
+
+def temperature_of(temperature, in_memory):
+    """A stage op's temperature (scl::Temperature, csrc/core/temperature.h: `temperature`, a [1]
+    float64 tensor holding t, in device memory with `in_memory`, else the host value the core
+    read and checked, on the CPU) as one Temperature, once per op call. The host value is read
+    in place, without an ATen call: the core's call reads t once, and a profile would count a
+    second read as a host wait (bench/launch_count.py)."""
+    if in_memory:
+        return Temperature(temperature, True)
+    t = ctypes.c_double.from_address(temperature.data_ptr()).value
+    return Temperature(struct.unpack("<q", struct.pack("<d", 1.0 / t))[0], False)
 
 
 # Every tile's column block divides this, so the column terms padded to it load without masks.
@@ -405,17 +415,16 @@ def column_terms(scale, temperature, bias, coef=None, zeroed=None):
     give every tile past the end zero terms. One kernel writes them all
     (kernels.column_terms_kernel), and sets `zeroed` (a contiguous fp32 tensor: the tile kernel's
     accumulator) to 0 on the way, which saves that buffer a zero-fill launch of its own.
-    `temperature`: a Temperature (log2(e)/t read on the device where it holds t in memory)."""
+    `temperature`: a Temperature."""
     n = scale.shape[0]
     padded = cdiv(n, TERMS_PADDING) * TERMS_PADDING
     terms = torch.empty(padded, 4, dtype=torch.float32, device=scale.device)
     COLUMN_TERMS(
         (padded // TERMS_PADDING,),
         scale, scale if coef is None else coef, terms, terms if zeroed is None else zeroed,
-        temperature.pointer, n, 0 if zeroed is None else zeroed.numel(),
-        _fp32(temperature.inv_t * LOG2E), 0.0 if coef is not None else _fp32(bias), *_LOG2E_PAIR,
-        HAS_COEF=coef is not None, ZEROES=zeroed is not None,
-        TEMPERATURE_IN_MEMORY=temperature.in_memory, BLOCK=TERMS_PADDING, ZERO_BLOCK=ZERO_BLOCK)
+        temperature.argument, n, 0 if zeroed is None else zeroed.numel(),
+        0.0 if coef is not None else _fp32(bias), HAS_COEF=coef is not None,
+        ZEROES=zeroed is not None, BLOCK=TERMS_PADDING, ZERO_BLOCK=ZERO_BLOCK)
     return terms
 
 
@@ -473,8 +482,9 @@ def symmetric_grid(n, block, splits):
     return (cdiv(cdiv(n, block), 2), splits)
 
 
-def lse_symmetric(z, scale, inv_t):
-    """float64 log-sum-exp per row of a single set with the fixed shift 1/t (unit rows only)."""
+def lse_symmetric(z, scale, temperature):
+    """float64 log-sum-exp per row of a single set with the fixed shift 1/t (unit rows only);
+    `temperature`: a Temperature on the host (the core reads t for this schedule)."""
     n = z.shape[0]
     # Padded like the column terms, so that no tile's adds need a mask; the column terms'
     # kernel zeroes it.
@@ -482,12 +492,11 @@ def lse_symmetric(z, scale, inv_t):
                           device=z.device)
     splits = _splits(z.device, n <= 64, lambda sms: symmetric_splits(n, sms))
     tma = use_tma(z.device)
-    shift2 = _fp32(inv_t * LOG2E)
+    shift2 = _fp32(temperature.inv_t * LOG2E)  # kernels.logit_scale's c
     z = tma_rows(z) if tma else z
     z_desc, = _descriptors(z, 1) if tma else (None,)
     args = dict(_common(z, tma, n, output_chunks=False), z_desc=z_desc, z_ptr=z,
-                terms_ptr=column_terms(scale, Temperature(scale, inv_t, False), -shift2,
-                                       zeroed=row_sum),
+                terms_ptr=column_terms(scale, temperature, -shift2, zeroed=row_sum),
                 row_sum_ptr=row_sum, N=n, num_splits=splits)
     LSE_SYMMETRIC(lambda meta: symmetric_grid(n, meta["BLOCK"], splits), args)
     return merge_lse(row_sum, row_sum, n, 1, fixed_shift=shift2)
@@ -501,20 +510,11 @@ def _base2_split(lse_hi, lse_lo):
     return hi.contiguous(), lo.contiguous()
 
 
-def _temperature_args(temperature):
-    """grad_rows_kernel's temperature arguments: log2(e)/t read from memory where the
-    Temperature holds t there, else scale_log2 as given."""
-    return dict(temperature_ptr=temperature.pointer, log2e_hi=_LOG2E_PAIR[0],
-                log2e_lo=_LOG2E_PAIR[1], TEMPERATURE_IN_MEMORY=temperature.in_memory)
-
-
 def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, temperature, self_offset,
                deterministic):
     """(dq, dz) softmax parts w.r.t. unit rows; coef_i = g_i / t. Without `deterministic`, the
     contrast side is added by atomics from the same tiles; with it, a second kernel recomputes
-    the tiles column-wise and no atomics are used. `temperature`: a Temperature (not in memory
-    with `deterministic`, whose column kernel takes 1/t as a number)."""
-    assert not (temperature.in_memory and deterministic)
+    the tiles column-wise and no atomics are used. `temperature`: a Temperature."""
     m, n, d = q.shape[0], z.shape[0], q.shape[1]
     dq = torch.zeros(m, d, dtype=torch.float32, device=q.device)
     dz = torch.zeros(n, d, dtype=torch.float32, device=q.device)
@@ -525,11 +525,10 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, temperature, self_o
     shared = _row_args(q, z, tma, True)
     shared.update(_common(q, tma, m), rq_ptr=q_scale,
                   terms_ptr=column_terms(z_scale, temperature, 0.0), lse2_hi_ptr=lse2_hi,
-                  lse2_lo_ptr=lse2_lo, coef_ptr=coef, M=m, N=n,
-                  scale_log2=temperature.inv_t * LOG2E, self_offset=max(self_offset, 0),
-                  SELF_COLUMN=self_offset >= 0)
+                  lse2_lo_ptr=lse2_lo, coef_ptr=coef, temperature=temperature.argument, M=m, N=n,
+                  self_offset=max(self_offset, 0), SELF_COLUMN=self_offset >= 0)
     rows = dict(shared, dq_ptr=dq, dz_ptr=dz, num_splits=splits, CONTRAST_SIDE=not deterministic,
-                SYMMETRIC=False, **_temperature_args(temperature))
+                SYMMETRIC=False)
     GRAD_PLAIN(lambda meta: (cdiv(m, meta["BLOCK_M"]), cdiv(d, meta["BLOCK_DO"]), splits), rows)
     if deterministic:
         GRAD_COLUMNS(lambda meta: (cdiv(n, meta["BLOCK_N"]), cdiv(d, meta["BLOCK_DO"])),
@@ -537,25 +536,24 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, temperature, self_o
     return dq, dz
 
 
-def grad_symmetric(z, scale, coef, inv_t, deterministic):
+def grad_symmetric(z, scale, coef, temperature, deterministic):
     """Softmax part of the single-set gradient w.r.t. unit rows, both sides, each row block
     summing its full rows of (G + G^T) (kernels.grad_rows_kernel, SYMMETRIC);
     coef_i = g_i exp(1/t - lse_i) / t. Atomics only where the columns are split for small N:
-    then the column terms' kernel zeroes dz first; one split stores every element."""
+    then the column terms' kernel zeroes dz first; one split stores every element.
+    `temperature`: a Temperature (on the host: the core reads t for this schedule)."""
     n, d = z.shape
     dz = torch.empty(n, d, dtype=torch.float32, device=z.device)
     splits = 1 if deterministic else _splits(z.device, n <= 64,
                                               lambda sms: column_splits(n, n, sms))
     tma = use_tma(z.device)
-    host = Temperature(scale, inv_t, False)
     args = _row_args(z, z, tma, True)
     args.update(_common(z, tma, n), rq_ptr=scale,
-                terms_ptr=column_terms(scale, host, None, coef,
+                terms_ptr=column_terms(scale, temperature, None, coef,
                                        zeroed=dz if splits > 1 else None),
-                lse2_hi_ptr=coef, lse2_lo_ptr=coef, coef_ptr=coef, dq_ptr=dz, dz_ptr=dz, M=n, N=n,
-                scale_log2=inv_t * LOG2E, self_offset=0, num_splits=splits,
-                **_temperature_args(host), SELF_COLUMN=True, CONTRAST_SIDE=False,
-                SYMMETRIC=True)
+                lse2_hi_ptr=coef, lse2_lo_ptr=coef, coef_ptr=coef, dq_ptr=dz, dz_ptr=dz,
+                temperature=temperature.argument, M=n, N=n, self_offset=0, num_splits=splits,
+                SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True)
     GRAD_SYMMETRIC(lambda meta: (cdiv(n, meta["BLOCK_M"]), cdiv(d, meta["BLOCK_DO"]), splits),
                    args)
     return dz

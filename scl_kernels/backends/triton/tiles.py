@@ -30,33 +30,41 @@ def _operands(q, z, q_inv_norm, z_inv_norm):
             kernel_scale(z_inv_norm))
 
 
-def lse_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric):
+def lse_tiles(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_memory, self_offset,
+              symmetric):
+    """The op: the log-sum-exp per anchor (tile_lse), its temperature resolved once."""
+    return tile_lse(q, z, q_inv_norm, z_inv_norm,
+                    launch.temperature_of(temperature, temperature_in_memory), self_offset,
+                    symmetric)
+
+
+def tile_lse(q, z, q_inv_norm, z_inv_norm, temperature, self_offset, symmetric):
+    """The log-sum-exp per anchor; `temperature`: the op call's launch.Temperature."""
     z, z_scale = kernel_rows(z), kernel_scale(z_inv_norm)
     if symmetric:  # the anchors are the rows of z
-        return launch.lse_symmetric(z, z_scale, inv_t)
+        return launch.lse_symmetric(z, z_scale, temperature)
     q, q_scale = kernel_rows(q), kernel_scale(q_inv_norm)
-    return launch.lse_plain(q, z, q_scale, z_scale,
-                            launch.temperature_of(temperature, inv_t, q_scale), self_offset)
+    return launch.lse_plain(q, z, q_scale, z_scale, temperature, self_offset)
 
 
-def grad_tiles(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric,
-               deterministic, coef, lse_hi, lse_lo):
+def grad_tiles(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_memory, self_offset,
+               symmetric, deterministic, coef, lse_hi, lse_lo):
     """The op: (dq, dz), dq empty for the symmetric schedule (whose dz holds both sides)."""
-    dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset,
-                            symmetric, deterministic, coef, lse_hi, lse_lo)
+    dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm,
+                            launch.temperature_of(temperature, temperature_in_memory),
+                            self_offset, symmetric, deterministic, coef, lse_hi, lse_lo)
     return dz.new_empty((0,)) if dq is None else dq, dz
 
 
-def tile_gradients(q, z, q_inv_norm, z_inv_norm, inv_t, temperature, self_offset, symmetric,
+def tile_gradients(q, z, q_inv_norm, z_inv_norm, temperature, self_offset, symmetric,
                    deterministic, coef, lse_hi, lse_lo):
     """(dq, dz) of the tiles, dq None for the symmetric schedule; lse_hi and lse_lo unread
-    there. `deterministic`: the plan's (no atomics: the column split and the contrast side's
-    adds are left out)."""
+    there. `temperature`: the op call's launch.Temperature; `deterministic`: the plan's (no
+    atomics: the column split and the contrast side's adds are left out)."""
     z, z_scale = kernel_rows(z), kernel_scale(z_inv_norm)
     coef = kernel_scale(coef)
     if symmetric:  # the anchors are the rows of z
-        return None, launch.grad_symmetric(z, z_scale, coef, inv_t, deterministic)
+        return None, launch.grad_symmetric(z, z_scale, coef, temperature, deterministic)
     q, q_scale = kernel_rows(q), kernel_scale(q_inv_norm)
-    return launch.grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo,
-                             launch.temperature_of(temperature, inv_t, q_scale), self_offset,
-                             deterministic)
+    return launch.grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, temperature,
+                             self_offset, deterministic)
