@@ -8,7 +8,7 @@ from typing import Optional, Tuple, TypeGuard, cast, get_args
 import torch
 
 from ._types import ContrastMode, Reduction, Temperature
-from .backends import BACKENDS
+from .backends import BACKENDS, temperature_value_error
 
 CONTRAST_MODES: Tuple[str, ...] = get_args(ContrastMode)
 REDUCTIONS: Tuple[str, ...] = get_args(Reduction)
@@ -49,30 +49,33 @@ def _is_real_number(value: object) -> TypeGuard[Real]:
     return type(value) is float or (not isinstance(value, bool) and isinstance(value, Real))
 
 
-def check_temperature(temperature: object, *, check_tensor_value: bool) -> None:
-    """Type and shape of a float or 0-dim tensor temperature, and its value for a float.
+def check_temperature(temperature: object, *, check_value: bool) -> None:
+    """Type and shape of a float or 0-dim tensor temperature, and with ``check_value`` its value
+    (a tensor's never for meta tensors or under torch.compile).
 
-    A tensor's value is read only with ``check_tensor_value`` (and never for meta tensors or
-    under torch.compile): supcon_loss leaves that to the backends, which read it anyway, so
-    that a learnable CUDA temperature is not read twice per call.
+    The loss modules check their temperature's value when built (``check_value``); a call
+    leaves it to the backend, which checks it once per call where it reads it (the op's plan,
+    or, for a temperature it leaves in device memory, its deferred check; the reference
+    backend's own check), so that no call checks it twice and a learnable CUDA temperature is
+    not read twice.
     """
     if isinstance(temperature, torch.Tensor):
         if not temperature.is_floating_point():
             raise TypeError(f"temperature must be a floating-point tensor, got {temperature.dtype}")
         if temperature.numel() != 1 or temperature.dim() != 0:
             raise ValueError(f"temperature must be a 0-dim tensor, got shape {tuple(temperature.shape)}")
-        if check_tensor_value and has_values(temperature):
+        if check_value and has_values(temperature):
             value = float(temperature.detach())
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"temperature must be positive and finite, got {value}")
+                raise temperature_value_error(value)
         return
     if not _is_real_number(temperature):
         raise TypeError(f"temperature must be a float or a 0-dim tensor, got {type(temperature).__name__}")
     # Comparisons rather than math.isfinite, which torch.compile cannot trace when the float is
     # an input of the compiled function (NaN fails both). typeshed's numbers.Real declares no
     # comparisons: a real number compares as a float does.
-    if not 0 < cast(float, temperature) < math.inf:
-        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+    if check_value and not 0 < cast(float, temperature) < math.inf:
+        raise temperature_value_error(float(cast(float, temperature)))
 
 
 def check_non_negative(value: object, name: str) -> float:
@@ -91,12 +94,12 @@ def check_focal_gamma(focal_gamma: object) -> float:
 
 
 def check_options(temperature: object, contrast_mode: object, normalize: object,
-                  reduction: object, backend: object, *, check_tensor_value: bool) -> None:
+                  reduction: object, backend: object, *, check_value: bool) -> None:
     check_contrast_mode(contrast_mode)
     check_normalize(normalize)
     check_reduction(reduction)
     check_backend_name(backend)
-    check_temperature(temperature, check_tensor_value=check_tensor_value)
+    check_temperature(temperature, check_value=check_value)
 
 
 def check_tensor(value: object, name: str, *, floating: bool) -> None:

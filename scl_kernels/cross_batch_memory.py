@@ -175,7 +175,7 @@ def supcon_loss_with_memory(features: torch.Tensor, labels: Optional[torch.Tenso
     """
     check_inputs(features, labels)
     check_options(temperature, contrast_mode, normalize, reduction, backend,
-                  check_tensor_value=False)
+                  check_value=False)
     check_memory(memory)
     focal_gamma = check_focal_gamma(focal_gamma)
     run = resolve_backend(backend, features.device, focal_gamma).run

@@ -194,7 +194,7 @@ def checked_call(features: torch.Tensor, labels: Optional[torch.Tensor], tempera
     resolved: what supcon_loss runs and scl_kernels.explain describes."""
     check_inputs(features, labels)
     check_options(temperature, contrast_mode, normalize, reduction, backend,
-                  check_tensor_value=False)
+                  check_value=False)
     focal_gamma = check_focal_gamma(focal_gamma)
     layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode)
     shape = call_shape(layout, normalize)

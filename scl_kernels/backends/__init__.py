@@ -138,6 +138,13 @@ def mean_over_anchors_with_positives(per_anchor: torch.Tensor,
     return per_anchor.sum() / torch.count_nonzero(num_positives).clamp_min_(1)
 
 
+def temperature_value_error(value: float) -> ValueError:
+    """The error of a temperature that is not positive and finite, worded as the op's own
+    (csrc/core/supcon_problem.cpp, read_temperature: the value printed as %g), for the
+    reference backend's check and the loss modules' (scl_kernels._validation)."""
+    return ValueError(f"temperature must be positive and finite, got {value:g}")
+
+
 def _check_reference_values(features: torch.Tensor, contrast: Optional[torch.Tensor],
                             temperature: torch.Tensor) -> None:
     # The fused ops check values inside their kernels; the dense path checks here, when the
@@ -149,7 +156,7 @@ def _check_reference_values(features: torch.Tensor, contrast: Optional[torch.Ten
             raise ValueError(f"{name} contains NaN or inf")
     value = float(temperature.detach())
     if not (value > 0 and value != float("inf")):
-        raise ValueError(f"temperature must be positive and finite, got {value}")
+        raise temperature_value_error(value)
 
 
 def _run_reference(features: torch.Tensor, labels: torch.Tensor,

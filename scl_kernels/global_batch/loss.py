@@ -140,7 +140,7 @@ def supcon_loss(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
     try:
         check_inputs(features, labels)
         check_options(temperature, contrast_mode, normalize, reduction, backend,
-                      check_tensor_value=False)
+                      check_value=False)
         check_distributed_options(strategy, gradients_averaged)
         focal_gamma = check_focal_gamma(focal_gamma)
         if strategy == "ring" and focal_gamma != 0:

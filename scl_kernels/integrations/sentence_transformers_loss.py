@@ -119,7 +119,7 @@ class SupConSentenceTransformerLoss(nn.Module):
             TypeError / ValueError naming the argument.
         """
         super().__init__()
-        check_temperature(temperature, check_tensor_value=True)
+        check_temperature(temperature, check_value=True)
         if not isinstance(gather_across_devices, bool):
             raise TypeError(f"gather_across_devices must be a bool, got {type(gather_across_devices).__name__}")
         if mini_batch_size is not None and (isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int)

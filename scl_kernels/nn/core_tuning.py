@@ -195,7 +195,7 @@ class CoreTuningLoss(nn.Module):
         if not callable(head):
             raise TypeError(f"head must be a callable mapping embeddings to logits, got {type(head).__name__}")
         _check_real(lam, "lam", 0.0)
-        check_temperature(temperature, check_tensor_value=True)
+        check_temperature(temperature, check_value=True)
         check_focal_gamma(focal_gamma)
         _check_real(mixup_alpha, "mixup_alpha", 0.0, low_open=True)
         _check_real(negative_weight_floor, "negative_weight_floor", 0.5, 1.0)

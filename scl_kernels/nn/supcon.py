@@ -56,7 +56,7 @@ class SupConLoss(nn.Module):
         """
         super().__init__()
         check_options(temperature, contrast_mode, normalize, reduction, backend,
-                      check_tensor_value=True)
+                      check_value=True)
         self.temperature = temperature
         self.contrast_mode = contrast_mode
         self.normalize = normalize

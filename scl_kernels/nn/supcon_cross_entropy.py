@@ -145,7 +145,7 @@ class SupConCrossEntropyLoss(nn.Module):
         _check_lam(lam)
         if scl_reduction not in SCL_REDUCTIONS:
             raise ValueError(f"scl_reduction must be one of {SCL_REDUCTIONS}, got {scl_reduction!r}")
-        check_options(temperature, "all", normalize, "mean", backend, check_tensor_value=True)
+        check_options(temperature, "all", normalize, "mean", backend, check_value=True)
         if not isinstance(distributed, bool):
             raise TypeError(f"distributed must be a bool, got {type(distributed).__name__}")
         if distributed:
