@@ -10,6 +10,7 @@ import torch
 
 import scl_kernels
 from scl_kernels._testing import NOT_A_TEST_BUILD, cuda_dry_run_built, test_build, test_hooks
+from scl_kernels.backends import triton_installed
 from support import needs
 
 pytestmark = needs.library
@@ -76,7 +77,7 @@ def test_cpu_plan(arguments, hooked, expected):
 
 DRY_RUN_PLANS = [
     ("fused stages", {}, {}, False,
-     dict(preparation="fused", forward_finish="fused losses and mean",
+     dict(preparation="fused", host_temperature="0.1", forward_finish="fused losses and mean",
           backward_assembly="fused weights and assembly", forward_schedule="symmetric",
           symmetric_backward_walk="triangle")),
     ("fused per anchor", dict(mean=False), {}, False, dict(forward_finish="fused losses")),
@@ -96,9 +97,11 @@ DRY_RUN_PLANS = [
      dict(preparation="aten", forward_finish="aten losses", backward_assembly="aten")),
     ("focal", dict(focal_gamma=1.0), {}, False, dict(cannot_run="no focal walk")),
     ("temperature in memory", {}, dict(temperature_in_memory=True), False,
-     dict(temperature="device memory", forward_schedule="plain", backward_schedule="plain")),
+     dict(temperature="device memory", host_temperature="unread", forward_schedule="plain",
+          backward_schedule="plain")),
     ("temperature unreadable", dict(dtype=torch.float64), dict(temperature_in_memory=True), False,
-     dict(temperature="host value", cannot_run="temperature unreadable")),
+     dict(temperature="host value", host_temperature="unread",
+          cannot_run="temperature unreadable")),
     ("graph capture", {}, dict(dry_run_capturing=True), False,
      dict(value_checks="skipped (graph capture)")),
 ]
@@ -162,6 +165,19 @@ def test_explain_follows_the_layout_supcon_loss_builds():
 def test_explain_raises_what_supcon_loss_raises():
     with pytest.raises(ValueError, match="temperature"):
         scl_kernels.explain(torch.randn(4, 3), torch.zeros(4, dtype=torch.long), -1.0)
+
+
+@hooks
+@pytest.mark.skipif(not triton_installed(), reason="needs triton")
+def test_explain_says_the_host_did_not_read_the_temperature():
+    """A plan that cannot read t holds it unread (host_temperature: unread, never a NaN), and
+    explain says so."""
+    x, y = torch.randn(20, 4, dtype=torch.float64), torch.randint(0, 2, (20,))
+    with test_hooks(temperature_in_memory=True):
+        explanation = scl_kernels.explain(x, y, torch.tensor(0.1), backend="triton")
+    assert explanation.plan["host_temperature"] == "unread"
+    assert explanation.plan["cannot_run"] == "temperature unreadable"
+    assert "cannot be read now" in str(explanation)
 
 
 @dry_run
