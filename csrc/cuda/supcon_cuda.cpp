@@ -23,7 +23,6 @@
 namespace scl::cuda {
 namespace {
 
-
 // The kernels compute in fp32 (float64 inputs are read as float32), like the Triton backend.
 at::ScalarType compute_type(at::ScalarType) { return at::kFloat; }
 

@@ -47,3 +47,14 @@ def test_python_parameters_are_the_schema_arguments(name):
     function = _stage_ops()[name]
     schema = getattr(torch.ops.scl, name).default._schema
     assert list(inspect.signature(function).parameters) == [a.name for a in schema.arguments]
+
+
+@pytest.mark.parametrize("temperature", [torch.tensor([0.1]), torch.tensor([0.1, 0.2], dtype=torch.float64),
+                                         torch.tensor(0.1, dtype=torch.float64).expand(1, 1)[:0]])
+def test_a_host_temperature_that_is_not_one_float64_on_the_cpu_is_refused(temperature):
+    # The stage ops are public schemas: a bad host temperature must not reach its address.
+    from scl_kernels.backends.triton import launch
+    with pytest.raises(ValueError, match="a host temperature must be"):
+        launch.temperature_of(temperature, False)
+    held = launch.temperature_of(torch.tensor([0.25], dtype=torch.float64), False)
+    assert held.inv_t == 4.0 and not held.in_memory

@@ -399,6 +399,10 @@ def temperature_of(temperature, in_memory):
     second read as a host wait (bench/launch_count.py)."""
     if in_memory:
         return Temperature(temperature, True)
+    # The stage ops are in the shipped library: reading another tensor's address would crash.
+    if not temperature.is_cpu or temperature.dtype != torch.float64 or temperature.numel() != 1:
+        raise ValueError(f"a host temperature must be [1] float64 on the CPU, got "
+                         f"{tuple(temperature.shape)} {temperature.dtype} on {temperature.device}")
     t = ctypes.c_double.from_address(temperature.data_ptr()).value
     return Temperature(struct.unpack("<q", struct.pack("<d", 1.0 / t))[0], False)
 
