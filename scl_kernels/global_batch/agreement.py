@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from .._types import Strategy, Temperature
 from .._validation import CONTRAST_MODES, REDUCTIONS
+from ..backends import temperature_value_error
 from .collectives import all_gather_single
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -136,7 +137,7 @@ def agree_on_call(local_error: Optional[Exception], features: torch.Tensor,
         raise ValueError(f"features or contrast contains NaN or inf on rank(s) {not_finite}")
     value = column["temperature"][0]
     if not (value > 0 and value != float("inf")):
-        raise ValueError(f"temperature must be positive and finite, got {value}")
+        raise temperature_value_error(value)
     sizes = {name: [int(v) for v in column[name]]
              for name in ("samples", "rows", "contrast_rows", "requires_grad")}
     return CallPlan(dist.get_rank(group), world, sizes["samples"], sizes["rows"],
