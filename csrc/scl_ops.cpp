@@ -6,7 +6,9 @@
 #include <torch/library.h>
 #include <torch/version.h>
 
-#include "op_schemas.h"
+#include <string>
+
+#include "core/call_arguments.h"
 
 // The torch this library was compiled against, as a string in the file itself: scl_kernels/
 // _extension.py reads it without loading the library, so that a library built for another torch
@@ -28,16 +30,16 @@ extern "C" PyObject* PyInit__C(void) {
 
 TORCH_LIBRARY(scl, m) {
   // The op: its CPU kernel is csrc/cpu, its CUDA key is left to a native CUDA kernel.
-  m.def(("supcon" + scl::kForward).c_str());
-  m.def(("supcon_backward" + scl::kBackward).c_str());
+  m.def(("supcon" + scl::kForwardSchema).c_str());
+  m.def(("supcon_backward" + scl::kBackwardSchema).c_str());
   // The same op with the Triton tile kernels (csrc/triton): its own name, so that it never
   // competes with scl::supcon for a dispatch key, and so that CPU tensors can run it in
   // Triton's interpreter.
-  m.def(("supcon_triton" + scl::kForward).c_str());
-  m.def(("supcon_triton_backward" + scl::kBackward).c_str());
+  m.def(("supcon_triton" + scl::kForwardSchema).c_str());
+  m.def(("supcon_triton_backward" + scl::kBackwardSchema).c_str());
   // What a call with these arguments would do (csrc/core/call_plan.h), for scl_kernels.explain.
-  m.def(("supcon_plan" + scl::kPlan).c_str());
-  m.def(("supcon_triton_plan" + scl::kPlan).c_str());
+  m.def(("supcon_plan" + scl::kPlanSchema).c_str());
+  m.def(("supcon_triton_plan" + scl::kPlanSchema).c_str());
   // The Triton tile kernels (scl_kernels/backends/triton registers them from Python); the
   // arguments are those of scl::TileInputs and scl::GradCoefficients (csrc/core/tile_kernels.h);
   // `deterministic` is the plan's (no atomics).
@@ -100,6 +102,15 @@ TORCH_LIBRARY(scl, m) {
   m.def("raise_deferred_value_errors() -> ()");
   // Hard-pair mining: the C++ CPU kernel (csrc/cpu/hard_pairs.cpp) and, under its own name,
   // the Triton kernel (scl_kernels/backends/triton/hard_pairs.py).
-  m.def(("hard_pairs" + scl::kHardPairs).c_str());
-  m.def(("hard_pairs_triton" + scl::kHardPairs).c_str());
+  // Per anchor (every feature row), its hardest positive (least similar row of its label) and
+  // hardest negative (most similar row of another label): index (-1 for none) and cosine
+  // similarity (dot product without normalize; NaN for none), ties to the lowest index. Single
+  // set: the candidates are the other feature rows; cross set: the contrast rows. No gradient;
+  // values are not checked here (scl_kernels.hard_pairs does). docs/MATH.md, "Hard pairs".
+  for (const char* name : {"hard_pairs", "hard_pairs_triton"}) {
+    m.def((std::string(name) +
+           "(Tensor features, Tensor labels, Tensor? contrast, Tensor? contrast_labels, "
+           "bool normalize) -> (Tensor positive_index, Tensor positive_similarity, "
+           "Tensor negative_index, Tensor negative_similarity)").c_str());
+  }
 }

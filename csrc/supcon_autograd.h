@@ -1,11 +1,11 @@
-// Autograd of a fused op pair (forward and backward schemas of csrc/op_schemas.h): forward saves
-// the inputs and the float64 log-sum-exp (O(N)), backward calls the op's backward. In C++ rather
-// than torch.library.register_autograd because a Python autograd wrapper costs more than the
-// whole computation at fine-tuning batch sizes (measured in
+// Autograd of a fused op pair (forward and backward schemas of csrc/core/call_arguments.h):
+// forward saves the inputs and the float64 log-sum-exp (O(N)), backward calls the op's backward.
+// In C++ rather than torch.library.register_autograd because a Python autograd wrapper costs
+// more than the whole computation at fine-tuning batch sizes (measured in
 // bench/decisions/2026-11-22-small-batches-baseline.md; the C++ autograd's gain in
 // bench/decisions/2026-11-22-small-batches-shared-core.md). Each op pair registers
-// supcon_autograd<Names> and supcon_backward_autograd<Names> for its Autograd key, Names giving its
-// schema names (csrc/autograd.cpp, csrc/testing).
+// supcon_autograd<Names> and supcon_backward_autograd<Names> for its Autograd key, Names giving
+// its schema names (csrc/autograd.cpp, csrc/cuda_dry_run/ops.cpp).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -13,8 +13,11 @@
 #include <torch/library.h>
 
 #include <optional>
-#include <tuple>
+#include <string_view>
+#include <type_traits>
+#include <vector>
 
+#include "core/call_arguments.h"
 #include "core/prepared_handoff.h"
 
 namespace scl::autograd {
@@ -22,44 +25,78 @@ namespace scl::autograd {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-using ForwardSignature = Outputs(const at::Tensor&, const at::Tensor&,
-                                 const std::optional<at::Tensor>&,
-                                 const std::optional<at::Tensor>&, const at::Tensor&, int64_t,
-                                 bool, int64_t, double, bool);
-using BackwardSignature = Outputs(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                  const std::optional<at::Tensor>&,
-                                  const std::optional<at::Tensor>&, const at::Tensor&, int64_t,
-                                  bool, const at::Tensor&, int64_t, bool, double, bool);
-
 inline std::optional<at::Tensor> present(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+
+// What forward keeps of one argument for backward: tensors go to save_for_backward in the
+// arguments' order (an absent one as an undefined tensor), other values to saved_data by name.
+inline void keep(AutogradContext*, const char*, const at::Tensor& value,
+                 std::vector<at::Tensor>& tensors) {
+  tensors.push_back(value);
+}
+inline void keep(AutogradContext*, const char*, const std::optional<at::Tensor>& value,
+                 std::vector<at::Tensor>& tensors) {
+  tensors.push_back(value.value_or(at::Tensor()));
+}
+template <typename Value>
+void keep(AutogradContext* ctx, const char* name, Value value, std::vector<at::Tensor>&) {
+  ctx->saved_data[name] = value;
+}
+
+// The argument back in backward; `next` walks the saved tensors in the order keep() saved them.
+template <typename Value>
+Value kept(AutogradContext* ctx, const char* name, const variable_list& saved, size_t& next) {
+  if constexpr (std::is_same_v<Value, at::Tensor>) {
+    return saved[next++];
+  } else if constexpr (std::is_same_v<Value, std::optional<at::Tensor>>) {
+    return present(saved[next++]);
+  } else {
+    return ctx->saved_data[name].to<Value>();
+  }
+}
+
+// Whether an argument is an input edge of the node: autograd gives edges to the tensors present
+// only, so needs_input_grad counts neither absent optional tensors nor other values.
+inline bool is_edge(const at::Tensor& value) { return value.defined(); }
+inline bool is_edge(const std::optional<at::Tensor>& value) {
+  return value.has_value() && value->defined();
+}
+template <typename Value>
+bool is_edge(const Value&) {
+  return false;
+}
+
+#define SCL_NAME_STRING(type, name, schema) #name,
+inline constexpr std::string_view kArgumentNames[] = {
+    SCL_CALL_ARGUMENTS(SCL_NAME_STRING, SCL_NAME_STRING)};
+#undef SCL_NAME_STRING
+
+// An argument's position in the forward's arguments: its slot in the gradients backward returns.
+constexpr size_t position_of(std::string_view name) {
+  for (size_t i = 0; i < std::size(kArgumentNames); ++i) {
+    if (kArgumentNames[i] == name) return i;
+  }
+  throw "no such argument";  // a compile-time error where a constant is asked for
 }
 
 // One instantiation per op; Names supplies the schema names.
 template <typename Names>
 struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& features,
-                               const at::Tensor& labels, const std::optional<at::Tensor>& contrast,
-                               const std::optional<at::Tensor>& contrast_labels,
-                               const at::Tensor& temperature, int64_t num_anchors, bool normalize,
-                               int64_t anchor_offset, double focal_gamma, bool mean) {
+  static variable_list forward(AutogradContext* ctx, SCL_FORWARD_PARAMETERS) {
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow(Names::kForward, "")
                                .template typed<ForwardSignature>();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     CaptureForward capture;
-    auto [loss, lse, num_positives] = op.call(features, labels, contrast, contrast_labels,
-                                              temperature, num_anchors, normalize, anchor_offset,
-                                              focal_gamma, mean);
-    ctx->save_for_backward({features, labels, contrast.value_or(at::Tensor()),
-                            contrast_labels.value_or(at::Tensor()), temperature, lse});
+    auto [loss, lse, num_positives] = op.call(SCL_FORWARD_ARGUMENTS);
+    std::vector<at::Tensor> tensors;
+#define SCL_KEEP(type, name, schema) keep(ctx, #name, name, tensors);
+    SCL_CALL_ARGUMENTS(SCL_KEEP, SCL_KEEP)
+#undef SCL_KEEP
+    tensors.push_back(lse);
+    ctx->save_for_backward(tensors);
     ctx->saved_data["prepared"] = capture.take();
-    ctx->saved_data["num_anchors"] = num_anchors;
-    ctx->saved_data["normalize"] = normalize;
-    ctx->saved_data["anchor_offset"] = anchor_offset;
-    ctx->saved_data["focal_gamma"] = focal_gamma;
-    ctx->saved_data["mean"] = mean;
     ctx->mark_non_differentiable({lse, num_positives});
     // Gradients of lse and num_positives never exist: zeros for them would be two launches.
     ctx->set_materialize_grads(false);
@@ -72,23 +109,28 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
                                .template typed<BackwardSignature>();
     // Through the dispatcher with autograd: under create_graph=True the gradients get
     // SupConBackwardFunction's node, which refuses a second derivative.
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor& contrast = saved[2];
+    variable_list out(std::size(kArgumentNames));
     const at::Tensor& grad_loss = grads[0];
-    variable_list out(10);  // one per forward argument
     if (!grad_loss.defined()) return out;
+    const variable_list saved = ctx->get_saved_variables();
+    size_t next = 0, edge = 0;
+#define SCL_RESTORE(type, name, schema)                                             \
+  const auto name = kept<std::decay_t<type>>(ctx, #name, saved, next);            \
+  [[maybe_unused]] const size_t name##_edge = edge;                                \
+  edge += is_edge(name);
+    SCL_CALL_ARGUMENTS(SCL_RESTORE, SCL_RESTORE)
+#undef SCL_RESTORE
+    const at::Tensor& lse = saved[next];
     const ReuseInBackward reuse(ctx->saved_data["prepared"]);
-    // Absent optional tensors have no edge: temperature is input edge 2 without a contrast set.
-    const bool temperature_grad = ctx->needs_input_grad(contrast.defined() ? 4 : 2);
-    auto [grad_features, grad_contrast, grad_temperature] =
-        op.call(grad_loss, saved[0], saved[1], present(contrast), present(saved[3]), saved[4],
-                ctx->saved_data["num_anchors"].toInt(), ctx->saved_data["normalize"].toBool(),
-                saved[5], ctx->saved_data["anchor_offset"].toInt(), temperature_grad,
-                ctx->saved_data["focal_gamma"].toDouble(), ctx->saved_data["mean"].toBool());
+    const bool temperature_grad = ctx->needs_input_grad(temperature_edge);
+    auto [grad_features, grad_contrast, grad_temperature] = op.call(SCL_BACKWARD_ARGUMENTS);
     // The op computes the row gradients together; autograd drops those no input asked for.
-    out[0] = grad_features;
-    if (contrast.defined()) out[2] = grad_contrast;
-    if (temperature_grad) out[4] = grad_temperature;
+    static constexpr size_t kFeatures = position_of("features");
+    static constexpr size_t kContrast = position_of("contrast");
+    static constexpr size_t kTemperature = position_of("temperature");
+    out[kFeatures] = grad_features;
+    if (contrast.has_value()) out[kContrast] = grad_contrast;
+    if (temperature_grad) out[kTemperature] = grad_temperature;
     return out;
   }
 };
@@ -97,20 +139,12 @@ struct SupConFunction : public torch::autograd::Function<SupConFunction<Names>> 
 // return a silently wrong (zero) second derivative.
 template <typename Names>
 struct SupConBackwardFunction : public torch::autograd::Function<SupConBackwardFunction<Names>> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& grad_loss,
-                               const at::Tensor& features, const at::Tensor& labels,
-                               const std::optional<at::Tensor>& contrast,
-                               const std::optional<at::Tensor>& contrast_labels,
-                               const at::Tensor& temperature, int64_t num_anchors, bool normalize,
-                               const at::Tensor& lse, int64_t anchor_offset,
-                               bool temperature_grad, double focal_gamma, bool mean) {
+  static variable_list forward(AutogradContext*, SCL_BACKWARD_PARAMETERS) {
     static const auto op = c10::Dispatcher::singleton()
                                .findSchemaOrThrow(Names::kBackward, "")
                                .template typed<BackwardSignature>();
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    auto [grad_features, grad_contrast, grad_temperature] =
-        op.call(grad_loss, features, labels, contrast, contrast_labels, temperature, num_anchors,
-                normalize, lse, anchor_offset, temperature_grad, focal_gamma, mean);
+    auto [grad_features, grad_contrast, grad_temperature] = op.call(SCL_BACKWARD_ARGUMENTS);
     return {grad_features, grad_contrast, grad_temperature};
   }
 
@@ -123,28 +157,14 @@ struct SupConBackwardFunction : public torch::autograd::Function<SupConBackwardF
 };
 
 template <typename Names>
-Outputs supcon_backward_autograd(const at::Tensor& grad_loss, const at::Tensor& features,
-                                 const at::Tensor& labels,
-                                 const std::optional<at::Tensor>& contrast,
-                                 const std::optional<at::Tensor>& contrast_labels,
-                                 const at::Tensor& temperature, int64_t num_anchors,
-                                 bool normalize, const at::Tensor& lse, int64_t anchor_offset,
-                                 bool temperature_grad, double focal_gamma, bool mean) {
-  const variable_list out = SupConBackwardFunction<Names>::apply(
-      grad_loss, features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-      lse, anchor_offset, temperature_grad, focal_gamma, mean);
+OpOutputs supcon_backward_autograd(SCL_BACKWARD_PARAMETERS) {
+  const variable_list out = SupConBackwardFunction<Names>::apply(SCL_BACKWARD_ARGUMENTS);
   return {out[0], out[1], out[2]};
 }
 
 template <typename Names>
-Outputs supcon_autograd(const at::Tensor& features, const at::Tensor& labels,
-                        const std::optional<at::Tensor>& contrast,
-                        const std::optional<at::Tensor>& contrast_labels,
-                        const at::Tensor& temperature, int64_t num_anchors, bool normalize,
-                        int64_t anchor_offset, double focal_gamma, bool mean) {
-  const variable_list out = SupConFunction<Names>::apply(
-      features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-      anchor_offset, focal_gamma, mean);
+OpOutputs supcon_autograd(SCL_FORWARD_PARAMETERS) {
+  const variable_list out = SupConFunction<Names>::apply(SCL_FORWARD_ARGUMENTS);
   return {out[0], out[1], out[2]};
 }
 

@@ -7,8 +7,8 @@ them, and the CUDA backend's dry run where it has no CUDA kernels.
         loss = supcon_loss(features, labels)   # prepared as on a GPU: no host reads
 """
 import contextlib
-import dataclasses
-from typing import Iterator
+import types
+from typing import Any, Dict, Iterator, Mapping
 
 import torch
 
@@ -18,24 +18,9 @@ NOT_A_TEST_BUILD = ("this scl_kernels library was built without the test suite's
                     "with SCL_BUILD_TESTS=1 pip install --no-build-isolation -e \".[test]\"")
 
 
-@dataclasses.dataclass(frozen=True)
-class TestHooks:
-    """The hooks' values (csrc/core/test_hooks.h says what each does); the defaults are the
-    installed library's."""
-    __test__ = False  # not a pytest test class
-
-    device_preparation: bool = False
-    temperature_in_memory: bool = False
-    chunk_elements: int = 0
-    dry_run_skips_tiles: bool = False
-    dry_run_capturing: bool = False
-    cpu_capability: str = ""
-    value_checks: str = ""
-    symmetric_backward_walk: str = ""
-    blas_missing: bool = False
-
-
-_current = TestHooks()
+# The hooks' current values by name, as last set; the op's schema holds the names and the
+# installed library's values (its defaults), so that a hook is added in C++ only.
+_current: Dict[str, Any] = {}
 
 
 def _has_op(name: str, dispatch_key: str = "") -> bool:
@@ -60,18 +45,30 @@ def cuda_dry_run_built() -> bool:
     return _has_op("supcon_cuda_dry_run", "CPU")
 
 
+def hook_values() -> Mapping[str, Any]:
+    """The hooks' values now, by name (a test build's library only)."""
+    if not _current:
+        _current.update((argument.name, argument.default_value)
+                        for argument in torch.ops.scl._set_test_hooks.default._schema.arguments)
+    return types.MappingProxyType(_current)
+
+
 @contextlib.contextmanager
-def test_hooks(**changes) -> Iterator[TestHooks]:
+def test_hooks(**changes: Any) -> Iterator[Mapping[str, Any]]:
     """Sets the named hooks for the duration of the block (the others keep their values), then
-    restores them; a RuntimeError where the library is no test build."""
-    global _current
+    restores them; a RuntimeError where the library is no test build, a TypeError naming a hook
+    the library does not have."""
     if not test_build():
         raise RuntimeError(NOT_A_TEST_BUILD)
-    previous = _current
-    hooks = dataclasses.replace(previous, **changes)
+    previous = dict(hook_values())
+    unknown = sorted(set(changes) - set(previous))
+    if unknown:
+        raise TypeError(f"no such test hook: {', '.join(unknown)} (the hooks: "
+                        f"{', '.join(previous)}; csrc/core/test_hooks.h)")
+    hooks = {**previous, **changes}
     _set(hooks)
     try:
-        yield hooks
+        yield types.MappingProxyType(hooks)
     finally:
         _set(previous)
 
@@ -79,7 +76,7 @@ def test_hooks(**changes) -> Iterator[TestHooks]:
 test_hooks.__test__ = False
 
 
-def _set(hooks: TestHooks) -> None:
+def _set(hooks: Dict[str, Any]) -> None:
     global _current
-    torch.ops.scl._set_test_hooks(*dataclasses.astuple(hooks))
+    torch.ops.scl._set_test_hooks(**hooks)
     _current = hooks

@@ -30,12 +30,12 @@ def test_a_backend_names_its_walk():
 
 @pytest.mark.skipif(not _testing.test_build(), reason=_testing.NOT_A_TEST_BUILD)
 def test_a_backend_s_walk_is_chosen_through_the_test_hook():
-    before = _testing._current.symmetric_backward_walk
+    before = _testing.hook_values()["symmetric_backward_walk"]
     with walk_of("cuda:rows"):
-        assert _testing._current.symmetric_backward_walk == "rows"
+        assert _testing.hook_values()["symmetric_backward_walk"] == "rows"
     with walk_of("cuda"):
-        assert _testing._current.symmetric_backward_walk == before
-    assert _testing._current.symmetric_backward_walk == before
+        assert _testing.hook_values()["symmetric_backward_walk"] == before
+    assert _testing.hook_values()["symmetric_backward_walk"] == before
 
 
 KERNEL_OF = {"triangle": TRIANGLE, "rows": ROWS, "triangle-async": ASYNC}

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "supcon_args.h"
+#include "call_arguments.h"
 #include "temperature.h"
 #include "tile_kernels.h"
 

@@ -170,8 +170,7 @@ std::string supcon_plan(const TileKernels& kernels, const SupConArgs& args) {
   return plan_call(kernels, args).describe();
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels& kernels,
-                                                              const SupConArgs& args) {
+OpOutputs supcon_forward(const TileKernels& kernels, const SupConArgs& args) {
   const CallPlan plan = plan_call(kernels, args);
   require_runnable(plan);
   const PlanRange range("scl::supcon_forward", plan);
@@ -216,11 +215,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_forward(const TileKernels&
   return {std::move(losses), lse, p.num_positives};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> supcon_backward(const TileKernels& kernels,
-                                                               const at::Tensor& grad_loss,
-                                                               const SupConArgs& args,
-                                                               const at::Tensor& lse,
-                                                               bool temperature_grad) {
+OpOutputs supcon_backward(const TileKernels& kernels, const at::Tensor& grad_loss,
+                          const SupConArgs& args, const at::Tensor& lse, bool temperature_grad) {
   // The forward's own problem when its autograd node kept it (prepared_handoff.h): the same
   // inputs, so the same terms.
   const SupConProblem* kept = prepared_for_backward();

@@ -10,7 +10,7 @@
 #include <optional>
 
 #include "call_plan.h"
-#include "supcon_args.h"
+#include "call_arguments.h"
 #include "tile_kernels.h"
 #include "tile_math.h"
 

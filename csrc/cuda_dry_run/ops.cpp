@@ -4,7 +4,7 @@
 // csrc/cuda/supcon_cuda.cpp registers their CPU kernels.
 #include <torch/library.h>
 
-#include "op_schemas.h"
+#include "core/call_arguments.h"
 #include "supcon_autograd.h"
 
 namespace scl {
@@ -18,9 +18,9 @@ struct SupConCudaDryRunNames {
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(scl, m) {
-  m.def(("supcon_cuda_dry_run" + kForward).c_str());
-  m.def(("supcon_cuda_dry_run_backward" + kBackward).c_str());
-  m.def(("supcon_cuda_dry_run_plan" + kPlan).c_str());
+  m.def(("supcon_cuda_dry_run" + kForwardSchema).c_str());
+  m.def(("supcon_cuda_dry_run_backward" + kBackwardSchema).c_str());
+  m.def(("supcon_cuda_dry_run_plan" + kPlanSchema).c_str());
 }
 
 TORCH_LIBRARY_IMPL(scl, Autograd, m) {

@@ -116,15 +116,15 @@ def test_op_schemas(op_backend):
 
 
 def test_op_schemas_trailing_defaults(op_backend):
-    """anchor_offset=0, focal_gamma=0.0 and mean=False end the forward; the backward has
-    temperature_grad=True between the first two."""
+    """anchor_offset=0, focal_gamma=0.0 and mean=False end the forward; the backward's end is
+    the same, then temperature_grad=True."""
     for op, trailing in ((op_backend.forward_op, [("anchor_offset", "int", 0),
                                                   ("focal_gamma", "float", 0.0),
                                                   ("mean", "bool", False)]),
                          (op_backend.backward_op, [("anchor_offset", "int", 0),
-                                                   ("temperature_grad", "bool", True),
                                                    ("focal_gamma", "float", 0.0),
-                                                   ("mean", "bool", False)])):
+                                                   ("mean", "bool", False),
+                                                   ("temperature_grad", "bool", True)])):
         schema = op.default._schema
         found = [(a.name, str(a.type), a.default_value) for a in schema.arguments[-len(trailing):]]
         assert found == trailing, f"{schema}"
@@ -141,7 +141,7 @@ def test_backward_op_skips_the_temperature_gradient_when_not_asked(op_backend, r
     _, lse, _ = op_backend.forward_op(*args)
     upstream = op_backend.put(torch.ones(11))
     asked = op_backend.backward_op(upstream, *args, lse)
-    skipped = op_backend.backward_op(upstream, *args, lse, 0, False)
+    skipped = op_backend.backward_op(upstream, *args, lse, temperature_grad=False)
     assert asked[2].abs().item() > 0
     assert skipped[2].device == t.device and skipped[2].dtype == t.dtype
     assert skipped[2].item() == 0

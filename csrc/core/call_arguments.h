@@ -1,0 +1,106 @@
+// The fused op's arguments, listed once. The op schemas (forward, backward, plan), the C++
+// arguments struct (SupConArgs), the kernels' and the autograd's parameter lists and their
+// dispatcher signatures are all generated from the two lists below; the Python side reads the
+// schemas (python_tests/api/test_call_arguments.py holds it to them). Adding an argument: one row
+// here, then the lines that read it (docs/BACKENDS.md, "Adding an argument").
+//
+// The arguments (docs/MATH.md has the maths):
+//   features, labels   the rows [N, D] and their integer labels [N] (a negative label: no class).
+//   contrast, contrast_labels   a cross set's rows [M, D] and labels, or None: single set, where
+//       the anchors are rows [anchor_offset, anchor_offset + num_anchors) of features, the
+//       contrast set is every row and anchor i never sees its own row. In a cross set the anchors
+//       are all feature rows, no column is excluded and anchor_offset is 0.
+//   temperature   t, a [] or [1] floating tensor on the CPU or the rows' device.
+//   num_anchors, normalize   how many anchors; whether rows are L2-normalised first.
+//   anchor_offset   the first anchor row in single set.
+//   focal_gamma   0: SupCon; > 0: the focal contrastive loss,
+//       (1/|P(i)|) sum_p (1 - pi_ip)^gamma (-log pi_ip) (docs/MATH.md, "Focal contrastive loss").
+//   mean   the loss is the mean of l_i over the anchors with positives (0-dim), the caller's
+//       "mean" reduction inside the op; backward then takes its 0-dim gradient.
+//
+// Each row is X(C++ parameter type, name, schema declaration); the rows without a schema default
+// come first, because the backward's schema puts lse between the two lists.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+
+#define SCL_REQUIRED_CALL_ARGUMENTS(FIRST, NEXT)                                      \
+  FIRST(const at::Tensor&, features, "Tensor features")                               \
+  NEXT(const at::Tensor&, labels, "Tensor labels")                                    \
+  NEXT(const std::optional<at::Tensor>&, contrast, "Tensor? contrast")                \
+  NEXT(const std::optional<at::Tensor>&, contrast_labels, "Tensor? contrast_labels")  \
+  NEXT(const at::Tensor&, temperature, "Tensor temperature")                          \
+  NEXT(int64_t, num_anchors, "int num_anchors")                                       \
+  NEXT(bool, normalize, "bool normalize")
+
+#define SCL_DEFAULTED_CALL_ARGUMENTS(X)                \
+  X(int64_t, anchor_offset, "int anchor_offset=0")     \
+  X(double, focal_gamma, "float focal_gamma=0.0")      \
+  X(bool, mean, "bool mean=False")
+
+#define SCL_CALL_ARGUMENTS(FIRST, NEXT) \
+  SCL_REQUIRED_CALL_ARGUMENTS(FIRST, NEXT) SCL_DEFAULTED_CALL_ARGUMENTS(NEXT)
+
+// The pieces a row becomes: a parameter, an argument, a type, a schema declaration; FIRST starts
+// a comma-separated list, NEXT continues one.
+#define SCL_PARAMETER_FIRST(type, name, schema) type name
+#define SCL_PARAMETER_NEXT(type, name, schema) , type name
+#define SCL_ARGUMENT_FIRST(type, name, schema) name
+#define SCL_ARGUMENT_NEXT(type, name, schema) , name
+#define SCL_TYPE_FIRST(type, name, schema) type
+#define SCL_TYPE_NEXT(type, name, schema) , type
+#define SCL_SCHEMA_FIRST(type, name, schema) schema
+#define SCL_SCHEMA_NEXT(type, name, schema) ", " schema
+
+// The forward's parameters and arguments, and the backward's: grad_loss, the forward's
+// arguments with lse after the required ones, and temperature_grad.
+#define SCL_FORWARD_PARAMETERS SCL_CALL_ARGUMENTS(SCL_PARAMETER_FIRST, SCL_PARAMETER_NEXT)
+#define SCL_FORWARD_ARGUMENTS SCL_CALL_ARGUMENTS(SCL_ARGUMENT_FIRST, SCL_ARGUMENT_NEXT)
+#define SCL_BACKWARD_PARAMETERS                                                      \
+  const at::Tensor& grad_loss SCL_REQUIRED_CALL_ARGUMENTS(SCL_PARAMETER_NEXT,        \
+                                                          SCL_PARAMETER_NEXT),       \
+      const at::Tensor& lse SCL_DEFAULTED_CALL_ARGUMENTS(SCL_PARAMETER_NEXT),        \
+      bool temperature_grad
+#define SCL_BACKWARD_ARGUMENTS                                                          \
+  grad_loss SCL_REQUIRED_CALL_ARGUMENTS(SCL_ARGUMENT_NEXT, SCL_ARGUMENT_NEXT), lse      \
+      SCL_DEFAULTED_CALL_ARGUMENTS(SCL_ARGUMENT_NEXT),                                  \
+      temperature_grad
+
+namespace scl {
+
+// One call's arguments, as the schema names them.
+struct SupConArgs {
+#define SCL_FIELD(type, name, schema) type name;
+  SCL_CALL_ARGUMENTS(SCL_FIELD, SCL_FIELD)
+#undef SCL_FIELD
+};
+
+using OpOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+// The dispatcher signatures of the op's kernels (c10::TypedOperatorHandle).
+using ForwardSignature = OpOutputs(SCL_CALL_ARGUMENTS(SCL_TYPE_FIRST, SCL_TYPE_NEXT));
+using BackwardSignature = OpOutputs(
+    const at::Tensor& SCL_REQUIRED_CALL_ARGUMENTS(SCL_TYPE_NEXT, SCL_TYPE_NEXT),
+    const at::Tensor& SCL_DEFAULTED_CALL_ARGUMENTS(SCL_TYPE_NEXT), bool);
+
+// The schemas after the op's name. Forward returns the loss per anchor (0 for anchors without
+// positives; 0-dim with mean), the float64 log-sum-exp per anchor that backward needs, and
+// |P(i)|. Backward returns the gradients w.r.t. features, contrast ([0, D] without a contrast
+// set) and temperature (zeros when temperature_grad is false: autograd asks only when the
+// temperature requires grad). The plan is the description of what the forward would do
+// (csrc/core/call_plan.h).
+inline const std::string kForwardSchema =
+    "(" SCL_CALL_ARGUMENTS(SCL_SCHEMA_FIRST, SCL_SCHEMA_NEXT)
+    ") -> (Tensor loss, Tensor lse, Tensor num_positives)";
+inline const std::string kBackwardSchema =
+    "(Tensor grad_loss" SCL_REQUIRED_CALL_ARGUMENTS(SCL_SCHEMA_NEXT, SCL_SCHEMA_NEXT)
+    ", Tensor lse" SCL_DEFAULTED_CALL_ARGUMENTS(SCL_SCHEMA_NEXT)
+    ", bool temperature_grad=True) -> "
+    "(Tensor grad_features, Tensor grad_contrast, Tensor grad_temperature)";
+inline const std::string kPlanSchema =
+    "(" SCL_CALL_ARGUMENTS(SCL_SCHEMA_FIRST, SCL_SCHEMA_NEXT) ") -> str";
+
+}  // namespace scl
