@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/call_arguments.h"
+#include "triton/stage_arguments.h"
 
 // The torch this library was compiled against, as a string in the file itself: scl_kernels/
 // _extension.py reads it without loading the library, so that a library built for another torch
@@ -40,59 +41,26 @@ TORCH_LIBRARY(scl, m) {
   // What a call with these arguments would do (csrc/core/call_plan.h), for scl_kernels.explain.
   m.def(("supcon_plan" + scl::kPlanSchema).c_str());
   m.def(("supcon_triton_plan" + scl::kPlanSchema).c_str());
-  // The Triton tile kernels (scl_kernels/backends/triton registers them from Python); the
-  // arguments are those of scl::TileInputs and scl::GradCoefficients (csrc/core/tile_kernels.h);
-  // `deterministic` is the plan's (no atomics).
-  // In these ops `temperature` ([1] float64) holds t: in device memory, where the kernels read
-  // it, with temperature_in_memory; else the host value the call read and checked, on the CPU
-  // (scl::Temperature, csrc/core/temperature.h).
-  m.def("supcon_triton_lse_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
-        "Tensor temperature, bool temperature_in_memory, int self_offset, bool symmetric) -> Tensor lse");
-  m.def("supcon_triton_grad_tiles(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
-        "Tensor temperature, bool temperature_in_memory, int self_offset, bool symmetric, bool deterministic, "
-        "Tensor coef, Tensor lse_hi, Tensor lse_lo) -> (Tensor dq, Tensor dz)");
-  // The focal loss's walk over positive pairs (scl::TileKernels::positive_walk; registered from
-  // Python like the tiles). An empty grad_weight asks for the forward only.
-  m.def("supcon_triton_positive_walk(Tensor q, Tensor z, Tensor q_inv_norm, Tensor z_inv_norm, "
-        "float inv_t, int self_offset, Tensor anchor_class, Tensor contrast_class, "
-        "Tensor lse_hi, Tensor lse_lo, float gamma, Tensor grad_weight) -> "
-        "(Tensor loss_sum, Tensor hterm_sum, Tensor dq, Tensor dz)");
-  // The forward's tiles and its per-anchor losses in one op (scl::TileKernels::
-  // lse_and_anchor_losses; registered from Python like the tiles): the log-sum-exp as
-  // supcon_triton_lse_tiles gives it, and the losses from it in one kernel, or, given the
-  // mean's zeroed accumulators (mean_sums), their mean, the accumulators left holding the totals.
-  m.def("supcon_triton_lse_and_losses(Tensor q, Tensor z, Tensor q_inv_norm, "
-        "Tensor z_inv_norm, Tensor temperature, bool temperature_in_memory, int self_offset, bool symmetric, "
-        "Tensor class_sums, Tensor anchor_class, Tensor num_positives, bool single_set, "
-        "Tensor(a!)? mean_sums) -> (Tensor lse, Tensor loss)");
-  // The backward's assembly for one output's rows in one kernel
-  // (scl::TileKernels::assemble_backward; registered from Python like the tiles). An empty
-  // extra, anchor_weight or row_class leaves its term out.
-  m.def("supcon_triton_assemble_backward(Tensor rows, Tensor inv_norm, Tensor grads, "
-        "Tensor extra, int anchor_offset, Tensor anchor_weight, Tensor anchor_class, "
-        "Tensor class_sums, bool self_in_class, Tensor row_class, Tensor weighted_sums, "
-        "bool class_shares_weight, Tensor temperature, bool temperature_in_memory, bool normalize, "
-        "float max_inv_norm, ScalarType out_dtype) -> (Tensor grad, Tensor unit_dot)");
-  // The preparation of one set of rows in one kernel (scl::TileKernels::prepare_rows;
-  // registered from Python like the tiles); class_sums, non_finite and mean_sums are empty when
-  // not asked for.
-  m.def("supcon_triton_prepare_rows(Tensor rows, Tensor labels, Tensor sorted_labels, "
-        "bool normalize, bool self_in_class, bool class_sums, bool check_values, "
-        "bool mean_sums) -> (Tensor inv_norm, Tensor row_class, Tensor num_positives, "
-        "Tensor class_sums, Tensor non_finite, Tensor mean_sums)");
-  // The backward's per-anchor weights, its gradient tiles and the assembly of each output in
-  // one op (scl::TileKernels::weights_grads_and_assembly; registered from Python like the
-  // tiles): anchors_with_positives is given where grad_loss is the mean's (0-dim); with
-  // class_shares_weight no weighted class sums are formed; the contrast's gradient and unit
-  // dots are empty in single set.
-  m.def("supcon_triton_weights_grads_and_assembly(Tensor grad_loss, "
-        "Tensor? anchors_with_positives, Tensor lse, Tensor q, Tensor z, Tensor q_inv_norm, "
-        "Tensor z_inv_norm, Tensor temperature, bool temperature_in_memory, int self_offset, bool symmetric, "
-        "bool deterministic, Tensor num_positives, Tensor anchor_class, Tensor contrast_class, "
-        "Tensor class_sums, bool single_set, int anchor_offset, bool class_shares_weight, "
-        "bool normalize, float max_inv_norm, ScalarType features_dtype, ScalarType contrast_dtype) -> "
-        "(Tensor grad_features, Tensor unit_dot_features, Tensor grad_contrast, "
-        "Tensor unit_dot_contrast)");
+  // The Triton stage ops, whose kernels scl_kernels/backends/triton registers from Python:
+  // the tiles and the fused stages of scl::TileKernels (csrc/core/tile_kernels.h), their
+  // arguments listed in csrc/triton/stage_arguments.h, which says what each op does.
+  m.def(SCL_STAGE_SCHEMA("supcon_triton_lse_tiles", SCL_TRITON_LSE_TILES_ARGUMENTS,
+                         "Tensor lse"));
+  m.def(SCL_STAGE_SCHEMA("supcon_triton_grad_tiles", SCL_TRITON_GRAD_TILES_ARGUMENTS,
+                         "(Tensor dq, Tensor dz)"));
+  m.def(SCL_STAGE_SCHEMA("supcon_triton_positive_walk", SCL_TRITON_POSITIVE_WALK_ARGUMENTS,
+                         "(Tensor loss_sum, Tensor hterm_sum, Tensor dq, Tensor dz)"));
+  m.def(SCL_STAGE_SCHEMA("supcon_triton_lse_and_losses", SCL_TRITON_LSE_AND_LOSSES_ARGUMENTS,
+                         "(Tensor lse, Tensor loss)"));
+  m.def(SCL_STAGE_SCHEMA("supcon_triton_assemble_backward",
+                         SCL_TRITON_ASSEMBLE_BACKWARD_ARGUMENTS, "(Tensor grad, Tensor unit_dot)"));
+  m.def(SCL_STAGE_SCHEMA("supcon_triton_prepare_rows", SCL_TRITON_PREPARE_ROWS_ARGUMENTS,
+                         "(Tensor inv_norm, Tensor row_class, Tensor num_positives, "
+                         "Tensor class_sums, Tensor non_finite, Tensor mean_sums)"));
+  m.def(SCL_STAGE_SCHEMA("supcon_triton_weights_grads_and_assembly",
+                         SCL_TRITON_WEIGHTS_GRADS_AND_ASSEMBLY_ARGUMENTS,
+                         "(Tensor grad_features, Tensor unit_dot_features, Tensor grad_contrast, "
+                         "Tensor unit_dot_contrast)"));
   // Whether the host may wait for values on `like`'s device now (false while a CUDA graph is
   // being captured): TileKernels::host_may_wait, answered in Python because csrc/triton is
   // compiled without CUDA.

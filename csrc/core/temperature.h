@@ -5,7 +5,7 @@
 // because it cannot read t now (Refusal::kTemperatureUnreadable), with which nothing runs. Every
 // struct of the core and of the backends' glue carries this one value; the kernels take it as
 // one KernelTemperature (kernel_temperature.h), and the Triton stage ops as its tensor and
-// is_in_memory (csrc/scl_ops.cpp).
+// is_in_memory (csrc/triton/stage_arguments.h).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -2,7 +2,8 @@
 // launches from Python, so the tiles and the fused stages (the focal loss's positive walk, the
 // preparation, the backward's assembly) are the ops
 // scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk,assemble_backward,prepare_rows}, whose
-// kernels scl_kernels/backends/triton registers; this file calls them through the dispatcher.
+// kernels scl_kernels/backends/triton registers; this file calls them through the dispatcher,
+// their arguments listed in stage_arguments.h.
 // Each call is a crossing into Python, so the stages that run back to back go as one op, the
 // grouped forms of TileKernels: scl::supcon_triton_lse_and_losses (the tiles and the fused
 // losses) and scl::supcon_triton_weights_grads_and_assembly (the anchor weights, the gradient
@@ -15,6 +16,7 @@
 #include <tuple>
 
 #include "../core/supcon_orchestration.h"
+#include "stage_arguments.h"
 
 namespace scl::triton {
 namespace {
@@ -32,105 +34,74 @@ void require_tile_kernel(const char* name, const at::Tensor& like) {
               "scl_kernels.backends.triton.registration (needs the triton package; CPU tensors need TRITON_INTERPRET=1)");
 }
 
+// The stage op `name` with the signature Result(parameters of its arguments' list).
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> stage_op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+std::optional<at::Tensor> present(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+
 at::Tensor lse_tiles(const TileInputs& in) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("scl::supcon_triton_lse_tiles", "")
-                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
-                                               const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                               bool, int64_t, bool)>();
+  static const auto op = stage_op<at::Tensor(SCL_STAGE_TYPES(SCL_TRITON_LSE_TILES_ARGUMENTS))>(
+      "scl::supcon_triton_lse_tiles");
   require_tile_kernel("scl::supcon_triton_lse_tiles", in.z);
-  return op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.tensor(),
-                 in.temperature.is_in_memory(), in.self_offset,
-                 in.schedule == Schedule::kSymmetric);
+  return op.call(SCL_STAGE_VALUES(SCL_TRITON_LSE_TILES_ARGUMENTS));
 }
 
 TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
   static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("scl::supcon_triton_grad_tiles", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              bool, int64_t, bool, bool, const at::Tensor&, const at::Tensor&,
-              const at::Tensor&)>();
+      stage_op<std::tuple<at::Tensor, at::Tensor>(
+          SCL_STAGE_TYPES(SCL_TRITON_GRAD_TILES_ARGUMENTS))>("scl::supcon_triton_grad_tiles");
   require_tile_kernel("scl::supcon_triton_grad_tiles", in.z);
   const bool symmetric = in.schedule == Schedule::kSymmetric;
-  // The schema has no optional tensors: the symmetric schedule's unused lse parts are empty.
   const at::Tensor none = at::empty({0}, c.coef.options());
-  auto [dq, dz] = op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.tensor(),
-                          in.temperature.is_in_memory(), in.self_offset, symmetric, in.deterministic,
-                          c.coef,
-                          symmetric ? none : c.lse_hi, symmetric ? none : c.lse_lo);
+  auto [dq, dz] = op.call(SCL_STAGE_VALUES(SCL_TRITON_GRAD_TILES_ARGUMENTS));
   return {symmetric ? at::Tensor() : dq, dz};
 }
 
 PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs& walk) {
   static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("scl::supcon_triton_positive_walk", "")
-          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, double,
-              int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              double, const at::Tensor&)>();
+      stage_op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+          SCL_STAGE_TYPES(SCL_TRITON_POSITIVE_WALK_ARGUMENTS))>("scl::supcon_triton_positive_walk");
   require_tile_kernel("scl::supcon_triton_positive_walk", in.z);
   auto [loss_sum, hterm_sum, dq, dz] =
-      op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.inv_t(), in.self_offset,
-              walk.anchor_class, walk.contrast_class, walk.lse_hi, walk.lse_lo, walk.gamma,
-              walk.grad_weight);
+      op.call(SCL_STAGE_VALUES(SCL_TRITON_POSITIVE_WALK_ARGUMENTS));
   return {loss_sum, hterm_sum, dq, dz};
 }
 
 // The forward's tiles and fused losses in one crossing (TileKernels::lse_and_anchor_losses).
 LseAndLosses lse_and_anchor_losses(const TileInputs& in, const AnchorLossInputs& finish) {
   static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("scl::supcon_triton_lse_and_losses", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              bool, int64_t, bool, const at::Tensor&, const at::Tensor&,
-              const at::Tensor&, bool, const std::optional<at::Tensor>&)>();
+      stage_op<std::tuple<at::Tensor, at::Tensor>(
+          SCL_STAGE_TYPES(SCL_TRITON_LSE_AND_LOSSES_ARGUMENTS))>(
+          "scl::supcon_triton_lse_and_losses");
   require_tile_kernel("scl::supcon_triton_lse_and_losses", in.z);
-  auto [lse, losses] =
-      op.call(in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.tensor(),
-              in.temperature.is_in_memory(), in.self_offset, in.schedule == Schedule::kSymmetric,
-              finish.class_sums, finish.anchor_class, finish.num_positives, finish.single_set,
-              finish.mean_sums.defined() ? std::optional<at::Tensor>(finish.mean_sums)
-                                         : std::nullopt);
+  auto [lse, losses] = op.call(SCL_STAGE_VALUES(SCL_TRITON_LSE_AND_LOSSES_ARGUMENTS));
   return {lse, losses};
 }
 
 BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
   static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("scl::supcon_triton_assemble_backward", "")
-          .typed<std::tuple<at::Tensor, at::Tensor>(
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, bool, const at::Tensor&,
-              const at::Tensor&, bool, const at::Tensor&, bool, bool, double,
-              at::ScalarType)>();
+      stage_op<std::tuple<at::Tensor, at::Tensor>(
+          SCL_STAGE_TYPES(SCL_TRITON_ASSEMBLE_BACKWARD_ARGUMENTS))>(
+          "scl::supcon_triton_assemble_backward");
   require_tile_kernel("scl::supcon_triton_assemble_backward", in.rows);
-  // The schema has no optional tensors: a term left out is an empty tensor.
   const at::Tensor none = at::empty({0}, in.grads.options());
   const auto given = [&](const at::Tensor& t) { return t.defined() ? t : none; };
-  auto [grad, unit_dot] =
-      op.call(in.rows, in.inv_norm, in.grads, given(in.extra), in.anchor_offset,
-              given(in.anchor_weight), in.anchor_class, in.class_sums, in.self_in_class,
-              given(in.row_class), given(in.weighted_sums), in.class_shares_weight, in.temperature.tensor(),
-              in.temperature.is_in_memory(), in.normalize, in.max_inv_norm, in.out_dtype);
+  auto [grad, unit_dot] = op.call(SCL_STAGE_VALUES(SCL_TRITON_ASSEMBLE_BACKWARD_ARGUMENTS));
   return {grad, unit_dot};
 }
 
 PreparedRows prepare_rows(const RowPreparationInputs& in) {
   static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("scl::supcon_triton_prepare_rows", "")
-          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                            at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                        bool, bool, bool, bool, bool)>();
+      stage_op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+          SCL_STAGE_TYPES(SCL_TRITON_PREPARE_ROWS_ARGUMENTS))>("scl::supcon_triton_prepare_rows");
   require_tile_kernel("scl::supcon_triton_prepare_rows", in.rows);
   auto [inv_norm, row_class, num_positives, class_sums, non_finite, mean_sums] =
-      op.call(in.rows, in.labels, in.sorted_labels, in.normalize, in.self_in_class,
-              in.class_sums, in.check_values, in.mean_sums);
-  // The schema has no optional tensors: what was not asked for comes back empty.
+      op.call(SCL_STAGE_VALUES(SCL_TRITON_PREPARE_ROWS_ARGUMENTS));
   return {inv_norm,
           row_class,
           num_positives,
@@ -144,25 +115,13 @@ PreparedRows prepare_rows(const RowPreparationInputs& in) {
 AssembledGradients weights_grads_and_assembly(const TileInputs& in,
                                               const WeightsGradsAndAssemblyInputs& stages) {
   static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("scl::supcon_triton_weights_grads_and_assembly", "")
-          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
-              const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
-              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-              bool, int64_t, bool, bool, const at::Tensor&, const at::Tensor&,
-              const at::Tensor&, const at::Tensor&, bool, int64_t, bool, bool, double,
-              at::ScalarType, at::ScalarType)>();
+      stage_op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+          SCL_STAGE_TYPES(SCL_TRITON_WEIGHTS_GRADS_AND_ASSEMBLY_ARGUMENTS))>(
+          "scl::supcon_triton_weights_grads_and_assembly");
   require_tile_kernel("scl::supcon_triton_weights_grads_and_assembly", in.z);
   const AnchorWeightInputs& w = stages.weights;
-  auto [features, features_dot, contrast, contrast_dot] = op.call(
-      w.grad_loss,
-      w.anchors_with_positives.defined() ? std::optional<at::Tensor>(w.anchors_with_positives)
-                                         : std::nullopt,
-      w.lse, in.q, in.z, in.q_inv_norm, in.z_inv_norm, in.temperature.tensor(),
-      in.temperature.is_in_memory(), in.self_offset, in.schedule == Schedule::kSymmetric,
-      in.deterministic, w.num_positives, w.anchor_class, stages.contrast_class, stages.class_sums,
-      stages.single_set, stages.anchor_offset, stages.class_shares_weight, stages.normalize,
-      stages.max_inv_norm, stages.features_dtype, stages.contrast_dtype);
+  auto [features, features_dot, contrast, contrast_dot] =
+      op.call(SCL_STAGE_VALUES(SCL_TRITON_WEIGHTS_GRADS_AND_ASSEMBLY_ARGUMENTS));
   if (stages.single_set) return {{features, features_dot}, {}};
   return {{features, features_dot}, {contrast, contrast_dot}};
 }

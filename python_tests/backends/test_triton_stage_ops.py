@@ -1,8 +1,8 @@
-"""Each Triton stage op's signature is written in three places: its schema (csrc/scl_ops.cpp), the
-C++ caller's typed<> signature (csrc/triton/supcon_triton.cpp, which the dispatcher checks against
-the schema when the caller first runs, as every Triton test does) and the Python function that
-implements it (scl_kernels/backends/triton, registration.STAGE_OPS). This holds the last two
-together: the same parameters, in the same order, as the schema names them."""
+"""Each Triton stage op's arguments are listed once, in csrc/triton/stage_arguments.h, from which
+its schema and the C++ caller's typed<> signature and call are made (the dispatcher checks the
+signature against the schema when the caller first runs, as every Triton test does); the Python
+function that implements it (scl_kernels/backends/triton, registration.STAGE_OPS) is a copy. This
+holds that copy to the list: the same parameters, in the same order, as the schema names them."""
 import inspect
 import os
 

@@ -107,7 +107,7 @@ def assemble_backward(rows, inv_norm, grads, extra, anchor_offset, anchor_weight
                       temperature, temperature_in_memory, normalize, max_inv_norm, out_dtype):
     """The op: (grad [R, d] in out_dtype, unit_dot [R] float32); an empty extra, anchor_weight
     or row_class leaves its term out; `temperature` and `temperature_in_memory`: the call's
-    temperature (launch.temperature_of); the schema: csrc/scl_ops.cpp."""
+    temperature (launch.temperature_of); the arguments: csrc/triton/stage_arguments.h."""
     has_row_part = row_class.numel() > 0
     return assemble(rows, inv_norm, grads, extra if extra.numel() > 0 else None, anchor_offset,
                     anchor_weight if anchor_weight.numel() > 0 else None, anchor_class,

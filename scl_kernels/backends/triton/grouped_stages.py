@@ -16,7 +16,8 @@ def lse_and_losses(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_mem
                    self_offset, symmetric, class_sums, anchor_class, num_positives, single_set,
                    mean_sums):
     """(lse, loss): lse_tiles's log-sum-exp, and the per-anchor losses from it, or with
-    mean_sums (else None) their mean (anchor_losses.py); the schema: csrc/scl_ops.cpp."""
+    mean_sums (else None) their mean (anchor_losses.py); the arguments:
+    csrc/triton/stage_arguments.h."""
     resolved = temperature_of(temperature, temperature_in_memory)  # once per op call
     lse = tile_lse(q, z, q_inv_norm, z_inv_norm, resolved, self_offset, symmetric)
     return lse, anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse,
@@ -32,7 +33,7 @@ def weights_grads_and_assembly(grad_loss, anchors_with_positives, lse, q, z, q_i
     """(grad_features, unit_dot_features, grad_contrast, unit_dot_contrast), the contrast's
     empty in single set: the anchor weights (anchor_weights.py), the gradient tiles from their
     coefficients (tiles.py) and each output's assembly (backward_assembly.py), as the shared
-    core composes the separate stages; the schema: csrc/scl_ops.cpp."""
+    core composes the separate stages; the arguments: csrc/triton/stage_arguments.h."""
     resolved = temperature_of(temperature, temperature_in_memory)  # once per op call
     classes = 0 if class_shares_weight else class_sums.shape[0]
     weight, weighted_sums, coef, lse_hi, lse_lo = anchor_weights(

@@ -30,7 +30,7 @@ def _refused_on_cpu(*args):
     raise ValueError(TRITON_CPU_NEEDS_INTERPRETER)
 
 
-# The ops (schemas in csrc/scl_ops.cpp) and the Python functions that implement them, whose
+# The ops (arguments in csrc/triton/stage_arguments.h) and the Python functions that implement them, whose
 # parameters are the schemas' arguments (python_tests/backends/test_triton_stage_ops.py).
 STAGE_OPS = {
     "supcon_triton_lse_tiles": lse_tiles,

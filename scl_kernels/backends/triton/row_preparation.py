@@ -104,8 +104,8 @@ def prepare_rows(rows, labels, sorted_labels, normalize, self_in_class, class_su
                  check_values, mean_sums):
     """(inv_norm [R] float32, row_class [R] int64, num_positives [R] int64, class_sums [n, d]
     float32, non_finite [1] int32, mean_sums [3] float64 zeros), the last three empty when not
-    asked for; the op's schema: csrc/scl_ops.cpp. One zeroed buffer holds all three, the float64
-    accumulators at an even float offset (8-byte aligned)."""
+    asked for; the op's arguments: csrc/triton/stage_arguments.h. One zeroed buffer holds all
+    three, the float64 accumulators at an even float offset (8-byte aligned)."""
     r, d = rows.shape
     n = sorted_labels.numel()
     rows = kernel_rows(rows)
