@@ -4,15 +4,17 @@ where the temperature comes from, which fused stages run and which ATen steps st
 checks, the threads. Each plan field reads as a sentence (FIELD_SENTENCES; the glossary in
 docs/BACKENDS.md, "Reading explain()"); the printed text is made from the same dict as
 Explanation.details()."""
-from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
+import inspect
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import torch
 from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
 
 from ._docstrings import fill_arguments
-from ._types import BackendName, ContrastMode, Reduction, Temperature
+from ._signatures import bind_arguments, same_parameters
+from ._types import BackendName, Temperature
 from .backends import auto_choice
-from .functional import checked_call
+from .functional import CheckedCall, checked_call, supcon_loss
 
 Plan = Dict[str, str]
 
@@ -230,12 +232,12 @@ def _stand_in(t: Optional[torch.Tensor], device: torch.device) -> Optional[torch
     return None if t is None else torch.empty((), dtype=t.dtype, device=device).expand(t.shape)
 
 
+_SUPCON_LOSS = inspect.signature(supcon_loss)
+
+
 @fill_arguments
-def explain(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
-            temperature: Temperature = 0.1, *, contrast: Optional[torch.Tensor] = None,
-            contrast_labels: Optional[torch.Tensor] = None, contrast_mode: ContrastMode = "all",
-            normalize: bool = True, focal_gamma: float = 0.0, reduction: Reduction = "mean",
-            backend: BackendName = "auto") -> Explanation:
+@same_parameters(supcon_loss)
+def explain(*args: Any, **kwargs: Any) -> Explanation:
     """What ``supcon_loss`` with the same arguments would do, computed from the arguments alone
     (no loss): the backend and why, and the plan its fused op follows. A temperature is read as
     the call would read it. Meta and fake tensors are planned as tensors of their shapes and
@@ -262,10 +264,17 @@ def explain(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
         The errors ``supcon_loss`` raises for bad arguments or a backend that cannot run here;
         a ValueError for a meta or fake temperature tensor, whose value the plan needs.
     """
-    call = checked_call(features, labels, temperature, contrast, contrast_labels, contrast_mode,
-                        normalize, focal_gamma, reduction, backend)
+    arguments = bind_arguments(_SUPCON_LOSS, args, kwargs)
+    return _explain(checked_call(**arguments), **arguments)
+
+
+def _explain(call: CheckedCall, *, temperature: Temperature, normalize: bool,
+             backend: BackendName, **_others: object) -> Explanation:
+    """explain's answer for the checked ``call``, with ``temperature`` and ``backend`` as they
+    were given (the call holds the temperature as a tensor and the backend resolved)."""
+    device = call.layout.rows.device
     if backend == "auto":
-        reason = auto_choice(features.device, call.focal_gamma, call.shape)[1]
+        reason = auto_choice(device, call.focal_gamma, call.shape)[1]
     else:
         reason = f"backend={backend!r} was asked for"
     if call.backend.plan_op is None:
@@ -275,20 +284,23 @@ def explain(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
                          "tensor, which holds no value (the plan reads it): pass the temperature "
                          "as a float or a real tensor")
     layout = call.layout
-    tensors: Tuple[Optional[torch.Tensor], ...] = (layout.rows, layout.labels, layout.contrast,
-                                                   layout.contrast_labels)
-    without_data = not all(_holds_data(x) for x in tensors)
-    device = torch.device("cpu") if features.is_meta else features.device
+    tensors = dict(features=layout.rows, labels=layout.labels, contrast=layout.contrast,
+                   contrast_labels=layout.contrast_labels)
+    without_data = not all(_holds_data(x) for x in tensors.values())
+    if device.type == "meta":
+        device = torch.device("cpu")
     if without_data:
         reason += f"; planned as {device.type} tensors of these shapes and dtypes"
     # Under a fake tensor mode the plan op would meet fake tensors; it gets real ones.
     with unset_fake_temporarily():
         if without_data:
-            tensors = tuple(_stand_in(x, device) for x in tensors)
+            tensors = {name: _stand_in(x, device) for name, x in tensors.items()}
         t = call.temperature
         if not _holds_data(t):  # a float temperature, made into a tensor under the fake mode
             t = torch.tensor(float(temperature), dtype=torch.float64)
-        text = call.backend.plan_op(*tensors, t, layout.num_anchors, normalize, 0,
-                                    call.focal_gamma, call.mean)
+        # The arguments that supcon_loss passes the forward op (functional.py), by name.
+        text = call.backend.plan_op(**tensors, temperature=t, num_anchors=layout.num_anchors,
+                                    normalize=normalize, focal_gamma=call.focal_gamma,
+                                    mean=call.mean)
     plan = dict(line.split(": ", 1) for line in text.splitlines())
     return Explanation(call.backend.name, reason, plan)

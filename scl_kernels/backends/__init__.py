@@ -3,6 +3,7 @@ and whether it can run here. ``available_backends``, ``backend="auto"``, the err
 test matrix and the capability table of docs/BACKENDS.md (:func:`capability_table`, which a test
 holds the document to) all read the table below. What adding a backend takes: docs/BACKENDS.md.
 """
+import inspect
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union, cast
@@ -10,11 +11,14 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union, cast
 import torch
 
 from .._extension import library_loaded, require_library
+from .._signatures import bind_arguments
 from .._types import BackendName
 from . import hard_pairs_ops  # noqa: F401  (registers the hard-pair ops' fake kernels)
 from .auto_rule import CallShape, cuda_is_faster
 from .fused_ops import loss_dtype, register_fakes
-from .reference import supcon_reference
+# Re-exported: supcon_loss's "mean" reduction is the same mean (functional.py).
+from .reference import (mean_over_anchors_with_positives as mean_over_anchors_with_positives,
+                        supcon_reference)
 from .triton import (TRITON_CPU_NEEDS_INTERPRETER, TRITON_MISSING, load_triton_backend,
                      triton_installed, triton_interpreter_enabled)
 
@@ -106,22 +110,21 @@ class Backend:
         """Whether its kernels compute a call with this focal_gamma."""
         return self.focal or focal_gamma == 0
 
-    def run(self, features: torch.Tensor, labels: torch.Tensor, contrast: Optional[torch.Tensor],
-            contrast_labels: Optional[torch.Tensor], temperature: torch.Tensor, num_anchors: int,
-            normalize: bool, anchor_offset: int = 0, focal_gamma: float = 0.0,
-            mean: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(per-anchor loss, |P(i)|) with the op's argument conventions; with ``mean`` the loss
-        is their mean over the anchors with positives (0-dim), taken inside the fused ops."""
+    def run(self, *args: Any, **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(per-anchor loss, |P(i)|) for the fused op's arguments, passed as the op takes them:
+        by position in its schema's order (csrc/op_schemas.h) or by name. The reference takes
+        the same (backends/reference.py). With ``mean`` the loss is their mean over the anchors
+        with positives (0-dim), taken inside the fused ops."""
         if self.op_name is None:
-            loss, num_positives = _run_reference(features, labels, contrast, contrast_labels,
-                                                 temperature, num_anchors, normalize,
-                                                 anchor_offset, focal_gamma)
-            return (mean_over_anchors_with_positives(loss, num_positives) if mean else loss,
-                    num_positives)
-        loss, _lse, num_positives = _scl_op(self, self.op_name)(
-            features, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-            anchor_offset, focal_gamma, mean)
+            arguments = bind_arguments(_REFERENCE, args, kwargs)
+            # The fused ops check values inside their kernels; the dense path checks here.
+            _check_reference_values(**arguments)
+            return supcon_reference(**arguments)
+        loss, _lse, num_positives = _scl_op(self, self.op_name)(*args, **kwargs)
         return loss, num_positives
+
+
+_REFERENCE = inspect.signature(supcon_reference)
 
 
 def _scl_op(backend: Backend, name: str) -> Callable[..., Any]:
@@ -131,13 +134,6 @@ def _scl_op(backend: Backend, name: str) -> Callable[..., Any]:
     return op
 
 
-def mean_over_anchors_with_positives(per_anchor: torch.Tensor,
-                                     num_positives: torch.Tensor) -> torch.Tensor:
-    """The "mean" reduction: over the anchors that have a positive (0 where none has), as the
-    fused ops take it with ``mean=True`` (csrc/core/supcon_problem.h)."""
-    return per_anchor.sum() / torch.count_nonzero(num_positives).clamp_min_(1)
-
-
 def temperature_value_error(value: float) -> ValueError:
     """The error of a temperature that is not positive and finite, worded as the op's own
     (csrc/core/supcon_problem.cpp, read_temperature: the value printed as %g), for the
@@ -145,10 +141,9 @@ def temperature_value_error(value: float) -> ValueError:
     return ValueError(f"temperature must be positive and finite, got {value:g}")
 
 
-def _check_reference_values(features: torch.Tensor, contrast: Optional[torch.Tensor],
-                            temperature: torch.Tensor) -> None:
-    # The fused ops check values inside their kernels; the dense path checks here, when the
-    # values exist (not while tracing, not on the meta device).
+def _check_reference_values(*, features: torch.Tensor, contrast: Optional[torch.Tensor],
+                            temperature: torch.Tensor, **_others: object) -> None:
+    # Only when the values exist: not while tracing, not on the meta device.
     if torch.compiler.is_compiling() or features.device.type == "meta":
         return
     for name, tensor in (("features", features), ("contrast", contrast)):
@@ -157,15 +152,6 @@ def _check_reference_values(features: torch.Tensor, contrast: Optional[torch.Ten
     value = float(temperature.detach())
     if not (value > 0 and value != float("inf")):
         raise temperature_value_error(value)
-
-
-def _run_reference(features: torch.Tensor, labels: torch.Tensor,
-                   contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
-                   temperature: torch.Tensor, num_anchors: int, normalize: bool,
-                   anchor_offset: int, focal_gamma: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    _check_reference_values(features, contrast, temperature)
-    return supcon_reference(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                            normalize, anchor_offset, focal_gamma)
 
 
 REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (
@@ -189,7 +175,7 @@ REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (
     Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True),
 )}
 BACKENDS: Tuple[str, ...] = ("auto", *REGISTRY)
-register_fakes(dict.fromkeys(b.op_name for b in REGISTRY.values() if b.op_name))
+register_fakes()
 
 
 def get_backend(name: str) -> Backend:

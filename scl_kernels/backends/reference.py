@@ -11,9 +11,10 @@ from .fused_ops import loss_dtype
 def supcon_reference(features: torch.Tensor, labels: torch.Tensor,
                      contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
                      temperature: torch.Tensor, num_anchors: int, normalize: bool,
-                     anchor_offset: int = 0,
-                     focal_gamma: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Same arguments and per-anchor semantics as torch.ops.scl.supcon; returns (loss, |P(i)|)."""
+                     anchor_offset: int = 0, focal_gamma: float = 0.0,
+                     mean: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Same arguments and semantics as torch.ops.scl.supcon (python_tests/api/
+    test_call_arguments.py holds the arguments to its schema); returns (loss, |P(i)|)."""
     dtype = loss_dtype(features.dtype)
     rows = features.to(dtype)
     rows = F.normalize(rows, dim=1) if normalize else rows
@@ -45,7 +46,14 @@ def supcon_reference(features: torch.Tensor, labels: torch.Tensor,
         per_anchor = focal_sum / num_positives.clamp_min(1)
     loss = torch.where(num_positives > 0, per_anchor,
                        torch.zeros((), dtype=dtype, device=rows.device))
-    return loss, num_positives
+    return (mean_over_anchors_with_positives(loss, num_positives) if mean else loss), num_positives
+
+
+def mean_over_anchors_with_positives(per_anchor: torch.Tensor,
+                                     num_positives: torch.Tensor) -> torch.Tensor:
+    """The "mean" reduction: over the anchors that have a positive (0 where none has), as the
+    fused ops take it with ``mean=True`` (csrc/core/supcon_problem.h)."""
+    return per_anchor.sum() / torch.count_nonzero(num_positives).clamp_min_(1)
 
 
 def _focal_terms(x: torch.Tensor, positive: torch.Tensor, gamma: float) -> torch.Tensor:

@@ -53,7 +53,8 @@ def gathered_supcon(layout: Layout, temperature: torch.Tensor, normalize: bool, 
         if layout.num_anchors == 0:
             return _no_anchors(features, layout, temperature)
         return backend.run(features, labels, None, None, temperature, layout.num_anchors,
-                           normalize, plan.offset(plan.rows), focal_gamma)
+                           normalize, anchor_offset=plan.offset(plan.rows),
+                           focal_gamma=focal_gamma)
     contrast = gather_rows_with_grad(layout.contrast, plan.contrast_rows, plan.rank, group,
                                      graph_anchor)
     assert layout.contrast_labels is not None, "build_layout gives contrast its labels"
