@@ -1,6 +1,6 @@
-"""The fused op's arguments have one description, its schemas (csrc/op_schemas.h). Every Python
-place that must still name them is held to the schemas here, so that any disagreement fails in
-this file:
+"""The fused op's arguments have one description, its schemas (made from
+csrc/core/call_arguments.h). Every Python place that must still name them is held to the schemas
+here, so that any disagreement fails in this file:
 
 - the forward, backward and plan schemas of every fused op the library registers agree;
 - the fake kernels (backends/fused_ops.py) take the arguments by keyword and by position;

@@ -112,8 +112,8 @@ class Backend:
 
     def run(self, *args: Any, **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
         """(per-anchor loss, |P(i)|) for the fused op's arguments, passed as the op takes them:
-        by position in its schema's order (csrc/op_schemas.h) or by name. The reference takes
-        the same (backends/reference.py). With ``mean`` the loss is their mean over the anchors
+        by position in its schema's order (csrc/core/call_arguments.h) or by name. The reference
+        takes the same (backends/reference.py). With ``mean`` the loss is their mean over the anchors
         with positives (0-dim), taken inside the fused ops."""
         if self.op_name is None:
             arguments = bind_arguments(_REFERENCE, args, kwargs)

@@ -1,10 +1,10 @@
 """Fake kernels for the fused ops, so that they trace under torch.compile and run on meta tensors.
 
-The fused ops' schemas (csrc/op_schemas.h) are the one description of their arguments: the
-fakes bind what they receive to the schema's names and defaults, and read only the arguments
-that the output shapes depend on, by name. The registry registers them for each fused op of the
-loaded library (register_fakes, fused_op_names: its scl::supcon and scl::supcon_triton, and a
-test build's dry run of the CUDA backend).
+The fused ops' schemas (made from csrc/core/call_arguments.h) are the one description of their
+arguments: the fakes bind what they receive to the schema's names and defaults, and read only the
+arguments that the output shapes depend on, by name. The registry registers them for each fused
+op of the loaded library (register_fakes, fused_op_names: its scl::supcon and scl::supcon_triton,
+and a test build's dry run of the CUDA backend).
 """
 import inspect
 from typing import Any, Callable, Optional, Tuple
