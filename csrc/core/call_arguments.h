@@ -4,19 +4,31 @@
 // schemas (python_tests/api/test_call_arguments.py holds it to them). Adding an argument: one row
 // here, then the lines that read it (docs/BACKENDS.md, "Adding an argument").
 //
-// The arguments (docs/MATH.md has the maths):
+// The arguments (docs/MATH.md has the maths), and which stages of a call read them (the plan:
+// call_plan.h; the preparation, the tiles, the losses, the weights, the assembly and the focal
+// walk: tile_kernels.h):
 //   features, labels   the rows [N, D] and their integer labels [N] (a negative label: no class).
+//       Read by the plan (shapes, dtypes, sizes), the preparation, the tiles and the assembly.
 //   contrast, contrast_labels   a cross set's rows [M, D] and labels, or None: single set, where
 //       the anchors are rows [anchor_offset, anchor_offset + num_anchors) of features, the
 //       contrast set is every row and anchor i never sees its own row. In a cross set the anchors
-//       are all feature rows, no column is excluded and anchor_offset is 0.
-//   temperature   t, a [] or [1] floating tensor on the CPU or the rows' device.
-//   num_anchors, normalize   how many anchors; whether rows are L2-normalised first.
-//   anchor_offset   the first anchor row in single set.
+//       are all feature rows, no column is excluded and anchor_offset is 0. Read as features
+//       and labels are; a cross set takes the plain schedule.
+//   temperature   t, a [] or [1] floating tensor on the CPU or the rows' device. The plan reads
+//       it on the host or leaves it in memory (temperature.h); the tiles, the losses, the
+//       weights, the assembly and the focal walk read the plan's value; backward's
+//       temperature_grad asks for its gradient.
+//   num_anchors, normalize   how many anchors; whether rows are L2-normalised first. Read by
+//       the plan (the symmetric schedule needs every row an anchor and unit rows), the
+//       preparation and the assembly.
+//   anchor_offset   the first anchor row in single set: the preparation, the tiles' self column
+//       and the assembly.
 //   focal_gamma   0: SupCon; > 0: the focal contrastive loss,
-//       (1/|P(i)|) sum_p (1 - pi_ip)^gamma (-log pi_ip) (docs/MATH.md, "Focal contrastive loss").
+//       (1/|P(i)|) sum_p (1 - pi_ip)^gamma (-log pi_ip) (docs/MATH.md, "Focal contrastive
+//       loss"). The plan refuses it where the backend has no focal walk; the walk reads it.
 //   mean   the loss is the mean of l_i over the anchors with positives (0-dim), the caller's
-//       "mean" reduction inside the op; backward then takes its 0-dim gradient.
+//       "mean" reduction inside the op; backward then takes its 0-dim gradient. Read by the
+//       preparation (the mean's accumulators), the losses and the weights.
 //
 // Each row is X(C++ parameter type, name, schema declaration); the rows without a schema default
 // come first, because the backward's schema puts lse between the two lists.

@@ -274,7 +274,6 @@ bool fixed_shift_is_safe(double inv_t, at::ScalarType compute_type) {
 CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const SupConProblem* kept) {
   CallPlan plan{};
   plan.deterministic = at::globalContext().deterministicAlgorithms();
-  plan.focal_gamma = args.focal_gamma;
   TORCH_CHECK_VALUE(std::isfinite(args.focal_gamma) && args.focal_gamma >= 0,
                     "focal_gamma must be finite and >= 0, got ", args.focal_gamma);
   plan.focal = args.focal_gamma > 0;
@@ -392,7 +391,7 @@ std::string CallPlan::summary() const {
   return line;
 }
 
-void require_runnable(const CallPlan& plan) {
+void require_runnable(const CallPlan& plan, const SupConArgs& args) {
   switch (plan.refusal) {
     case Refusal::kNone:
       return;
@@ -409,7 +408,7 @@ void require_runnable(const CallPlan& plan) {
                                            "the batch, or use another backend"));
     case Refusal::kNoFocalWalk: {
       std::ostringstream asked;
-      asked << "focal_gamma=" << plan.focal_gamma << " (the focal contrastive loss)";
+      asked << "focal_gamma=" << args.focal_gamma << " (the focal contrastive loss)";
       TORCH_CHECK_NOT_IMPLEMENTED(
           false, refused(plan, asked.str(),
                          "this backend's kernels have no positive walk; "

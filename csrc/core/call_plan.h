@@ -95,7 +95,6 @@ struct CallPlan {
   // and the backward is symmetric: full rows in deterministic mode, else the process's setting
   // (symmetric_backward_walk_setting); kNone elsewhere.
   SymmetricBackwardWalk symmetric_backward_walk;
-  double focal_gamma;  // for the refusal's message
   int64_t rows_elements;  // the largest rows tensor's, for the refusal's message
   int64_t max_rows_elements;
 
@@ -120,7 +119,7 @@ SymmetricBackwardWalk symmetric_backward_walk_setting();
 // Raises the plan's refusal in one line (what was asked, the plan's line that refuses, what to
 // do), quoting the plan: NotImplementedError for a feature the backend lacks, ValueError for a
 // temperature it cannot read now or rows past its size limit, RuntimeError without BLAS.
-void require_runnable(const CallPlan& plan);
+void require_runnable(const CallPlan& plan, const SupConArgs& args);
 
 // True when exp(s - 1/t) cannot underflow for unit rows (|s| <= 1/t) in `compute_type`: the
 // condition of the fixed shift that the symmetric schedule relies on.

@@ -172,7 +172,7 @@ std::string supcon_plan(const TileKernels& kernels, const SupConArgs& args) {
 
 OpOutputs supcon_forward(const TileKernels& kernels, const SupConArgs& args) {
   const CallPlan plan = plan_call(kernels, args);
-  require_runnable(plan);
+  require_runnable(plan, args);
   const PlanRange range("scl::supcon_forward", plan);
   const CallThreads threads(plan.parallel_tiles);
   const bool check_values = plan.value_checks != ValueChecks::kSkipped;
@@ -221,7 +221,7 @@ OpOutputs supcon_backward(const TileKernels& kernels, const at::Tensor& grad_los
   // inputs, so the same terms.
   const SupConProblem* kept = prepared_for_backward();
   const CallPlan plan = plan_call(kernels, args, kept);
-  require_runnable(plan);
+  require_runnable(plan, args);
   const PlanRange range("scl::supcon_backward", plan);
   const CallThreads threads(plan.parallel_tiles);
   if (plan.value_checks != ValueChecks::kSkipped) raise_earlier_failures(/*wait=*/false);
