@@ -15,12 +15,6 @@
 namespace scl {
 namespace {
 
-TileInputs tile_inputs(const SupConProblem& p, const CallPlan& plan, Schedule schedule) {
-  return {p.q,      p.z,      p.q_inv_norm,  p.z_inv_norm,       p.q_unit,
-          p.z_unit, p.temperature, p.self_offset(), schedule, plan.deterministic,
-          plan.symmetric_backward_walk};
-}
-
 void check_lse(const SupConProblem& p, const at::Tensor& lse) {
   TORCH_CHECK_VALUE(lse.dim() == 1 && lse.size(0) == p.m, "lse must have shape [", p.m,
                     "], got ", lse.sizes());
@@ -64,12 +58,11 @@ PositiveWalkInputs walk_inputs(const SupConProblem& p, const at::Tensor& lse,
 
 // Per-anchor focal loss l_i = loss_sum_i / |P(i)| (0 without positives), in the loss dtype.
 at::Tensor focal_anchor_losses(const TileKernels& kernels, const CallThreads& threads,
-                               const SupConProblem& p, const TileInputs& in,
-                               const at::Tensor& lse, double gamma) {
+                               const SupConProblem& p, const at::Tensor& lse, double gamma) {
   const PositiveWalkInputs walk_in =
       walk_inputs(p, lse, kernels.compute_type(p.z.scalar_type()), gamma, {});
   const PositiveWalkOutputs walk =
-      threads.tiles([&] { return kernels.positive_walk(in, walk_in); });
+      threads.tiles([&] { return kernels.positive_walk(p, walk_in); });
   const at::Tensor mean = walk.loss_sum.to(at::kDouble) / p.num_positives.clamp_min(1);
   return at::where(p.num_positives > 0, mean, 0.0).to(p.compute_type);
 }
@@ -130,10 +123,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> assemble_backward(
                         const at::Tensor& grads, const at::Tensor& extra, bool anchors,
                         bool contrast, at::ScalarType out_dtype) {
     return kernels.assemble_backward(
-        {rows, inv_norm, grads, extra, p.single_set ? p.anchor_offset : 0,
-         anchors ? w : at::Tensor(), p.anchor_class, p.class_sums, p.single_set,
-         contrast && !shared ? p.contrast_class : at::Tensor(), weighted, shared,
-         p.temperature, p.normalize, 1.0 / kNormEps, out_dtype});
+        p, {rows, inv_norm, grads, extra, anchors ? w : at::Tensor(),
+            contrast && !shared ? p.contrast_class : at::Tensor(), weighted, shared, out_dtype});
   };
   BackwardAssembly features, contrast;
   if (p.single_set) {
@@ -180,7 +171,7 @@ OpOutputs supcon_forward(const TileKernels& kernels, const SupConArgs& args) {
   DeferredValueChecks value_checks;
   SupConProblem p =
       prepare_problem(args, plan, check_values ? &value_checks : nullptr, kernels.prepare_rows);
-  const TileInputs in = tile_inputs(p, plan, plan.forward_schedule);
+  const Schedule schedule = plan.forward_schedule;
   at::Tensor lse, losses;
   if (plan.forward_finish == ForwardFinish::kFusedLosses ||
       plan.forward_finish == ForwardFinish::kFusedLossesAndMean) {
@@ -190,21 +181,21 @@ OpOutputs supcon_forward(const TileKernels& kernels, const SupConArgs& args) {
         !fused_mean             ? at::Tensor()
         : p.mean_sums.defined() ? p.mean_sums
                                 : at::zeros({3}, p.q.options().dtype(at::kDouble));
-    AnchorLossInputs finish{p.q,      p.q_inv_norm,  p.class_sums,  p.anchor_class, p.num_positives,
-                            /*lse=*/{}, p.temperature, p.single_set, mean_sums};
+    AnchorLossInputs finish{/*lse=*/{}, mean_sums};
     if (plan.grouped_forward) {
-      LseAndLosses both = threads.tiles([&] { return kernels.lse_and_anchor_losses(in, finish); });
+      LseAndLosses both =
+          threads.tiles([&] { return kernels.lse_and_anchor_losses(p, schedule, finish); });
       lse = std::move(both.lse);
       losses = std::move(both.losses);
     } else {
-      lse = finish.lse = threads.tiles([&] { return kernels.lse(in); });
-      losses = kernels.anchor_losses(finish);
+      lse = finish.lse = threads.tiles([&] { return kernels.lse(p, schedule); });
+      losses = kernels.anchor_losses(p, finish);
     }
     if (fused_mean) p.anchors_with_positives = mean_sums.select(0, 1);
   } else {
-    lse = threads.tiles([&] { return kernels.lse(in); });
+    lse = threads.tiles([&] { return kernels.lse(p, schedule); });
     losses = plan.forward_finish == ForwardFinish::kFocalWalk
-                 ? focal_anchor_losses(kernels, threads, p, in, lse, args.focal_gamma)
+                 ? focal_anchor_losses(kernels, threads, p, lse, args.focal_gamma)
                  : anchor_losses(p, lse);
   }
   TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
@@ -225,14 +216,16 @@ OpOutputs supcon_backward(const TileKernels& kernels, const at::Tensor& grad_los
   const PlanRange range("scl::supcon_backward", plan);
   const CallThreads threads(plan.parallel_tiles);
   if (plan.value_checks != ValueChecks::kSkipped) raise_earlier_failures(/*wait=*/false);
-  const SupConProblem p = kept != nullptr ? *kept
-                                          : prepare_problem(args, plan, /*value_checks=*/nullptr,
-                                                            kernels.prepare_rows);
+  SupConProblem p = kept != nullptr ? *kept
+                                    : prepare_problem(args, plan, /*value_checks=*/nullptr,
+                                                      kernels.prepare_rows);
+  // A kept problem carries its forward's plan choices; the kernels follow this call's.
+  p.deterministic = plan.deterministic;
+  p.symmetric_backward_walk = plan.symmetric_backward_walk;
   check_lse(p, lse);
   check_grad_loss(p, grad_loss, args.mean);
   const Schedule schedule = plan.backward_schedule;
   const at::ScalarType kernel_type = kernels.compute_type(p.z.scalar_type());
-  const TileInputs in = tile_inputs(p, plan, schedule);
   const at::Tensor lse64 = lse.to(at::kDouble);
   const bool focal = plan.backward_assembly == AssemblyPath::kFocalWalk;
   if (plan.backward_assembly == AssemblyPath::kFusedWeightsAndAssembly) {
@@ -241,25 +234,17 @@ OpOutputs supcon_backward(const TileKernels& kernels, const at::Tensor& grad_los
     const bool shared = class_shares_weight(p, args, grad_loss);
     const AnchorWeightInputs weight_inputs{
         args.mean && !counted ? per_anchor_grad_of_mean(p, grad_loss) : grad_loss,
-        counted ? p.anchors_with_positives : at::Tensor(), lse64, p.num_positives, p.q,
-        p.q_inv_norm, p.anchor_class, shared ? 0 : p.class_sums.size(0), p.temperature,
-        schedule};
+        counted ? p.anchors_with_positives : at::Tensor(), lse64,
+        shared ? 0 : p.class_sums.size(0), schedule};
     if (plan.grouped_backward) {
-      const at::ScalarType features_dtype = args.features.scalar_type();
-      const WeightsGradsAndAssemblyInputs grouped{
-          weight_inputs,  p.contrast_class,
-          p.class_sums,   p.single_set,
-          p.single_set ? p.anchor_offset : 0,
-          shared,         p.normalize,
-          1.0 / kNormEps, features_dtype,
-          p.single_set ? features_dtype : args.contrast->scalar_type()};
+      const WeightsGradsAndAssemblyInputs grouped{weight_inputs, shared};
       const AssembledGradients sides =
-          threads.tiles([&] { return kernels.weights_grads_and_assembly(in, grouped); });
+          threads.tiles([&] { return kernels.weights_grads_and_assembly(p, grouped); });
       return finish_backward(p, args, sides.features, sides.contrast, temperature_grad);
     }
-    const AnchorWeights weights = kernels.anchor_weights(weight_inputs);
+    const AnchorWeights weights = kernels.anchor_weights(p, weight_inputs);
     const TileGrads tiles =
-        threads.tiles([&] { return kernels.grad(in, weights.coefficients); });
+        threads.tiles([&] { return kernels.grad(p, schedule, weights.coefficients); });
     return assemble_backward(kernels, p, args, weights.weight,
                              shared ? at::Tensor() : weights.weighted_sums, tiles, schedule,
                              temperature_grad);
@@ -274,12 +259,13 @@ OpOutputs supcon_backward(const TileKernels& kernels, const at::Tensor& grad_los
     const at::Tensor positives = p.num_positives.clamp_min(1).to(g.scalar_type());
     const PositiveWalkInputs walk_in =
         walk_inputs(p, lse64, kernel_type, args.focal_gamma, (g / positives).to(kernel_type));
-    walk = threads.tiles([&] { return kernels.positive_walk(in, walk_in); });
+    walk = threads.tiles([&] { return kernels.positive_walk(p, walk_in); });
     softmax_g = g * walk.hterm_sum.to(g.scalar_type()) / positives;
   }
   const GradCoefficients coefficients =
       grad_coefficients(p, schedule, softmax_g, lse64, kernel_type);
-  const TileGrads tiles = threads.tiles([&] { return kernels.grad(in, coefficients); });
+  const TileGrads tiles =
+      threads.tiles([&] { return kernels.grad(p, schedule, coefficients); });
   if (plan.backward_assembly == AssemblyPath::kFusedAssembly) {
     const at::Tensor w = positive_weights(p, g);
     return assemble_backward(kernels, p, args, w, weighted_class_sums(p, w), tiles, schedule,

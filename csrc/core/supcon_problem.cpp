@@ -232,6 +232,8 @@ SupConProblem prepare_problem(
   p.single_set = !a.contrast.has_value();
   p.normalize = a.normalize;
   p.temperature = plan.temperature;
+  p.deterministic = plan.deterministic;
+  p.symmetric_backward_walk = plan.symmetric_backward_walk;
   if (p.temperature.is_in_memory()) {
     if (value_checks != nullptr) {
       const at::Tensor& t = p.temperature.tensor();

@@ -23,7 +23,8 @@ using tile_math::kNormEps;
 // Which rows of a problem: the anchors q or the contrast rows z.
 enum class Rows { kAnchors, kContrast };
 
-// One call's loss: anchors q[m, d] against contrast rows z[n, d].
+// One call's loss: anchors q[m, d] against contrast rows z[n, d]. The call's one params type:
+// every stage of tile_kernels.h reads it.
 struct SupConProblem {
   bool single_set;     // contrast is the features themselves; anchor i is row anchor_offset + i
   bool normalize;
@@ -47,7 +48,15 @@ struct SupConProblem {
   // finish counted it (TileKernels::anchor_losses with mean) for its backward; else undefined.
   at::Tensor anchors_with_positives;
 
+  // The plan's choices that the kernels follow: no atomics anywhere (CallPlan::deterministic),
+  // and the symmetric backward's walk (CallPlan::symmetric_backward_walk).
+  bool deterministic = false;
+  SymmetricBackwardWalk symmetric_backward_walk = SymmetricBackwardWalk::kNone;
+
   int64_t self_offset() const { return single_set ? anchor_offset : -1; }
+  // The anchors' first row among the rows of their output: anchor_offset in single set, where
+  // they are contrast rows; 0 in a cross set.
+  int64_t anchor_row() const { return single_set ? anchor_offset : 0; }
 
   // Unit rows start..start+length of q or z in the compute dtype.
   at::Tensor unit(Rows rows, int64_t start, int64_t length) const;

@@ -8,8 +8,6 @@
 
 #include <ATen/ATen.h>
 
-#include "temperature.h"
-
 #include <functional>
 #include <utility>
 
@@ -32,23 +30,11 @@ enum class SymmetricBackwardWalk {
   kRows,           // full rows: every element stored once, no atomics
 };
 
-// The operands of the tiled steps. Rows are the caller's values (contiguous, input dtype); a
-// kernel forms unit rows as x_i * inv_norm_i in whatever precision it computes.
-struct TileInputs {
-  at::Tensor q;          // [m, d] anchor rows (a view of z's rows in single set)
-  at::Tensor z;          // [n, d] contrast rows
-  at::Tensor q_inv_norm; // [m] 1 / max(||q_i||, eps), ones without normalisation; compute dtype
-  at::Tensor z_inv_norm; // [n]
-  at::Tensor q_unit;     // the unit rows in the core's compute dtype where it keeps them (small
-  at::Tensor z_unit;     // batches), for kernels that want them; undefined otherwise
-  Temperature temperature;  // a host 1/t, or t in device memory (temperature.h)
-  int64_t self_offset;   // anchor i's own column is z row self_offset + i; -1: no self column
-  Schedule schedule;
-  // The plan's choices that the tile kernels follow: no atomics anywhere (the plan's
-  // `deterministic`), and the symmetric backward's walk.
-  bool deterministic;
-  SymmetricBackwardWalk symmetric_backward_walk;
-};
+// Every stage reads the call's one params type, its SupConProblem (supcon_problem.h): the rows
+// (the caller's values, contiguous, input dtype; a kernel forms unit rows as x_i * inv_norm_i in
+// whatever precision it computes), their norms, classes and class sums, the temperature and the
+// plan's choices that kernels follow; the structs below hold only what a stage adds to it.
+struct SupConProblem;
 
 // The softmax part of the gradient w.r.t. unit rows, in the compute dtype. kSymmetric kernels
 // return both sides summed into `dz` ([n, d]) and leave `dq` undefined.
@@ -97,15 +83,11 @@ struct PositiveWalkOutputs {
 // With `mean_sums` (m > 0, reproducible results not asked for: the sums add by atomics) the step
 // also reduces: the loss is the mean of l_i over the anchors with |P(i)| > 0 (0 where none has),
 // the caller's "mean" reduction, and their number comes back for the backward.
+// Read from the problem: the anchor rows q with q_inv_norm, class_sums, anchor_class,
+// num_positives, the temperature and single_set (the anchor's own row is in its class sum: take
+// it out). The stage's own:
 struct AnchorLossInputs {
-  at::Tensor q;              // [m, d] the caller's anchor rows
-  at::Tensor q_inv_norm;     // [m] compute dtype
-  at::Tensor class_sums;     // [classes, d] compute dtype
-  at::Tensor anchor_class;   // [m] int64 class id, a row of class_sums
-  at::Tensor num_positives;  // [m] int64 |P(i)|
   at::Tensor lse;            // [m] float64
-  Temperature temperature;
-  bool single_set;           // the anchor's own row is in its class sum: take it out
   // With the mean: its accumulators, [3] float64 zeroed (the losses' sum, the anchors with
   // positives, the blocks done; PreparedRows zeroes them with the class sums), which the step
   // leaves holding their totals; undefined: per-anchor losses.
@@ -122,26 +104,23 @@ struct AnchorLossInputs {
 // in out_dtype, and unit_dot_r = u_r . d_r in the compute dtype (the temperature's gradient is
 // -(1/t) / 2 times their sum over every output row: each pair's term appears once on the anchor
 // side and once on the contrast side). Undefined tensors leave their term out.
+// Read from the problem: the anchors' classes and class sums, self_in_class (single set: the
+// anchor's own row is in its class sum), anchor_offset (single set's; 0 in a cross set), the
+// temperature, normalize and max_inv_norm = 1 / eps (rows shorter than eps are scaled, not
+// projected). The stage's own, per output:
 struct BackwardAssemblyInputs {
   at::Tensor rows;           // [R, d] the caller's rows of this output, contiguous
   at::Tensor inv_norm;       // [R] compute dtype
   at::Tensor grads;          // [R, d] compute dtype: the tiles' gradient w.r.t. the unit rows
   at::Tensor extra;          // [A, d] or undefined: added at the anchor rows (the plain
                              // schedule's anchor side, in single set)
-  int64_t anchor_offset;     // anchors are rows anchor_offset .. anchor_offset + A - 1
   at::Tensor anchor_weight;  // [A] w_a = g_a / |P(a)|, or undefined: no anchor part
-  at::Tensor anchor_class;   // [A] int64 rows of class_sums
-  at::Tensor class_sums;     // [classes, d] compute dtype
-  bool self_in_class;        // single set: the anchor's own row is in its class sum
   at::Tensor row_class;      // [R] int64 rows of weighted_sums, or undefined: no contrast part
   at::Tensor weighted_sums;  // [classes, d] W_c = sum of w_a u_a over the anchors of class c
   // Every row is an anchor (single set, A = R) and the anchors of a class share one weight (the
   // gradient of a mean or of a sum): then W_{c_r} = w_r C_{c_r}, the contrast part is the
   // anchor part's class sum once more, and row_class and weighted_sums stay undefined.
   bool class_shares_weight;
-  Temperature temperature;
-  bool normalize;
-  double max_inv_norm;       // 1 / eps: rows shorter than eps are scaled, not projected
   at::ScalarType out_dtype;
 };
 
@@ -158,17 +137,14 @@ struct BackwardAssembly {
 //                   (u_a = q_a * q_inv_norm_a); none (classes 0) where the assembly needs none
 //                   (BackwardAssemblyInputs::class_shares_weight)
 // in float32, the coefficients' arithmetic in float64 as the core's grad_coefficients does it.
+// Read from the problem: the anchor rows q with q_inv_norm, num_positives, anchor_class (rows of
+// weighted_sums, below `classes`) and the temperature. The stage's own:
 struct AnchorWeightInputs {
   at::Tensor grad_loss;      // [m] the upstream gradient of the per-anchor losses, or 0-dim: of
                              // their mean, with anchors_with_positives
   at::Tensor anchors_with_positives;  // 0-dim float64 (AnchorLossInputs::mean_sums[1]), or undefined
   at::Tensor lse;            // [m] float64
-  at::Tensor num_positives;  // [m] int64
-  at::Tensor q;              // [m, d] the caller's anchor rows, contiguous
-  at::Tensor q_inv_norm;     // [m] float32
-  at::Tensor anchor_class;   // [m] int64 rows of weighted_sums, below `classes`
   int64_t classes;           // 0: no weighted sums (an empty [0, d] tensor comes back)
-  Temperature temperature;
   Schedule schedule;
 };
 
@@ -221,17 +197,12 @@ struct LseAndLosses {
 // The backward's weights, tiles and assembly as one call (TileKernels::weights_grads_and_assembly):
 // what anchor_weights, grad and assemble_backward for each output give, the assembly's inputs
 // as the core forms them from these.
+// Read from the problem besides the weights': contrast_class (the contrast rows' rows of the
+// weighted sums), class_sums, single_set (one output: the contrast rows, holding the anchors),
+// the anchors' first row, normalize, and each output's dtype (its rows').
 struct WeightsGradsAndAssemblyInputs {
   AnchorWeightInputs weights;  // `classes` 0 exactly where class_shares_weight
-  at::Tensor contrast_class;   // [n] int64 the contrast rows' rows of the weighted sums
-  at::Tensor class_sums;       // [classes, d] compute dtype
-  bool single_set;             // one output: the contrast rows, holding the anchors
-  int64_t anchor_offset;       // the anchors' first row among the contrast rows (single set)
   bool class_shares_weight;
-  bool normalize;
-  double max_inv_norm;
-  at::ScalarType features_dtype;
-  at::ScalarType contrast_dtype;  // cross set only
 };
 
 struct AssembledGradients {
@@ -251,7 +222,7 @@ struct TileKernels {
   // while the host may not wait (host_may_wait), so a CUDA graph can capture the call.
   bool reads_temperature;
   // Whether the symmetric backward can walk the upper triangle (adding by atomics) instead of
-  // full rows: the plan then chooses the walk (TileInputs::symmetric_backward_walk).
+  // full rows: the plan then chooses the walk (SupConProblem::symmetric_backward_walk).
   bool walks_triangle;
   // The most elements the kernels take in one rows tensor (features, contrast), 0 for no limit:
   // a call past it is refused by the plan (Triton's kernels address rows with int32 offsets).
@@ -260,24 +231,26 @@ struct TileKernels {
   // kernels need none): the plan refuses every call then.
   std::function<bool()> blas_missing;
   // Log-sum-exp per anchor over its columns, float64 [m] (-inf for an anchor without columns).
-  std::function<at::Tensor(const TileInputs&)> lse;
-  std::function<TileGrads(const TileInputs&, const GradCoefficients&)> grad;
+  std::function<at::Tensor(const SupConProblem&, Schedule)> lse;
+  std::function<TileGrads(const SupConProblem&, Schedule, const GradCoefficients&)> grad;
   // Whether the host may wait for values on `like`'s device now (empty: always). A CUDA backend
   // says no while the current stream captures a CUDA graph: the forward then leaves out its
   // NaN / inf check, which a replay on new values would not repeat anyway.
   std::function<bool(const at::Tensor& like)> host_may_wait;
   // The focal loss's positive walk (empty: this backend has no focal loss, and focal_gamma != 0
   // is refused).
-  std::function<PositiveWalkOutputs(const TileInputs&, const PositiveWalkInputs&)> positive_walk;
+  std::function<PositiveWalkOutputs(const SupConProblem&, const PositiveWalkInputs&)>
+      positive_walk;
   // The per-anchor losses in one fused step, for float32 compute, and their mean where asked
   // (empty, or float64 inputs: the core's ATen steps, anchor_losses in supcon_problem.h, a dozen
   // launches on a GPU, and four more for the mean). The loss: [m], or 0-dim with mean_sums; in
   // the class sums' dtype.
-  std::function<at::Tensor(const AnchorLossInputs&)> anchor_losses;
+  std::function<at::Tensor(const SupConProblem&, const AnchorLossInputs&)> anchor_losses;
   // The backward's assembly in one fused step per output, for float32 compute and the
   // non-focal loss (empty: the core's ATen steps, add_positive_grads, unit_dot and
   // normalize_backward in supcon_problem.h, three dozen launches on a GPU).
-  std::function<BackwardAssembly(const BackwardAssemblyInputs&)> assemble_backward;
+  std::function<BackwardAssembly(const SupConProblem&, const BackwardAssemblyInputs&)>
+      assemble_backward;
   // The preparation in one fused step per set of rows, for float32 compute where reproducible
   // results are not asked for (the class sums add by atomics; empty: the core's ATen steps in
   // supcon_problem.cpp, two dozen launches on a GPU).
@@ -286,15 +259,16 @@ struct TileKernels {
   // reproducible results are not asked for (the weighted sums add by atomics; empty: the core's
   // ATen steps, effective_anchor_grads, grad_coefficients, positive_weights and
   // weighted_class_sums, about twenty launches on a GPU).
-  std::function<AnchorWeights(const AnchorWeightInputs&)> anchor_weights;
+  std::function<AnchorWeights(const SupConProblem&, const AnchorWeightInputs&)> anchor_weights;
   // Grouped forms of the fused stages, for a backend whose every call is a crossing into
   // Python (Triton): each stands for the separate stages it groups, which such a backend need
   // not supply, and the call plan takes it wherever they would run (CallPlan::grouped_forward,
   // grouped_backward). lse_and_anchor_losses: the log-sum-exp tiles and the fused losses;
   // weights_grads_and_assembly: the anchor weights, the gradient tiles and every output's
   // fused assembly.
-  std::function<LseAndLosses(const TileInputs&, const AnchorLossInputs&)> lse_and_anchor_losses;
-  std::function<AssembledGradients(const TileInputs&, const WeightsGradsAndAssemblyInputs&)>
+  std::function<LseAndLosses(const SupConProblem&, Schedule, const AnchorLossInputs&)>
+      lse_and_anchor_losses;
+  std::function<AssembledGradients(const SupConProblem&, const WeightsGradsAndAssemblyInputs&)>
       weights_grads_and_assembly;
 };
 

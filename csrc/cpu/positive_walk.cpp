@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "../core/supcon_problem.h"
 #include "blas.h"
 
 namespace scl::cpu {
@@ -48,25 +49,25 @@ at::Tensor unit_rows_in_order(const at::Tensor& unit, const at::Tensor& rows,
       .contiguous();
 }
 
-ClassOrder class_order(const TileInputs& in, const PositiveWalkInputs& walk, int64_t walked,
+ClassOrder class_order(const SupConProblem& p, const PositiveWalkInputs& walk, int64_t walked,
                        at::ScalarType ct, bool forward_only) {
   ClassOrder o;
   o.walked = walked;
-  o.d = in.z.size(1);
+  o.d = p.z.size(1);
   // Anchors without positives (class -1) sort first: the walk starts after them.
   auto [anchor_class, anchor_order] = walk.anchor_class.sort(/*stable=*/true, 0, false);
   const int64_t skipped = anchor_class.size(0) - walked;
   o.anchor_rows = anchor_order.narrow(0, skipped, walked);
   o.anchor_class = anchor_class.narrow(0, skipped, walked);
-  if (in.self_offset >= 0) o.self_column = o.anchor_rows + in.self_offset;
+  if (p.single_set) o.self_column = o.anchor_rows + p.anchor_offset;
   std::tie(o.contrast_class, o.contrast_rows) =
       walk.contrast_class.sort(/*stable=*/true, 0, false);
   const at::Tensor first = at::searchsorted(o.contrast_class, o.anchor_class, false, false);
   const at::Tensor end = at::searchsorted(o.contrast_class, o.anchor_class, false, true);
   o.first_column.assign(first.const_data_ptr<int64_t>(), first.const_data_ptr<int64_t>() + walked);
   o.end_column.assign(end.const_data_ptr<int64_t>(), end.const_data_ptr<int64_t>() + walked);
-  o.q = unit_rows_in_order(in.q_unit, in.q, in.q_inv_norm, o.anchor_rows, ct);
-  o.z = unit_rows_in_order(in.z_unit, in.z, in.z_inv_norm, o.contrast_rows, ct);
+  o.q = unit_rows_in_order(p.q_unit, p.q, p.q_inv_norm, o.anchor_rows, ct);
+  o.z = unit_rows_in_order(p.z_unit, p.z, p.z_inv_norm, o.contrast_rows, ct);
   o.lse_hi = walk.lse_hi.index_select(0, o.anchor_rows);
   o.lse_lo = walk.lse_lo.index_select(0, o.anchor_rows);
   if (!forward_only) o.grad_weight = walk.grad_weight.index_select(0, o.anchor_rows);
@@ -212,11 +213,11 @@ void walk_grads(const ClassOrder& o, const std::vector<Block>& blocks, double in
 
 }  // namespace
 
-PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs& walk) {
+PositiveWalkOutputs positive_walk(const SupConProblem& p, const PositiveWalkInputs& walk) {
   const at::ScalarType ct = walk.lse_hi.scalar_type();
   const at::TensorOptions options = walk.lse_hi.options();
   const bool forward_only = walk.grad_weight.numel() == 0;
-  const int64_t m = in.q.size(0), n = in.z.size(0), d = in.z.size(1);
+  const int64_t m = p.q.size(0), n = p.z.size(0), d = p.z.size(1);
   const int64_t walked = (walk.anchor_class >= 0).sum().item<int64_t>();
   const at::Tensor none = at::empty({0}, options);
   PositiveWalkOutputs out{none, none, none, none};
@@ -228,18 +229,18 @@ PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs
     out.dz = at::zeros({n, d}, options);
   }
   if (walked == 0) return out;
-  const ClassOrder o = class_order(in, walk, walked, ct, forward_only);
+  const ClassOrder o = class_order(p, walk, walked, ct, forward_only);
   const std::vector<Block> blocks = walk_blocks(o);
   AT_DISPATCH_FLOATING_TYPES(ct, "scl_positive_walk_cpu", [&] {
     if (forward_only) {
       out.loss_sum.index_copy_(0, o.anchor_rows,
-                               walk_losses<scalar_t>(o, blocks, in.temperature.inv_t(), walk.gamma));
+                               walk_losses<scalar_t>(o, blocks, p.temperature.inv_t(), walk.gamma));
       return;
     }
     at::Tensor hterm_sum = at::zeros({walked}, options);
     at::Tensor dq = at::zeros({walked, d}, options);
     at::Tensor dz = at::zeros({n, d}, options);
-    walk_grads<scalar_t>(o, blocks, in.temperature.inv_t(), walk.gamma, hterm_sum, dq, dz);
+    walk_grads<scalar_t>(o, blocks, p.temperature.inv_t(), walk.gamma, hterm_sum, dq, dz);
     out.hterm_sum.index_copy_(0, o.anchor_rows, hterm_sum);
     out.dq.index_copy_(0, o.anchor_rows, dq);
     out.dz.index_copy_(0, o.contrast_rows, dz);

@@ -6,6 +6,6 @@
 
 namespace scl::cpu {
 
-PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs& walk);
+PositiveWalkOutputs positive_walk(const SupConProblem& p, const PositiveWalkInputs& walk);
 
 }  // namespace scl::cpu

@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include "../core/supcon_orchestration.h"
+#include "../core/supcon_problem.h"
 #include "../core/test_hooks.h"
 #include "blas.h"
 #include "positive_walk.h"
@@ -22,58 +23,57 @@ struct UnitRows {
   at::Tensor q, z;
 };
 
-UnitRows unit_rows(const TileInputs& in) {
-  const at::ScalarType ct = compute_type(in.z.scalar_type());
+UnitRows unit_rows(const SupConProblem& p) {
+  const at::ScalarType ct = compute_type(p.z.scalar_type());
   auto unit = [&](const at::Tensor& rows, const at::Tensor& inv_norm) {
     return (rows.to(ct) * inv_norm.to(ct).unsqueeze(1)).contiguous();
   };
   // The core keeps them, in this same precision, for small batches.
-  if (in.z_unit.defined()) return {in.q_unit.contiguous(), in.z_unit};
+  if (p.z_unit.defined()) return {p.q_unit.contiguous(), p.z_unit};
   UnitRows u;
-  u.z = unit(in.z, in.z_inv_norm);
-  u.q = in.self_offset >= 0 ? u.z.narrow(0, in.self_offset, in.q.size(0))
-                            : unit(in.q, in.q_inv_norm);
+  u.z = unit(p.z, p.z_inv_norm);
+  u.q = p.single_set ? u.z.narrow(0, p.anchor_offset, p.q.size(0)) : unit(p.q, p.q_inv_norm);
   return u;
 }
 
 template <typename T>
-TileProblem<T> tile_problem(const UnitRows& u, const TileInputs& in) {
+TileProblem<T> tile_problem(const UnitRows& u, const SupConProblem& p) {
   return {u.q.data_ptr<T>(), u.q.size(0), u.z.data_ptr<T>(), u.z.size(0), u.z.size(1),
-          in.self_offset, static_cast<T>(in.temperature.inv_t())};
+          p.self_offset(), static_cast<T>(p.temperature.inv_t())};
 }
 
-at::Tensor lse_tiles(const TileInputs& in) {
-  const UnitRows u = unit_rows(in);
+at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
+  const UnitRows u = unit_rows(p);
   at::Tensor lse = at::empty({u.q.size(0)}, u.z.options().dtype(at::kDouble));
   const CpuCapability capability = cpu_capability();
   AT_DISPATCH_FLOATING_TYPES(u.z.scalar_type(), "scl_lse_tiles_cpu", [&] {
     const TileKernelSet<scalar_t>& kernels = tile_kernels_for<scalar_t>(capability);
-    if (in.schedule == Schedule::kSymmetric) {
+    if (schedule == Schedule::kSymmetric) {
       kernels.lse_symmetric(u.z.data_ptr<scalar_t>(), u.z.size(0), u.z.size(1),
-                            static_cast<scalar_t>(in.temperature.inv_t()), lse.data_ptr<double>());
+                            static_cast<scalar_t>(p.temperature.inv_t()), lse.data_ptr<double>());
     } else {
-      kernels.lse_plain(tile_problem<scalar_t>(u, in), lse.data_ptr<double>());
+      kernels.lse_plain(tile_problem<scalar_t>(u, p), lse.data_ptr<double>());
     }
   });
   return lse;
 }
 
-TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
-  const UnitRows u = unit_rows(in);
+TileGrads grad_tiles(const SupConProblem& p, Schedule schedule, const GradCoefficients& c) {
+  const UnitRows u = unit_rows(p);
   TileGrads out;
   out.dz = at::zeros_like(u.z);
   const at::Tensor coef = c.coef.contiguous();
   const CpuCapability capability = cpu_capability();
   AT_DISPATCH_FLOATING_TYPES(u.z.scalar_type(), "scl_grad_tiles_cpu", [&] {
     const TileKernelSet<scalar_t>& kernels = tile_kernels_for<scalar_t>(capability);
-    if (in.schedule == Schedule::kSymmetric) {
+    if (schedule == Schedule::kSymmetric) {
       kernels.grad_symmetric(u.z.data_ptr<scalar_t>(), u.z.size(0), u.z.size(1),
-                             static_cast<scalar_t>(in.temperature.inv_t()), coef.data_ptr<scalar_t>(),
+                             static_cast<scalar_t>(p.temperature.inv_t()), coef.data_ptr<scalar_t>(),
                              out.dz.data_ptr<scalar_t>());
     } else {
       out.dq = at::zeros_like(u.q);
       const at::Tensor hi = c.lse_hi.contiguous(), lo = c.lse_lo.contiguous();
-      kernels.grad_plain(tile_problem<scalar_t>(u, in), coef.data_ptr<scalar_t>(),
+      kernels.grad_plain(tile_problem<scalar_t>(u, p), coef.data_ptr<scalar_t>(),
                          hi.data_ptr<scalar_t>(), lo.data_ptr<scalar_t>(),
                          out.dq.data_ptr<scalar_t>(), out.dz.data_ptr<scalar_t>());
     }

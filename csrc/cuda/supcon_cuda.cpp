@@ -98,30 +98,30 @@ struct Operands {
   }
 };
 
-Operands operands(const TileInputs& in) {
+Operands operands(const SupConProblem& p) {
   Operands o;
-  o.z = kernel_rows(in.z);
-  o.q = in.self_offset >= 0 ? o.z.narrow(0, in.self_offset, in.q.size(0)) : kernel_rows(in.q);
-  o.rq = in.q_inv_norm.to(at::kFloat).contiguous();
-  o.rz = in.z_inv_norm.to(at::kFloat).contiguous();
+  o.z = kernel_rows(p.z);
+  o.q = p.single_set ? o.z.narrow(0, p.anchor_offset, p.q.size(0)) : kernel_rows(p.q);
+  o.rq = p.q_inv_norm.to(at::kFloat).contiguous();
+  o.rz = p.z_inv_norm.to(at::kFloat).contiguous();
   return o;
 }
 
 using row_stages::TermsKind;
 constexpr row_stages::TermsArray kNoTerms{};
 
-at::Tensor lse_tiles(const TileInputs& in) {
-  const DeviceGuard guard(in.z.device());
-  const int64_t m = in.q.size(0), n = in.z.size(0);
-  const auto float64 = in.z.options().dtype(at::kDouble);
+at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
+  const DeviceGuard guard(p.z.device());
+  const int64_t m = p.q.size(0), n = p.z.size(0);
+  const auto float64 = p.z.options().dtype(at::kDouble);
   if (m == 0) return at::empty({0}, float64);
-  const Operands o = operands(in);
-  const Device device = current_device(in.z);
-  const KernelTemperature temperature = in.temperature.for_kernels();
+  const Operands o = operands(p);
+  const Device device = current_device(p.z);
+  const KernelTemperature temperature = p.temperature.for_kernels();
   at::Tensor lse = at::empty({m}, float64);
-  if (in.schedule == Schedule::kSymmetric) {
+  if (schedule == Schedule::kSymmetric) {
     // The fixed shift c = log2(e) / t: the plan reads t on the host for this schedule.
-    const float shift2 = row_stages::logit_scale(KernelTemperature::on_host(in.temperature.inv_t()));
+    const float shift2 = row_stages::logit_scale(KernelTemperature::on_host(p.temperature.inv_t()));
     const at::Tensor terms = terms_buffer(n, o.rz.options());
     const at::Tensor row_sum = at::empty({terms.size(0)}, o.rz.options());
     write_row_terms(temperature,
@@ -137,11 +137,11 @@ at::Tensor lse_tiles(const TileInputs& in) {
   const at::Tensor own = terms_buffer(m, o.rq.options()), streamed = terms_buffer(n, o.rz.options());
   write_row_terms(temperature, terms_array(TermsKind::kLseAnchor, o.rq, own),
                   terms_array(TermsKind::kContrast, o.rz, streamed), device);
-  const TileProblem p = o.problem(o.q, o.z, own, streamed, in.self_offset);
-  const int splits = lse_plain_splits(p, device);
+  const TileProblem tiles = o.problem(o.q, o.z, own, streamed, p.self_offset());
+  const int splits = lse_plain_splits(tiles, device);
   at::Tensor part_max = at::empty({splits, m}, o.rq.options());
   at::Tensor part_sum = at::empty({splits, m}, o.rq.options());
-  lse_plain(p, part_max.data_ptr<float>(), part_sum.data_ptr<float>(), splits, device);
+  lse_plain(tiles, part_max.data_ptr<float>(), part_sum.data_ptr<float>(), splits, device);
   check_launch();
   // The splits' base-2 (max, sum) pairs merged in float64 (docs/MATH.md section 6).
   row_stages::lse_merge({part_max.data_ptr<float>(), part_sum.data_ptr<float>(), m, splits,
@@ -165,21 +165,21 @@ std::optional<TriangleExchange> triangle_exchange(SymmetricBackwardWalk walk) {
   TORCH_INTERNAL_ASSERT(false, "a symmetric backward planned without a walk");
 }
 
-TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
-  const DeviceGuard guard(in.z.device());
-  const int64_t m = in.q.size(0), n = in.z.size(0), d = in.z.size(1);
-  const Operands o = operands(in);
-  const Device device = current_device(in.z);
-  const KernelTemperature temperature = in.temperature.for_kernels();
+TileGrads grad_tiles(const SupConProblem& p, Schedule schedule, const GradCoefficients& c) {
+  const DeviceGuard guard(p.z.device());
+  const int64_t m = p.q.size(0), n = p.z.size(0), d = p.z.size(1);
+  const Operands o = operands(p);
+  const Device device = current_device(p.z);
+  const KernelTemperature temperature = p.temperature.for_kernels();
   const at::Tensor coef = c.coef.to(at::kFloat).contiguous();
   const auto fp32 = o.rz.options();
   TileGrads out;
-  if (in.schedule == Schedule::kSymmetric) {
+  if (schedule == Schedule::kSymmetric) {
     // Own and streamed rows are the same set: coef_i t / log2(e) meets r_j log2(e) / t; the
     // triangle's column side scales by r_i / r_j.
     const at::Tensor own = terms_buffer(n, fp32), streamed = terms_buffer(n, fp32);
     const TileProblem problem = o.problem(o.z, o.z, own, streamed, 0);
-    const std::optional<TriangleExchange> exchange = triangle_exchange(in.symmetric_backward_walk);
+    const std::optional<TriangleExchange> exchange = triangle_exchange(p.symmetric_backward_walk);
     const bool triangle = exchange && symmetric_triangle_supported(problem, device);
     // The triangle adds whole 16-byte vectors into a padded buffer, zeroed by the row terms'
     // launch; the gradient is its view. The full-row walk stores every element.
@@ -215,14 +215,14 @@ TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
                   kNoTerms, device);
   out.dq = at::empty({m, d}, fp32);
   if (m > 0) {
-    grad(GradWalk::kRowsPlain, o.problem(o.q, o.z, anchors, columns, in.self_offset),
+    grad(GradWalk::kRowsPlain, o.problem(o.q, o.z, anchors, columns, p.self_offset()),
          out.dq.data_ptr<float>(), d, device);
     check_launch();
   }
   // The contrast side: column blocks own their rows and walk the anchors (no atomics).
   out.dz = at::zeros({n, d}, fp32);
   if (m > 0) {
-    grad(GradWalk::kColumns, o.problem(o.z, o.q, columns, anchors_streamed, in.self_offset),
+    grad(GradWalk::kColumns, o.problem(o.z, o.q, columns, anchors_streamed, p.self_offset()),
          out.dz.data_ptr<float>(), d, device);
     check_launch();
   }
@@ -271,35 +271,36 @@ PreparedRows prepare_rows(const RowPreparationInputs& in) {
   return out;
 }
 
-at::Tensor anchor_losses(const AnchorLossInputs& in) {
-  const DeviceGuard guard(in.q.device());
-  const at::Tensor q = in.q.contiguous(), q_inv_norm = in.q_inv_norm.contiguous();
-  const at::Tensor class_sums = in.class_sums.contiguous();
-  const at::Tensor anchor_class = in.anchor_class.contiguous();
-  const at::Tensor num_positives = in.num_positives.contiguous(), lse = in.lse.contiguous();
+at::Tensor anchor_losses(const SupConProblem& p, const AnchorLossInputs& finish) {
+  const DeviceGuard guard(p.q.device());
+  const at::Tensor q = p.q.contiguous(), q_inv_norm = p.q_inv_norm.contiguous();
+  const at::Tensor class_sums = p.class_sums.contiguous();
+  const at::Tensor anchor_class = p.anchor_class.contiguous();
+  const at::Tensor num_positives = p.num_positives.contiguous(), lse = finish.lse.contiguous();
   const auto fp32 = q.options().dtype(at::kFloat);
-  const bool mean = in.mean_sums.defined();
+  const bool mean = finish.mean_sums.defined();
   at::Tensor loss = mean ? at::empty({}, fp32) : at::empty({q.size(0)}, fp32);
-  TORCH_INTERNAL_ASSERT(!mean || (in.mean_sums.is_contiguous() && in.mean_sums.numel() == 3));
+  TORCH_INTERNAL_ASSERT(!mean ||
+                        (finish.mean_sums.is_contiguous() && finish.mean_sums.numel() == 3));
   row_stages::anchor_losses(
       {rows_of(q), q.size(0), q.size(1), q_inv_norm.data_ptr<float>(),
        class_sums.data_ptr<float>(), anchor_class.data_ptr<int64_t>(),
-       num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), in.temperature.for_kernels(),
-       in.single_set,
-       loss.data_ptr<float>(), mean ? in.mean_sums.data_ptr<double>() : nullptr},
+       num_positives.data_ptr<int64_t>(), lse.data_ptr<double>(), p.temperature.for_kernels(),
+       p.single_set,
+       loss.data_ptr<float>(), mean ? finish.mean_sums.data_ptr<double>() : nullptr},
       current_device(q));
   check_launch();
   return loss;
 }
 
-AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
-  const DeviceGuard guard(in.q.device());
-  const at::Tensor q = in.q.contiguous(), q_inv_norm = in.q_inv_norm.contiguous();
+AnchorWeights anchor_weights(const SupConProblem& p, const AnchorWeightInputs& in) {
+  const DeviceGuard guard(p.q.device());
+  const at::Tensor q = p.q.contiguous(), q_inv_norm = p.q_inv_norm.contiguous();
   // As it comes: the gradient of a mean is one value (0-dim, or expanded with stride 0).
   const at::Tensor grad_loss = in.grad_loss.to(at::kFloat);
   const at::Tensor& counted = in.anchors_with_positives;
-  const at::Tensor lse = in.lse.contiguous(), num_positives = in.num_positives.contiguous();
-  const at::Tensor anchor_class = in.anchor_class.contiguous();
+  const at::Tensor lse = in.lse.contiguous(), num_positives = p.num_positives.contiguous();
+  const at::Tensor anchor_class = p.anchor_class.contiguous();
   const int64_t m = q.size(0), d = q.size(1);
   const bool symmetric = in.schedule == Schedule::kSymmetric;
   const auto fp32 = q.options().dtype(at::kFloat);
@@ -315,7 +316,7 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
       {grad_loss.data_ptr<float>(), grad_loss.dim() == 0 ? 0 : grad_loss.stride(0),
        counted.defined() ? counted.data_ptr<double>() : nullptr, lse.data_ptr<double>(),
        num_positives.data_ptr<int64_t>(), rows_of(q), m, d, q_inv_norm.data_ptr<float>(),
-       anchor_class.data_ptr<int64_t>(), in.temperature.for_kernels(), symmetric,
+       anchor_class.data_ptr<int64_t>(), p.temperature.for_kernels(), symmetric,
        out.weight.data_ptr<float>(),
        in.classes > 0 ? out.weighted_sums.data_ptr<float>() : nullptr,
        out.coefficients.coef.data_ptr<float>(),
@@ -326,33 +327,33 @@ AnchorWeights anchor_weights(const AnchorWeightInputs& in) {
   return out;
 }
 
-BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
-  const DeviceGuard guard(in.rows.device());
-  const at::Tensor rows = in.rows.contiguous(), inv_norm = in.inv_norm.contiguous();
+BackwardAssembly assemble_backward(const SupConProblem& p, const BackwardAssemblyInputs& side) {
+  const DeviceGuard guard(side.rows.device());
+  const at::Tensor rows = side.rows.contiguous(), inv_norm = side.inv_norm.contiguous();
   // The tiles' gradient as they left it (the triangle's is a view of a wider buffer).
-  const at::Tensor grads = in.grads.stride(1) == 1 ? in.grads : in.grads.contiguous();
+  const at::Tensor grads = side.grads.stride(1) == 1 ? side.grads : side.grads.contiguous();
   const auto given = [](const at::Tensor& t) { return t.defined() ? t.contiguous() : t; };
-  const at::Tensor extra = given(in.extra), anchor_weight = given(in.anchor_weight);
-  const at::Tensor anchor_class = given(in.anchor_class), class_sums = given(in.class_sums);
-  const at::Tensor row_class = given(in.row_class), weighted_sums = given(in.weighted_sums);
+  const at::Tensor extra = given(side.extra), anchor_weight = given(side.anchor_weight);
+  const at::Tensor anchor_class = given(p.anchor_class), class_sums = given(p.class_sums);
+  const at::Tensor row_class = given(side.row_class), weighted_sums = given(side.weighted_sums);
   const int64_t r = rows.size(0), d = rows.size(1);
   const int64_t anchor_count = extra.defined() ? extra.size(0)
                                : anchor_weight.defined() ? anchor_weight.size(0) : 0;
   // The caller's dtype but float64, which the kernels read as float32 (compute_type).
-  const at::ScalarType grad_type = in.out_dtype == at::kDouble ? at::kFloat : in.out_dtype;
+  const at::ScalarType grad_type = side.out_dtype == at::kDouble ? at::kFloat : side.out_dtype;
   BackwardAssembly out{at::empty({r, d}, rows.options().dtype(grad_type)),
                        at::empty({r}, rows.options().dtype(at::kFloat))};
   row_stages::assemble_backward(
       {rows_of(rows), r, d, inv_norm.data_ptr<float>(), grads.data_ptr<float>(), grads.stride(0),
-       ptr<float>(extra), in.anchor_offset, anchor_count, ptr<float>(anchor_weight),
-       ptr<int64_t>(anchor_class), ptr<float>(class_sums), in.self_in_class,
-       ptr<int64_t>(row_class), ptr<float>(weighted_sums), in.class_shares_weight,
-       in.temperature.for_kernels(), in.normalize,
-       float(in.max_inv_norm), element_type(grad_type), out.grad.data_ptr(),
+       ptr<float>(extra), p.anchor_row(), anchor_count, ptr<float>(anchor_weight),
+       ptr<int64_t>(anchor_class), ptr<float>(class_sums), p.single_set,
+       ptr<int64_t>(row_class), ptr<float>(weighted_sums), side.class_shares_weight,
+       p.temperature.for_kernels(), p.normalize,
+       float(1.0 / kNormEps), element_type(grad_type), out.grad.data_ptr(),
        out.unit_dot.data_ptr<float>()},
       current_device(rows));
   check_launch();
-  if (in.out_dtype != grad_type) out.grad = out.grad.to(in.out_dtype);
+  if (side.out_dtype != grad_type) out.grad = out.grad.to(side.out_dtype);
   return out;
 }
 

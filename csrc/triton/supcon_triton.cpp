@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "../core/supcon_orchestration.h"
+#include "../core/supcon_problem.h"
 #include "stage_arguments.h"
 
 namespace scl::triton {
@@ -44,52 +45,53 @@ std::optional<at::Tensor> present(const at::Tensor& t) {
   return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
 }
 
-at::Tensor lse_tiles(const TileInputs& in) {
+at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
   static const auto op = stage_op<at::Tensor(SCL_STAGE_TYPES(SCL_TRITON_LSE_TILES_ARGUMENTS))>(
       "scl::supcon_triton_lse_tiles");
-  require_tile_kernel("scl::supcon_triton_lse_tiles", in.z);
+  require_tile_kernel("scl::supcon_triton_lse_tiles", p.z);
   return op.call(SCL_STAGE_VALUES(SCL_TRITON_LSE_TILES_ARGUMENTS));
 }
 
-TileGrads grad_tiles(const TileInputs& in, const GradCoefficients& c) {
+TileGrads grad_tiles(const SupConProblem& p, Schedule schedule, const GradCoefficients& c) {
   static const auto op =
       stage_op<std::tuple<at::Tensor, at::Tensor>(
           SCL_STAGE_TYPES(SCL_TRITON_GRAD_TILES_ARGUMENTS))>("scl::supcon_triton_grad_tiles");
-  require_tile_kernel("scl::supcon_triton_grad_tiles", in.z);
-  const bool symmetric = in.schedule == Schedule::kSymmetric;
+  require_tile_kernel("scl::supcon_triton_grad_tiles", p.z);
+  const bool symmetric = schedule == Schedule::kSymmetric;
   const at::Tensor none = at::empty({0}, c.coef.options());
   auto [dq, dz] = op.call(SCL_STAGE_VALUES(SCL_TRITON_GRAD_TILES_ARGUMENTS));
   return {symmetric ? at::Tensor() : dq, dz};
 }
 
-PositiveWalkOutputs positive_walk(const TileInputs& in, const PositiveWalkInputs& walk) {
+PositiveWalkOutputs positive_walk(const SupConProblem& p, const PositiveWalkInputs& walk) {
   static const auto op =
       stage_op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
           SCL_STAGE_TYPES(SCL_TRITON_POSITIVE_WALK_ARGUMENTS))>("scl::supcon_triton_positive_walk");
-  require_tile_kernel("scl::supcon_triton_positive_walk", in.z);
+  require_tile_kernel("scl::supcon_triton_positive_walk", p.z);
   auto [loss_sum, hterm_sum, dq, dz] =
       op.call(SCL_STAGE_VALUES(SCL_TRITON_POSITIVE_WALK_ARGUMENTS));
   return {loss_sum, hterm_sum, dq, dz};
 }
 
 // The forward's tiles and fused losses in one crossing (TileKernels::lse_and_anchor_losses).
-LseAndLosses lse_and_anchor_losses(const TileInputs& in, const AnchorLossInputs& finish) {
+LseAndLosses lse_and_anchor_losses(const SupConProblem& p, Schedule schedule,
+                                   const AnchorLossInputs& finish) {
   static const auto op =
       stage_op<std::tuple<at::Tensor, at::Tensor>(
           SCL_STAGE_TYPES(SCL_TRITON_LSE_AND_LOSSES_ARGUMENTS))>(
           "scl::supcon_triton_lse_and_losses");
-  require_tile_kernel("scl::supcon_triton_lse_and_losses", in.z);
+  require_tile_kernel("scl::supcon_triton_lse_and_losses", p.z);
   auto [lse, losses] = op.call(SCL_STAGE_VALUES(SCL_TRITON_LSE_AND_LOSSES_ARGUMENTS));
   return {lse, losses};
 }
 
-BackwardAssembly assemble_backward(const BackwardAssemblyInputs& in) {
+BackwardAssembly assemble_backward(const SupConProblem& p, const BackwardAssemblyInputs& side) {
   static const auto op =
       stage_op<std::tuple<at::Tensor, at::Tensor>(
           SCL_STAGE_TYPES(SCL_TRITON_ASSEMBLE_BACKWARD_ARGUMENTS))>(
           "scl::supcon_triton_assemble_backward");
-  require_tile_kernel("scl::supcon_triton_assemble_backward", in.rows);
-  const at::Tensor none = at::empty({0}, in.grads.options());
+  require_tile_kernel("scl::supcon_triton_assemble_backward", side.rows);
+  const at::Tensor none = at::empty({0}, side.grads.options());
   const auto given = [&](const at::Tensor& t) { return t.defined() ? t : none; };
   auto [grad, unit_dot] = op.call(SCL_STAGE_VALUES(SCL_TRITON_ASSEMBLE_BACKWARD_ARGUMENTS));
   return {grad, unit_dot};
@@ -112,17 +114,18 @@ PreparedRows prepare_rows(const RowPreparationInputs& in) {
 
 // The backward's weights, tiles and every output's assembly in one crossing
 // (TileKernels::weights_grads_and_assembly).
-AssembledGradients weights_grads_and_assembly(const TileInputs& in,
+AssembledGradients weights_grads_and_assembly(const SupConProblem& p,
                                               const WeightsGradsAndAssemblyInputs& stages) {
   static const auto op =
       stage_op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
           SCL_STAGE_TYPES(SCL_TRITON_WEIGHTS_GRADS_AND_ASSEMBLY_ARGUMENTS))>(
           "scl::supcon_triton_weights_grads_and_assembly");
-  require_tile_kernel("scl::supcon_triton_weights_grads_and_assembly", in.z);
+  require_tile_kernel("scl::supcon_triton_weights_grads_and_assembly", p.z);
+  const Schedule schedule = stages.weights.schedule;
   const AnchorWeightInputs& w = stages.weights;
   auto [features, features_dot, contrast, contrast_dot] =
       op.call(SCL_STAGE_VALUES(SCL_TRITON_WEIGHTS_GRADS_AND_ASSEMBLY_ARGUMENTS));
-  if (stages.single_set) return {{features, features_dot}, {}};
+  if (p.single_set) return {{features, features_dot}, {}};
   return {{features, features_dot}, {contrast, contrast_dot}};
 }
 
