@@ -8,7 +8,8 @@ from typing import Optional, Tuple, TypeGuard, cast, get_args
 import torch
 
 from ._types import ContrastMode, Reduction, Temperature
-from .backends import BACKENDS, temperature_value_error
+from .backends import BACKENDS
+from .backends.reference import temperature_value_error
 
 CONTRAST_MODES: Tuple[str, ...] = get_args(ContrastMode)
 REDUCTIONS: Tuple[str, ...] = get_args(Reduction)

@@ -3,7 +3,6 @@ and whether it can run here. ``available_backends``, ``backend="auto"``, the err
 test matrix and the capability table of docs/BACKENDS.md (:func:`capability_table`, which a test
 holds the document to) all read the table below. What adding a backend takes: docs/BACKENDS.md.
 """
-import inspect
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union, cast
@@ -11,14 +10,13 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union, cast
 import torch
 
 from .._extension import library_loaded, require_library
-from .._signatures import bind_arguments
 from .._types import BackendName
 from . import hard_pairs_ops  # noqa: F401  (registers the hard-pair ops' fake kernels)
 from .auto_rule import CallShape, cuda_is_faster
 from .fused_ops import loss_dtype, register_fakes
 # Re-exported: supcon_loss's "mean" reduction is the same mean (functional.py).
 from .reference import (mean_over_anchors_with_positives as mean_over_anchors_with_positives,
-                        supcon_reference)
+                        run_reference)
 from .triton import (TRITON_CPU_NEEDS_INTERPRETER, TRITON_MISSING, load_triton_backend,
                      triton_installed, triton_interpreter_enabled)
 
@@ -116,15 +114,9 @@ class Backend:
         takes the same (backends/reference.py). With ``mean`` the loss is their mean over the anchors
         with positives (0-dim), taken inside the fused ops."""
         if self.op_name is None:
-            arguments = bind_arguments(_REFERENCE, args, kwargs)
-            # The fused ops check values inside their kernels; the dense path checks here.
-            _check_reference_values(**arguments)
-            return supcon_reference(**arguments)
+            return run_reference(*args, **kwargs)
         loss, _lse, num_positives = _scl_op(self, self.op_name)(*args, **kwargs)
         return loss, num_positives
-
-
-_REFERENCE = inspect.signature(supcon_reference)
 
 
 def _scl_op(backend: Backend, name: str) -> Callable[..., Any]:
@@ -132,26 +124,6 @@ def _scl_op(backend: Backend, name: str) -> Callable[..., Any]:
     backend.prepare()
     op: Callable[..., Any] = getattr(torch.ops.scl, name)
     return op
-
-
-def temperature_value_error(value: float) -> ValueError:
-    """The error of a temperature that is not positive and finite, worded as the op's own
-    (csrc/core/supcon_problem.cpp, read_temperature: the value printed as %g), for the
-    reference backend's check and the loss modules' (scl_kernels._validation)."""
-    return ValueError(f"temperature must be positive and finite, got {value:g}")
-
-
-def _check_reference_values(*, features: torch.Tensor, contrast: Optional[torch.Tensor],
-                            temperature: torch.Tensor, **_others: object) -> None:
-    # Only when the values exist: not while tracing, not on the meta device.
-    if torch.compiler.is_compiling() or features.device.type == "meta":
-        return
-    for name, tensor in (("features", features), ("contrast", contrast)):
-        if tensor is not None and not bool(torch.isfinite(tensor).all()):
-            raise ValueError(f"{name} contains NaN or inf")
-    value = float(temperature.detach())
-    if not (value > 0 and value != float("inf")):
-        raise temperature_value_error(value)
 
 
 REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (

@@ -1,11 +1,38 @@
 """Dense PyTorch SupCon (``backend="reference"``): the whole N x M logit matrix, autograd for the
 gradient. Exact and simple, for tests and tiny batches; memory grows as N * M."""
-from typing import Optional, Tuple
+import inspect
+from typing import Any, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
+from .._signatures import bind_arguments
 from .fused_ops import loss_dtype
+
+
+def temperature_value_error(value: float) -> ValueError:
+    """The error of a temperature that is not positive and finite, worded as the op's own
+    (csrc/core/supcon_problem.cpp, read_temperature: the value printed as %g), for the
+    reference backend's check and the loss modules' (scl_kernels._validation)."""
+    return ValueError(f"temperature must be positive and finite, got {value:g}")
+
+
+def run_reference(*args: Any, **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+    """supcon_reference after the value checks that the fused ops make inside their kernels:
+    NaN / inf in the rows, a temperature that is not positive and finite. The arguments are the
+    fused op's (Backend.run)."""
+    arguments = bind_arguments(_SIGNATURE, args, kwargs)
+    # Only when the values exist: not while tracing, not on the meta device.
+    features: torch.Tensor = arguments["features"]
+    if not torch.compiler.is_compiling() and features.device.type != "meta":
+        for name in ("features", "contrast"):
+            tensor = arguments[name]
+            if tensor is not None and not bool(torch.isfinite(tensor).all()):
+                raise ValueError(f"{name} contains NaN or inf")
+        value = float(arguments["temperature"].detach())
+        if not (value > 0 and value != float("inf")):
+            raise temperature_value_error(value)
+    return supcon_reference(**arguments)
 
 
 def supcon_reference(features: torch.Tensor, labels: torch.Tensor,
@@ -64,3 +91,6 @@ def _focal_terms(x: torch.Tensor, positive: torch.Tensor, gamma: float) -> torch
     safe = torch.where(terms, x, torch.ones((), dtype=x.dtype, device=x.device))
     focal = (-torch.expm1(-safe)).pow(gamma) * safe
     return torch.where(terms, focal, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+_SIGNATURE = inspect.signature(supcon_reference)

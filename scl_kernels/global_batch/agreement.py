@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from .._types import Strategy, Temperature
 from .._validation import CONTRAST_MODES, REDUCTIONS
-from ..backends import temperature_value_error
+from ..backends.reference import temperature_value_error
 from .collectives import all_gather_single
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
