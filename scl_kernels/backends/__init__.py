@@ -13,7 +13,7 @@ from .._extension import library_loaded, require_library
 from .._types import BackendName
 from . import hard_pairs_ops  # noqa: F401  (registers the hard-pair ops' fake kernels)
 from .auto_rule import CallShape, cuda_is_faster
-from .fused_ops import loss_dtype, register_fakes
+from .fused_ops import by_position, loss_dtype, register_fakes
 # Re-exported: supcon_loss's "mean" reduction is the same mean (functional.py).
 from .reference import (mean_over_anchors_with_positives as mean_over_anchors_with_positives,
                         run_reference)
@@ -115,7 +115,10 @@ class Backend:
         with positives (0-dim), taken inside the fused ops."""
         if self.op_name is None:
             return run_reference(*args, **kwargs)
-        loss, _lse, num_positives = _scl_op(self, self.op_name)(*args, **kwargs)
+        op = _scl_op(self, self.op_name)
+        if kwargs and not torch.compiler.is_compiling():  # a traced call costs nothing to parse
+            args, kwargs = by_position(self.op_name, args, kwargs), {}
+        loss, _lse, num_positives = op(*args, **kwargs)
         return loss, num_positives
 
 
