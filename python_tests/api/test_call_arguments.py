@@ -20,7 +20,7 @@ from scl_kernels import Explanation, explain, supcon_loss
 from scl_kernels._docstrings import ARGUMENTS
 from scl_kernels._testing import cuda_dry_run_built
 from scl_kernels.backends import REGISTRY, Backend
-from scl_kernels.backends.fused_ops import by_position, fused_op_names
+from scl_kernels.backends.fused_ops import fused_op_names
 from scl_kernels.backends.reference import supcon_reference
 from support import needs
 
@@ -333,18 +333,3 @@ def test_the_docstring_describes_each_parameter_in_order(function):
     arguments = function.__doc__.split("Args:\n", 1)[1].split("\n\n", 1)[0]
     assert re.findall(r"^ {8}(\w+): ", arguments, re.MULTILINE) == list(
         inspect.signature(function).parameters)
-
-
-@pytest.mark.quick
-@pytest.mark.parametrize("op_name", fused_op_names())
-def test_keywords_are_put_in_their_places_with_the_defaults_between(op_name):
-    """Backend.run calls the op by position (it parses keywords slower): by_position puts each
-    keyword where the schema has it and fills the defaults before it."""
-    args = ("features", "labels", None, None, "temperature", 3, True)
-    assert by_position(op_name, args, {"mean": True}) == (*args, 0, 0.0, True)
-    assert by_position(op_name, args, {"focal_gamma": 2.0, "anchor_offset": 1}) == (
-        *args, 1, 2.0, False)
-    with pytest.raises(TypeError, match="unexpected or repeated arguments: normalize, other"):
-        by_position(op_name, args, {"normalize": False, "other": 1})
-    with pytest.raises(TypeError, match="missing its argument normalize"):
-        by_position(op_name, args[:6], {"mean": True})

@@ -122,7 +122,8 @@ def _mutant(kind):
     real = scl_kernels.functional.resolve_backend("cpu", torch.device("cpu")).run
 
     def run(rows, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-            focal_gamma=0.0, mean=False):
+            anchor_offset=0, focal_gamma=0.0, mean=False):
+        assert anchor_offset == 0, "supcon_loss's layouts start their anchors at row 0"
         loss, npos = per_anchor(rows, labels, contrast, contrast_labels, temperature,
                                 num_anchors, normalize, focal_gamma)
         return (mean_over_anchors_with_positives(loss, npos) if mean else loss), npos

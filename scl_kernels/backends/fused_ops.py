@@ -6,9 +6,8 @@ arguments that the output shapes depend on, by name. The registry registers them
 op of the loaded library (register_fakes, fused_op_names: its scl::supcon and scl::supcon_triton,
 and a test build's dry run of the CUDA backend).
 """
-import functools
 import inspect
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 
@@ -44,35 +43,6 @@ def _schema_signature(op_name: str) -> inspect.Signature:
                    else inspect.Parameter.empty)
         parameters.append(inspect.Parameter(argument.name, kind, default=default))
     return inspect.Signature(parameters)
-
-
-@functools.lru_cache(maxsize=None)
-def _arguments_in_order(op_name: str) -> Tuple[Tuple[str, bool, Any], ...]:
-    """(name, has a default, the default) of each of torch.ops.scl.<op_name>'s arguments."""
-    return tuple((argument.name, argument.has_default_value(), argument.default_value)
-                 for argument in getattr(torch.ops.scl, op_name).default._schema.arguments)
-
-
-def by_position(op_name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[Any, ...]:
-    """A call of torch.ops.scl.<op_name> with its keyword arguments put in their places, the
-    defaults between them filled in: the op parses keywords about 5 us slower a call than
-    positions, a cost the fine-tuning batches see (bench/decisions/
-    2026-11-22-small-batches-baseline.md). A TypeError for an argument the op does not take."""
-    values = list(args)
-    placed = 0
-    for name, has_default, default in _arguments_in_order(op_name)[len(args):]:
-        if name in kwargs:
-            values.append(kwargs[name])
-            placed += 1
-        elif has_default:
-            values.append(default)
-        else:
-            raise TypeError(f"torch.ops.scl.{op_name} is missing its argument {name}")
-    if placed != len(kwargs):
-        later = {name for name, _, _ in _arguments_in_order(op_name)[len(args):]}
-        raise TypeError(f"torch.ops.scl.{op_name} got unexpected or repeated arguments: "
-                        f"{', '.join(sorted(set(kwargs) - later))}")
-    return tuple(values)
 
 
 def _check_devices(*, features: torch.Tensor, labels: torch.Tensor,
