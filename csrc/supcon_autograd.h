@@ -25,10 +25,6 @@ namespace scl::autograd {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-inline std::optional<at::Tensor> present(const at::Tensor& t) {
-  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
-}
-
 // What forward keeps of one argument for backward: tensors go to save_for_backward in the
 // arguments' order (an absent one as an undefined tensor), other values to saved_data by name.
 inline void keep(AutogradContext*, const char*, const at::Tensor& value,

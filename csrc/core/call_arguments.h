@@ -91,6 +91,11 @@ struct SupConArgs {
 #undef SCL_FIELD
 };
 
+// A schema's optional tensor (`Tensor?`) from a tensor that is undefined where it is absent.
+inline std::optional<at::Tensor> present(const at::Tensor& t) {
+  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
+}
+
 using OpOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 // The dispatcher signatures of the op's kernels (c10::TypedOperatorHandle).
 using ForwardSignature = OpOutputs(SCL_CALL_ARGUMENTS(SCL_TYPE_FIRST, SCL_TYPE_NEXT));

@@ -41,10 +41,6 @@ c10::TypedOperatorHandle<Signature> stage_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
 }
 
-std::optional<at::Tensor> present(const at::Tensor& t) {
-  return t.defined() ? std::optional<at::Tensor>(t) : std::nullopt;
-}
-
 at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
   static const auto op = stage_op<at::Tensor(SCL_STAGE_TYPES(SCL_TRITON_LSE_TILES_ARGUMENTS))>(
       "scl::supcon_triton_lse_tiles");
