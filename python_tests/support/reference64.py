@@ -33,19 +33,22 @@ def _unit_rows(x, normalize):
     return x / norms.clamp_min(NORM_EPS)
 
 
+def _views_of(per_sample, views):
+    """A per-sample tensor ([B] or [B, C]) repeated for the view-major rows, or None."""
+    return None if per_sample is None else torch.cat([per_sample] * views)
+
+
 def _layout(features, labels, contrast, contrast_labels, contrast_mode):
     """Rows, labels and masks of one call, following the public contract.
 
     Returns (anchor_idx, rows, row_labels, contrast_rows or None, contrast_labels or None).
+    Labels are [rows] class ids or [rows, C] multi-hot (docs/MATH.md, "Multi-label positives").
     """
     if features.dim() == 3:
         b, v, d = features.shape
         # view-major: row v*B + b is view v of sample b
         rows = torch.stack([features[:, k, :] for k in range(v)], dim=0).reshape(v * b, d)
-        if labels is not None:
-            row_labels = torch.cat([labels] * v)
-        else:
-            row_labels = None
+        row_labels = _views_of(labels, v)
     else:
         b, v = features.shape[0], 1
         rows = features
@@ -85,15 +88,43 @@ class RefResult:
     single_set: bool = True
     batch: int = 0                    # B of a [B, V, D] input (N for [N, D])
     focal_gamma: float = 0.0
+    weights: torch.Tensor = field(repr=False, default=None)  # float64 [A, C]: w_ij, 0 off P(i)
+
+
+def pair_weights(anchor_labels, column_labels, multi_label):
+    """w_ij (float64 [A, C]) before the self column and the groups: 1 for equal class ids >= 0;
+    for multi-hot rows, 1 when they share a class ("any") or |Y_i & Y_j| / |Y_i | Y_j|
+    ("jaccard"); 0 elsewhere, so a row without a class is nobody's positive."""
+    if multi_label not in ("any", "jaccard"):
+        raise ValueError(f"multi_label must be 'any' or 'jaccard', got {multi_label!r}")
+    if anchor_labels.dim() == 1:
+        same = (anchor_labels[:, None] == column_labels[None, :]) & (anchor_labels[:, None] >= 0)
+        return same.to(torch.float64)
+    assert anchor_labels.shape[1] == column_labels.shape[1], "multi-hot labels of one width"
+    assert bool(((anchor_labels == 0) | (anchor_labels == 1)).all()), "multi-hot labels are 0/1"
+    y_a, y_c = anchor_labels.to(torch.float64), column_labels.to(torch.float64)
+    shared = y_a @ y_c.T  # |Y_i & Y_j|, exact: sums of ones
+    if multi_label == "any":
+        return (shared > 0).to(torch.float64)
+    union = y_a.sum(1)[:, None] + y_c.sum(1)[None, :] - shared
+    return torch.where(union > 0, shared / union.clamp_min(1), torch.zeros_like(shared))
 
 
 def supcon_reference64(features, labels=None, temperature=0.1, *, contrast=None,
                        contrast_labels=None, contrast_mode="all", normalize=True,
-                       reduction="mean", full=False, focal_gamma=0.0):
+                       reduction="mean", full=False, focal_gamma=0.0, multi_label="any",
+                       groups=None, contrast_groups=None):
     """Dense float64 SupCon loss. Differentiable w.r.t. features, contrast and a tensor temperature.
 
     ``focal_gamma`` > 0: the focal contrastive loss (docs/MATH.md, "Focal contrastive loss"),
     l_i = (1/|P(i)|) sum_p (1 - pi_ip)^gamma (-log pi_ip) with pi_ip = exp(s_ip - LSE_i).
+
+    Multi-label positives and known false negatives (docs/MATH.md, "Multi-label positives and
+    known false negatives"): ``labels`` (and ``contrast_labels``) may be multi-hot [rows, C], the
+    pair weights w_ij following ``multi_label`` (pair_weights); ``groups`` [B] (and
+    ``contrast_groups`` [M] in a cross set) are integer ids, negative for none, and a pair of one
+    group with w_ij = 0 leaves the denominator. The anchor's loss is the w-weighted mean over
+    P(i) = {j in A(i): w_ij > 0}, of -log pi_ij (or of the focal term).
 
     With ``full=True`` returns a :class:`RefResult` (per-anchor loss, LSE, |P(i)|, logits).
     """
@@ -108,12 +139,17 @@ def supcon_reference64(features, labels=None, temperature=0.1, *, contrast=None,
         t = float(temperature)
 
     num_anchors, rows, row_labels, c, c_labels = _layout(x, labels, c, contrast_labels, contrast_mode)
+    row_groups = None if groups is None else _views_of(groups.cpu(), rows.shape[0] // groups.shape[0])
+    if (c is not None) and ((groups is None) != (contrast_groups is None)):
+        raise ValueError("reference64: a cross set takes groups and contrast_groups together")
     z = _unit_rows(rows, normalize)
     if c is None:
         cz = z
         col_labels = row_labels
         q = z[:num_anchors]
         q_labels = row_labels[:num_anchors]
+        q_groups, col_groups = (None, None) if row_groups is None else (row_groups[:num_anchors],
+                                                                         row_groups)
         self_mask = torch.zeros(num_anchors, cz.shape[0], dtype=torch.bool)
         idx = torch.arange(num_anchors)
         self_mask[idx, idx] = True
@@ -122,11 +158,18 @@ def supcon_reference64(features, labels=None, temperature=0.1, *, contrast=None,
         col_labels = c_labels
         q = z
         q_labels = row_labels
+        q_groups = row_groups
+        col_groups = None if contrast_groups is None else contrast_groups.cpu()
         self_mask = torch.zeros(q.shape[0], cz.shape[0], dtype=torch.bool)
 
     logits = (q @ cz.T) / t                                                   # [A, C]
+    weights = pair_weights(q_labels, col_labels, multi_label)
     allowed = ~self_mask                                                      # A(i)
-    positive = allowed & (q_labels[:, None] == col_labels[None, :]) & (q_labels[:, None] >= 0)
+    if q_groups is not None:
+        same_group = (q_groups[:, None] == col_groups[None, :]) & (q_groups[:, None] >= 0)
+        allowed &= ~(same_group & (weights == 0))
+    positive = allowed & (weights > 0)
+    weights = torch.where(positive, weights, torch.zeros_like(weights))
     num_pos = positive.sum(dim=1)
     has_col = allowed.any(dim=1)
 
@@ -143,12 +186,13 @@ def supcon_reference64(features, labels=None, temperature=0.1, *, contrast=None,
     lse = row_max + torch.log(safe_sums)
     lse_report = torch.where(has_col, lse, neg_inf)
 
-    denom = num_pos.clamp_min(1).to(torch.float64)
+    # sum_j w_ij: |P(i)| for class ids, where every weight is 1
+    denom = torch.where(num_pos > 0, weights.sum(dim=1), torch.ones_like(lse))
     if focal_gamma == 0:
-        pos_sum = torch.where(positive, logits, torch.zeros_like(logits)).sum(dim=1)
+        pos_sum = torch.where(positive, weights * logits, torch.zeros_like(logits)).sum(dim=1)
         per_anchor = torch.where(num_pos > 0, lse - pos_sum / denom, torch.zeros_like(lse))
     else:
-        focal_sum = _focal_pair_terms(logits, lse, positive, focal_gamma).sum(dim=1)
+        focal_sum = (weights * _focal_pair_terms(logits, lse, positive, focal_gamma)).sum(dim=1)
         per_anchor = torch.where(num_pos > 0, focal_sum / denom, torch.zeros_like(lse))
 
     valid = (num_pos > 0)
@@ -166,7 +210,7 @@ def supcon_reference64(features, labels=None, temperature=0.1, *, contrast=None,
                          q.detach(), cz.detach(),
                          torch.linalg.vector_norm(rows.detach(), dim=1),
                          None if c is None else torch.linalg.vector_norm(c.detach(), dim=1),
-                         c is None, features.shape[0], focal_gamma)
+                         c is None, features.shape[0], focal_gamma, weights)
     return loss
 
 
