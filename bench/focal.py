@@ -67,18 +67,13 @@ def main(argv=None):
                 for row in measure(n, d, classes, gammas, args.repeats):
                     rows.append(row)
                     print(", ".join(f"{k}={report.fmt(row[k])}" for k in FIELDS), flush=True)
-    base = report.result_stem(args.out, f"focal_cpu_{report.timestamp()}")
-    report.write_csv(base + ".csv", rows, FIELDS)
-    parts = report.markdown_header("Focal contrastive loss on the CPU", machine, {
-        "command": report.command_line("bench.focal", argv), "repeats": args.repeats,
-        "load average at the end": load_average()})
-    parts += ["", "Forward + backward, ms (median); ratio: focal / SupCon on the same batch.", ""]
-    parts.append(report.markdown_table(
-        ("N", "D", "classes", "walk pairs", "SupCon ms", "gamma", "focal ms", "focal / SupCon"),
-        [tuple(row[k] for k in FIELDS) for row in rows]))
-    with open(base + ".md", "w") as out:
-        out.write("\n".join(parts) + "\n")
-    print(f"wrote {base}.md and .csv")
+    report.write_rows(
+        report.result_stem(args.out, f"focal_cpu_{report.timestamp()}"),
+        "Focal contrastive loss on the CPU",
+        {**machine, "command": report.command_line("bench.focal", argv), "repeats": args.repeats,
+         "load average at the end": load_average()},
+        "Forward + backward, ms (median); ratio: focal / SupCon on the same batch.", rows, FIELDS,
+        ("N", "D", "classes", "walk pairs", "SupCon ms", "gamma", "focal ms", "focal / SupCon"))
 
 
 if __name__ == "__main__":

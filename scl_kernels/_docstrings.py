@@ -32,6 +32,13 @@ ARGUMENTS: dict[str, str] = {
     rows past N are negatives (CLIP, SimCSE); then ``M >= N``.""",
     "contrast_labels": """contrast_labels: integer ``[M]`` labels of ``contrast``; required when ``labels`` is given
     with ``contrast``.""",
+    "groups": """groups: integer ``[N]`` (``[B]`` for ``[B, V, D]`` features) group ids, or ``None``:
+    known false negatives. Two rows of one group that are not a positive pair leave each other's
+    denominator, neither pulled nor pushed (duplicates, passages of one source); a negative id
+    means no group (docs/MATH.md section 11). With ``contrast``, ``contrast_groups`` too. Run by
+    the ``cpu`` and ``reference`` backends; the others refuse the call.""",
+    "contrast_groups": """contrast_groups: integer ``[M]`` group ids of ``contrast`` rows, compared with ``groups``;
+    required when ``groups`` is given with ``contrast``.""",
     "contrast_mode": """contrast_mode: ``"all"`` (every row is an anchor, default) or ``"one"`` (only the view-0
     rows of ``[B, V, D]`` features are anchors, as in SupContrast).""",
     "normalize": """normalize: L2-normalise the rows of ``features`` and ``contrast`` first (eps 1e-12, as

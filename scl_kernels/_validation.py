@@ -126,14 +126,18 @@ def temperature_tensor(temperature: Temperature, device: torch.device) -> torch.
     return torch.tensor(float(temperature), dtype=torch.float64)
 
 
-def check_inputs(features: torch.Tensor, labels: Optional[torch.Tensor]) -> None:
-    """Types, devices and shapes of features and labels."""
+def check_inputs(features: torch.Tensor, labels: Optional[torch.Tensor],
+                 groups: Optional[torch.Tensor] = None) -> None:
+    """Types, devices and shapes of features and of its per-sample labels and groups."""
     check_tensor(features, "features", floating=True)
-    if labels is not None:
-        check_tensor(labels, "labels", floating=False)
-        check_same_device(labels, "labels", features.device)
-        if labels.dim() != 1:
-            raise ValueError(f"labels must be one-dimensional, got shape {tuple(labels.shape)}")
+    for name, per_sample in (("labels", labels), ("groups", groups)):
+        if per_sample is None:
+            continue
+        check_tensor(per_sample, name, floating=False)
+        check_same_device(per_sample, name, features.device)
+        if per_sample.dim() != 1:
+            raise ValueError(f"{name} must be one-dimensional, got shape {tuple(per_sample.shape)}")
         expected = features.shape[0] if features.dim() in (2, 3) else None
-        if expected is not None and labels.shape[0] != expected:
-            raise ValueError(f"labels has {labels.shape[0]} entries but features has {expected} samples")
+        if expected is not None and per_sample.shape[0] != expected:
+            raise ValueError(f"{name} has {per_sample.shape[0]} entries but features has "
+                             f"{expected} samples")

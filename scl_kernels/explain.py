@@ -178,6 +178,8 @@ FIELD_SENTENCES: Dict[str, Callable[[str, Plan], str]] = {
                              "kernels address (2^31 - 1); the call raises",
         "no focal walk": "cannot run: focal_gamma > 0 and this backend's kernels have no walk "
                          "over the positive pairs; the call raises",
+        "no group mask": "cannot run: groups given and this backend's tiles have no group mask; "
+                         "the call raises",
         "temperature unreadable": "cannot run: a GPU temperature cannot be read while a CUDA "
                                   "graph is captured; the call raises"}),
 }
@@ -254,6 +256,8 @@ def explain(*args: Any, **kwargs: Any) -> Explanation:
         {arg:focal_gamma}
         {arg:reduction}
         {arg:backend}
+        {arg:groups}
+        {arg:contrast_groups}
 
     Returns:
         An :class:`Explanation`; ``print`` it for the plan in sentences, or take
@@ -274,7 +278,8 @@ def _explain(call: CheckedCall, *, temperature: Temperature, normalize: bool,
     were given (the call holds the temperature as a tensor and the backend resolved)."""
     device = call.layout.rows.device
     if backend == "auto":
-        reason = auto_choice(device, call.focal_gamma, call.shape)[1]
+        reason = auto_choice(device, call.focal_gamma, call.shape,
+                             call.layout.groups is not None)[1]
     else:
         reason = f"backend={backend!r} was asked for"
     if call.backend.plan_op is None:
@@ -285,7 +290,8 @@ def _explain(call: CheckedCall, *, temperature: Temperature, normalize: bool,
                          "as a float or a real tensor")
     layout = call.layout
     tensors = dict(features=layout.rows, labels=layout.labels, contrast=layout.contrast,
-                   contrast_labels=layout.contrast_labels)
+                   contrast_labels=layout.contrast_labels, groups=layout.groups,
+                   contrast_groups=layout.contrast_groups)
     without_data = not all(_holds_data(x) for x in tensors.values())
     if device.type == "meta":
         device = torch.device("cpu")

@@ -12,16 +12,19 @@ from .backends import Backend, mean_over_anchors_with_positives, resolve_backend
 from .backends.auto_rule import CallShape
 
 
-def _flatten_views(features: torch.Tensor, labels: Optional[torch.Tensor]
-                   ) -> Tuple[torch.Tensor, Optional[torch.Tensor], int]:
-    """[B, V, D] -> [V*B, D] view-major (row v*B + b, as SupContrast); labels [B] -> [V*B]."""
+def _flatten_views(features: torch.Tensor) -> Tuple[torch.Tensor, int, int]:
+    """[B, V, D] -> [V*B, D] view-major (row v*B + b, as SupContrast), with B and V."""
     if features.dim() == 2:
-        return features, labels, features.shape[0]
+        return features, features.shape[0], 1
     if features.dim() != 3:
         raise ValueError(f"features must have shape [N, D] or [B, V, D], got {tuple(features.shape)}")
     batch, views, dim = features.shape
-    rows = features.transpose(0, 1).reshape(views * batch, dim)
-    return rows, (None if labels is None else labels.repeat(views)), batch
+    return features.transpose(0, 1).reshape(views * batch, dim), batch, views
+
+
+def _per_row(per_sample: Optional[torch.Tensor], views: int) -> Optional[torch.Tensor]:
+    """A per-sample tensor ([B]: labels, groups) for the view-major rows ([V*B])."""
+    return per_sample if per_sample is None or views == 1 else per_sample.repeat(views)
 
 
 _SINGLE_VIEW_MESSAGE = (
@@ -65,29 +68,37 @@ class Layout(NamedTuple):
     contrast: Optional[torch.Tensor]  # [M, D] in the cross-set layout, else None
     contrast_labels: Optional[torch.Tensor]  # [M] in the cross-set layout, else None
     num_anchors: int  # the anchors are rows [0, num_anchors) of rows
+    groups: Optional[torch.Tensor] = None  # [R] group ids, or None (docs/MATH.md section 11)
+    contrast_groups: Optional[torch.Tensor] = None  # [M] with groups in the cross-set layout
 
 
 def build_layout(features: torch.Tensor, labels: Optional[torch.Tensor],
                  contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
-                 contrast_mode: ContrastMode, *, allow_no_rows: bool = False) -> Layout:
+                 contrast_mode: ContrastMode, *, allow_no_rows: bool = False,
+                 groups: Optional[torch.Tensor] = None,
+                 contrast_groups: Optional[torch.Tensor] = None) -> Layout:
     """Flattens views, checks the contrast set and makes the implicit labels explicit.
 
     Without labels every sample gets its own id, its index b; ``allow_no_rows`` lets a rank of
-    a distributed call hold no rows.
+    a distributed call hold no rows. ``groups`` (checked with the labels: check_inputs) follow
+    the rows as the labels do.
     """
-    rows, row_labels, batch = _flatten_views(features, labels)
+    rows, batch, views = _flatten_views(features)
+    row_labels, row_groups = _per_row(labels, views), _per_row(groups, views)
     if rows.shape[1] == 0 or (rows.shape[0] == 0 and not allow_no_rows):
         raise ValueError(f"features must have at least one row and one column, got {tuple(features.shape)}")
     if contrast is None:
         if contrast_labels is not None:
             raise ValueError("contrast_labels given without contrast")
+        if contrast_groups is not None:
+            raise ValueError("contrast_groups given without contrast")
         if row_labels is None:
             if features.dim() == 2 or features.shape[1] == 1:  # one view: no positive anywhere
                 _warn_single_view()
             ids = torch.arange(batch, device=rows.device)
             row_labels = ids.repeat(rows.shape[0] // batch) if batch else ids
         num_anchors = batch if contrast_mode == "one" else rows.shape[0]
-        return Layout(rows, row_labels, None, None, num_anchors)
+        return Layout(rows, row_labels, None, None, num_anchors, row_groups)
     if contrast_mode == "one":
         raise ValueError("contrast_mode='one' cannot be combined with contrast=")
     check_tensor(contrast, "contrast", floating=True)
@@ -116,7 +127,16 @@ def build_layout(features: torch.Tensor, labels: Optional[torch.Tensor],
         if contrast_labels.dim() != 1 or contrast_labels.shape[0] != contrast.shape[0]:
             raise ValueError(f"contrast_labels must have shape [{contrast.shape[0]}], "
                              f"got {tuple(contrast_labels.shape)}")
-    return Layout(rows, row_labels, contrast, contrast_labels, rows.shape[0])
+    if (row_groups is None) != (contrast_groups is None):
+        raise ValueError("with contrast, groups and contrast_groups must be given together")
+    if contrast_groups is not None:
+        check_tensor(contrast_groups, "contrast_groups", floating=False)
+        check_same_device(contrast_groups, "contrast_groups", features.device)
+        if contrast_groups.dim() != 1 or contrast_groups.shape[0] != contrast.shape[0]:
+            raise ValueError(f"contrast_groups must have shape [{contrast.shape[0]}], "
+                             f"got {tuple(contrast_groups.shape)}")
+    return Layout(rows, row_labels, contrast, contrast_labels, rows.shape[0], row_groups,
+                  contrast_groups)
 
 
 def reduce_per_anchor(per_anchor: torch.Tensor, num_positives: torch.Tensor,
@@ -143,7 +163,8 @@ def supcon_loss(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
                 temperature: Temperature = 0.1, *, contrast: Optional[torch.Tensor] = None,
                 contrast_labels: Optional[torch.Tensor] = None, contrast_mode: ContrastMode = "all",
                 normalize: bool = True, focal_gamma: float = 0.0, reduction: Reduction = "mean",
-                backend: BackendName = "auto") -> torch.Tensor:
+                backend: BackendName = "auto", groups: Optional[torch.Tensor] = None,
+                contrast_groups: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Supervised contrastive loss (Khosla et al. 2020), fused: no N x N matrix is stored.
 
     Args:
@@ -157,6 +178,8 @@ def supcon_loss(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
         {arg:focal_gamma}
         {arg:reduction}
         {arg:backend}
+        {arg:groups}
+        {arg:contrast_groups}
 
     Returns:
         float32 loss (float64 for float64 features); gradients come back in the input dtype.
@@ -166,12 +189,13 @@ def supcon_loss(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
         options.
     """
     call = checked_call(features, labels, temperature, contrast, contrast_labels, contrast_mode,
-                        normalize, focal_gamma, reduction, backend)
+                        normalize, focal_gamma, reduction, backend, groups, contrast_groups)
     layout = call.layout
     # By position (anchor_offset 0: every anchor row is in the layout), the op's cheaper call.
     loss, num_positives = call.backend.run(
         layout.rows, layout.labels, layout.contrast, layout.contrast_labels, call.temperature,
-        layout.num_anchors, normalize, 0, call.focal_gamma, call.mean)
+        layout.num_anchors, normalize, 0, call.focal_gamma, call.mean, layout.groups,
+        layout.contrast_groups)
     return loss if call.mean else reduce_per_anchor(loss, num_positives, reduction)
 
 
@@ -190,15 +214,20 @@ class CheckedCall(NamedTuple):
 def checked_call(features: torch.Tensor, labels: Optional[torch.Tensor], temperature: Temperature,
                  contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
                  contrast_mode: ContrastMode, normalize: bool, focal_gamma: float,
-                 reduction: Reduction, backend: BackendName) -> CheckedCall:
+                 reduction: Reduction, backend: BackendName,
+                 groups: Optional[torch.Tensor] = None,
+                 contrast_groups: Optional[torch.Tensor] = None) -> CheckedCall:
     """supcon_loss's arguments checked (errors naming the argument), laid out, and its backend
     resolved: what supcon_loss runs and scl_kernels.explain describes."""
-    check_inputs(features, labels)
+    check_inputs(features, labels, groups)
     check_options(temperature, contrast_mode, normalize, reduction, backend,
                   check_value=False)
     focal_gamma = check_focal_gamma(focal_gamma)
-    layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode)
+    layout = build_layout(features, labels, contrast, contrast_labels, contrast_mode,
+                          groups=groups, contrast_groups=contrast_groups)
     shape = call_shape(layout, normalize)
-    return CheckedCall(layout, shape, resolve_backend(backend, features.device, focal_gamma, shape),
+    return CheckedCall(layout, shape,
+                       resolve_backend(backend, features.device, focal_gamma, shape,
+                                       groups=groups is not None),
                        temperature_tensor(temperature, features.device), focal_gamma,
                        reduction == "mean")

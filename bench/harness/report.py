@@ -51,6 +51,18 @@ def markdown_header(title, *facts):
     return lines
 
 
+def write_rows(base, title, facts, caption, rows, fields, header):
+    """A benchmark's rows (dicts) as ``base``.csv (the ``fields``) and ``base``.md: the title,
+    the ``facts`` (markdown_header), the caption, and the table (its ``header`` over the
+    fields)."""
+    write_csv(base + ".csv", rows, fields)
+    parts = markdown_header(title, facts) + ["", caption, ""]
+    parts.append(markdown_table(header, [tuple(row[k] for k in fields) for row in rows]))
+    with open(base + ".md", "w") as out:
+        out.write("\n".join(parts) + "\n")
+    print(f"wrote {base}.md and .csv")
+
+
 def write_csv(path, rows, fields):
     with open(path, "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")

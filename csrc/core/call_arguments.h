@@ -29,6 +29,11 @@
 //   mean   the loss is the mean of l_i over the anchors with positives (0-dim), the caller's
 //       "mean" reduction inside the op; backward then takes its 0-dim gradient. Read by the
 //       preparation (the mean's accumulators), the losses and the weights.
+//   groups, contrast_groups   integer group ids per feature row [N] and per contrast row [M]
+//       (a negative id: no group), or None; a cross set takes both or neither. A pair of one
+//       group that is not a positive leaves the denominator (docs/MATH.md section 11). The plan
+//       refuses them where the tiles have no group mask; the preparation compacts them and the
+//       tiles mask those pairs.
 //
 // Each row is X(C++ parameter type, name, schema declaration); the rows without a schema default
 // come first, because the backward's schema puts lse between the two lists.
@@ -49,10 +54,12 @@
   NEXT(int64_t, num_anchors, "int num_anchors")                                       \
   NEXT(bool, normalize, "bool normalize")
 
-#define SCL_DEFAULTED_CALL_ARGUMENTS(X)                \
-  X(int64_t, anchor_offset, "int anchor_offset=0")     \
-  X(double, focal_gamma, "float focal_gamma=0.0")      \
-  X(bool, mean, "bool mean=False")
+#define SCL_DEFAULTED_CALL_ARGUMENTS(X)                                                 \
+  X(int64_t, anchor_offset, "int anchor_offset=0")                                      \
+  X(double, focal_gamma, "float focal_gamma=0.0")                                       \
+  X(bool, mean, "bool mean=False")                                                      \
+  X(const std::optional<at::Tensor>&, groups, "Tensor? groups=None")                    \
+  X(const std::optional<at::Tensor>&, contrast_groups, "Tensor? contrast_groups=None")
 
 #define SCL_CALL_ARGUMENTS(FIRST, NEXT) \
   SCL_REQUIRED_CALL_ARGUMENTS(FIRST, NEXT) SCL_DEFAULTED_CALL_ARGUMENTS(NEXT)

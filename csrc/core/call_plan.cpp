@@ -204,6 +204,7 @@ const char* name(Refusal r) {
     case Refusal::kNoBlas: return "no BLAS";
     case Refusal::kTooManyElements: return "too many elements";
     case Refusal::kNoFocalWalk: return "no focal walk";
+    case Refusal::kNoGroupMask: return "no group mask";
     case Refusal::kTemperatureUnreadable: return "temperature unreadable";
   }
   return "";
@@ -245,6 +246,7 @@ Refusal backend_refusal(const TileKernels& kernels, const SupConArgs& a) {
     return Refusal::kTooManyElements;
   }
   if (a.focal_gamma > 0 && !kernels.positive_walk) return Refusal::kNoFocalWalk;
+  if (a.groups.has_value() && !kernels.masks_groups) return Refusal::kNoGroupMask;
   return Refusal::kNone;
 }
 
@@ -281,7 +283,9 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
   plan.max_rows_elements = kernels.max_rows_elements;
   plan.refusal = backend_refusal(kernels, args);
   const bool float_compute = args.features.scalar_type() != at::kDouble;
-  plan.fused_preparation = kernels.prepare_rows && float_compute && !plan.deterministic;
+  // The group mask is made by the core's ATen preparation (supcon_problem.cpp).
+  plan.fused_preparation =
+      kernels.prepare_rows && float_compute && !plan.deterministic && !args.groups.has_value();
   plan.mean = args.mean;
   if (plan.focal) {
     plan.forward_finish = ForwardFinish::kFocalWalk;
@@ -414,6 +418,11 @@ void require_runnable(const CallPlan& plan, const SupConArgs& args) {
                          "this backend's kernels have no positive walk; "
                          "scl_kernels.backends.focal_backends() lists the backends that have it"));
     }
+    case Refusal::kNoGroupMask:
+      TORCH_CHECK_NOT_IMPLEMENTED(
+          false, refused(plan, "groups= (known false negatives, docs/MATH.md section 11)",
+                         "this backend's tiles have no group mask; the cpu and reference "
+                         "backends have it"));
     case Refusal::kTemperatureUnreadable:
       TORCH_CHECK_VALUE(
           false, refused(plan, "a temperature tensor on the GPU while a CUDA graph is captured",

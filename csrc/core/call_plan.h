@@ -46,6 +46,7 @@ enum class Refusal {
   kNoBlas,                 // TileKernels::blas_missing: this PyTorch build exports no BLAS
   kTooManyElements,        // a rows tensor past TileKernels::max_rows_elements
   kNoFocalWalk,            // focal_gamma > 0 without TileKernels::positive_walk
+  kNoGroupMask,            // groups without TileKernels::masks_groups
   kTemperatureUnreadable,  // a GPU temperature that must be read while a CUDA graph is captured
 };
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 namespace scl {
@@ -77,6 +78,7 @@ void check_finite(const at::Tensor& x, const char* name) {
 void check_arguments(const SupConArgs& a) {
   check_features(a.features, "features");
   check_labels(a.labels, "labels", a.features, "features");
+  if (a.groups.has_value()) check_labels(*a.groups, "groups", a.features, "features");
   TORCH_CHECK_VALUE(a.contrast.has_value() == a.contrast_labels.has_value(),
                     "contrast and contrast_labels must be given together");
   const int64_t rows = a.features.size(0);
@@ -90,11 +92,17 @@ void check_arguments(const SupConArgs& a) {
     TORCH_CHECK_VALUE(c.size(1) == a.features.size(1), "contrast has dimension ", c.size(1),
                       " but features has ", a.features.size(1));
     check_labels(*a.contrast_labels, "contrast_labels", c, "contrast");
+    TORCH_CHECK_VALUE(a.groups.has_value() == a.contrast_groups.has_value(),
+                      "with a contrast set, groups and contrast_groups must be given together");
+    if (a.contrast_groups.has_value()) {
+      check_labels(*a.contrast_groups, "contrast_groups", c, "contrast");
+    }
     TORCH_CHECK_VALUE(a.num_anchors == rows,
                       "num_anchors must equal the number of feature rows with a contrast set");
     TORCH_CHECK_VALUE(a.anchor_offset == 0, "anchor_offset must be 0 with a contrast set, got ",
                       a.anchor_offset);
   } else {
+    TORCH_CHECK_VALUE(!a.contrast_groups.has_value(), "contrast_groups given without contrast");
     TORCH_CHECK_VALUE(a.num_anchors >= 1 && a.num_anchors <= rows,
                       "num_anchors must lie in [1, ", rows, "], got ", a.num_anchors);
     TORCH_CHECK_VALUE(a.anchor_offset >= 0 && a.anchor_offset + a.num_anchors <= rows,
@@ -162,6 +170,34 @@ at::Tensor class_ids_by_sorting(const at::Tensor& labels) {
     return sorted_ids.index_select(0, order.argsort());
   }
   return at::empty_like(sorted_ids).scatter_(0, order, sorted_ids);
+}
+
+// The tiles' group mask (SupConProblem::anchor_group and the rest), from the labels of every
+// row (as the class ids take them: the features' first in a cross set) and their class ids.
+void prepare_group_mask(SupConProblem& p, const SupConArgs& a, const at::Tensor& all_labels,
+                        const at::Tensor& ids) {
+  const int64_t rows = all_labels.size(0);
+  // A row without a class gets the pair class -2 - row: int32 holds it below 2^31 - 2 rows.
+  TORCH_CHECK_VALUE(rows < std::numeric_limits<int32_t>::max() - 2, "groups: at most 2^31 - 3 ",
+                    "rows, got ", rows);
+  const at::Tensor groups =
+      (p.single_set ? as_type(*a.groups, at::kLong)
+                    : at::cat({as_type(*a.groups, at::kLong), as_type(*a.contrast_groups, at::kLong)}))
+          .clamp_min(-1);
+  const at::Tensor group = at::where(groups < 0, -1, class_ids_by_sorting(groups)).to(at::kInt);
+  const at::Tensor own_class = -2 - at::arange(rows, ids.options());
+  const at::Tensor pair_class = at::where(all_labels < 0, own_class, ids).to(at::kInt);
+  if (p.single_set) {
+    p.contrast_group = group;
+    p.contrast_pair_class = pair_class;
+    p.anchor_group = rows_of(group, p.anchor_offset, p.m);
+    p.anchor_pair_class = rows_of(pair_class, p.anchor_offset, p.m);
+  } else {
+    p.anchor_group = group.narrow(0, 0, p.m);
+    p.anchor_pair_class = pair_class.narrow(0, 0, p.m);
+    p.contrast_group = group.narrow(0, p.m, p.n);
+    p.contrast_pair_class = pair_class.narrow(0, p.m, p.n);
+  }
 }
 
 }  // namespace
@@ -298,6 +334,7 @@ SupConProblem prepare_problem(
     p.contrast_class = ids.narrow(0, p.m, p.n);
     anchor_valid = a.labels >= 0;
   }
+  if (a.groups.has_value()) prepare_group_mask(p, a, all_labels, ids);
   if (without_host_reads) {
     counts = at::zeros({num_classes}, ids.options())
                  .index_add_(0, p.contrast_class, at::ones_like(p.contrast_class));

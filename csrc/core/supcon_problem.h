@@ -41,6 +41,11 @@ struct SupConProblem {
   at::Tensor class_sums;             // [classes, d] sums of unit contrast rows per class id (off
                                      // the CPU, one row per label: prepare_problem)
   at::Tensor num_positives;          // [m] int64, |P(i)|
+  // The tiles' group mask, where the call has groups (undefined otherwise): per row, the int32
+  // compact group id (-1: no group) and pair class, equal for two rows exactly when they are a
+  // positive pair (a row without a class has one of its own). A pair of one group whose pair
+  // classes differ leaves the denominator (docs/MATH.md section 11).
+  at::Tensor anchor_group, contrast_group, anchor_pair_class, contrast_pair_class;
   // The mean's zeroed accumulators where the fused preparation made them (asked with the mean
   // reduction: TileKernels::prepare_rows); else undefined.
   at::Tensor mean_sums;

@@ -224,6 +224,9 @@ struct TileKernels {
   // Whether the symmetric backward can walk the upper triangle (adding by atomics) instead of
   // full rows: the plan then chooses the walk (SupConProblem::symmetric_backward_walk).
   bool walks_triangle;
+  // Whether the tiles mask the pairs that groups take out of the denominator
+  // (SupConProblem::anchor_group and the rest): the plan refuses groups elsewhere.
+  bool masks_groups;
   // The most elements the kernels take in one rows tensor (features, contrast), 0 for no limit:
   // a call past it is refused by the plan (Triton's kernels address rows with int32 offsets).
   int64_t max_rows_elements;

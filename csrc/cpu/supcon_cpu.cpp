@@ -36,10 +36,18 @@ UnitRows unit_rows(const SupConProblem& p) {
   return u;
 }
 
+// The tiles' problem: the unit rows, the temperature and the group mask where the call has one.
 template <typename T>
 TileProblem<T> tile_problem(const UnitRows& u, const SupConProblem& p) {
-  return {u.q.data_ptr<T>(), u.q.size(0), u.z.data_ptr<T>(), u.z.size(0), u.z.size(1),
-          p.self_offset(), static_cast<T>(p.temperature.inv_t())};
+  TileProblem<T> tiles{u.q.data_ptr<T>(), u.q.size(0), u.z.data_ptr<T>(), u.z.size(0),
+                       u.z.size(1), p.self_offset(), static_cast<T>(p.temperature.inv_t())};
+  if (p.anchor_group.defined()) {
+    tiles.q_group = p.anchor_group.const_data_ptr<int32_t>();
+    tiles.z_group = p.contrast_group.const_data_ptr<int32_t>();
+    tiles.q_pair_class = p.anchor_pair_class.const_data_ptr<int32_t>();
+    tiles.z_pair_class = p.contrast_pair_class.const_data_ptr<int32_t>();
+  }
+  return tiles;
 }
 
 at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
@@ -48,11 +56,11 @@ at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
   const CpuCapability capability = cpu_capability();
   AT_DISPATCH_FLOATING_TYPES(u.z.scalar_type(), "scl_lse_tiles_cpu", [&] {
     const TileKernelSet<scalar_t>& kernels = tile_kernels_for<scalar_t>(capability);
+    const TileProblem<scalar_t> tiles = tile_problem<scalar_t>(u, p);
     if (schedule == Schedule::kSymmetric) {
-      kernels.lse_symmetric(u.z.data_ptr<scalar_t>(), u.z.size(0), u.z.size(1),
-                            static_cast<scalar_t>(p.temperature.inv_t()), lse.data_ptr<double>());
+      kernels.lse_symmetric(tiles, lse.data_ptr<double>());
     } else {
-      kernels.lse_plain(tile_problem<scalar_t>(u, p), lse.data_ptr<double>());
+      kernels.lse_plain(tiles, lse.data_ptr<double>());
     }
   });
   return lse;
@@ -66,14 +74,13 @@ TileGrads grad_tiles(const SupConProblem& p, Schedule schedule, const GradCoeffi
   const CpuCapability capability = cpu_capability();
   AT_DISPATCH_FLOATING_TYPES(u.z.scalar_type(), "scl_grad_tiles_cpu", [&] {
     const TileKernelSet<scalar_t>& kernels = tile_kernels_for<scalar_t>(capability);
+    const TileProblem<scalar_t> tiles = tile_problem<scalar_t>(u, p);
     if (schedule == Schedule::kSymmetric) {
-      kernels.grad_symmetric(u.z.data_ptr<scalar_t>(), u.z.size(0), u.z.size(1),
-                             static_cast<scalar_t>(p.temperature.inv_t()), coef.data_ptr<scalar_t>(),
-                             out.dz.data_ptr<scalar_t>());
+      kernels.grad_symmetric(tiles, coef.data_ptr<scalar_t>(), out.dz.data_ptr<scalar_t>());
     } else {
       out.dq = at::zeros_like(u.q);
       const at::Tensor hi = c.lse_hi.contiguous(), lo = c.lse_lo.contiguous();
-      kernels.grad_plain(tile_problem<scalar_t>(u, p), coef.data_ptr<scalar_t>(),
+      kernels.grad_plain(tiles, coef.data_ptr<scalar_t>(),
                          hi.data_ptr<scalar_t>(), lo.data_ptr<scalar_t>(),
                          out.dq.data_ptr<scalar_t>(), out.dz.data_ptr<scalar_t>());
     }
@@ -90,6 +97,7 @@ const TileKernels& cpu_kernels() {
                                    /*symmetric_forward_is_deterministic=*/true,
                                    /*reads_temperature=*/false,
                                    /*walks_triangle=*/false,
+                                   /*masks_groups=*/true,
                                    /*max_rows_elements=*/0,
                                    blas_missing,
                                    lse_tiles,

@@ -1,7 +1,8 @@
 // Fused tile kernels of the SupCon loss on the CPU (docs/MATH.md sections 2-4). They take raw
-// row-major pointers and know nothing of labels: positives are O(N*D) work done by the caller
-// through class sums, so these kernels only produce the log-sum-exp per anchor (forward) and the
-// softmax part of the gradient (backward). No N x N buffer: one tile per thread.
+// row-major pointers and know nothing of labels beyond the group mask: positives are O(N*D) work
+// done by the caller through class sums, so these kernels only produce the log-sum-exp per
+// anchor (forward) and the softmax part of the gradient (backward). No N x N buffer: one tile
+// per thread.
 //
 // The kernels are compiled once per instruction set (supcon_tiles_kernels.h, included by
 // supcon_tiles_<isa>.cpp), each copy in its own namespace, and tile_kernels_for picks one.
@@ -15,7 +16,8 @@ namespace scl::cpu {
 
 // Anchors q[m, d] against contrast rows z[n, d]; logits s_ij = q_i . z_j * inv_t.
 // With self_offset >= 0, anchor i never sees column self_offset + i (single-set layouts, where q
-// is z's rows from self_offset on).
+// is z's rows from self_offset on). With groups (non-null *_group), anchor i never sees a column
+// j of its group whose pair class differs (scl::SupConProblem::anchor_group and the rest).
 template <typename T>
 struct TileProblem {
   const T* q;
@@ -25,20 +27,24 @@ struct TileProblem {
   int64_t d;
   int64_t self_offset;
   T inv_t;
+  const int32_t* q_group = nullptr;
+  const int32_t* z_group = nullptr;
+  const int32_t* q_pair_class = nullptr;
+  const int32_t* z_pair_class = nullptr;
 };
 
 // One instruction set's copy of the kernels.
 template <typename T>
 struct TileKernelSet {
-  // lse[i] = log sum_{j != i} exp(z_i . z_j * inv_t) over unit rows z[n, d], visiting only tiles
-  // I <= J: each exp serves a row sum and a column sum. Needs the fixed shift to be safe
-  // (scl::fixed_shift_is_safe).
-  void (*lse_symmetric)(const T* z, int64_t n, int64_t d, T inv_t, double* lse);
+  // lse[i] = log sum_{j in A(i)} exp(z_i . z_j * inv_t) over unit rows z[n, d] (the problem's q
+  // is z, its self_offset 0), visiting only tiles I <= J: each exp serves a row sum and a column
+  // sum. Needs the fixed shift to be safe (scl::fixed_shift_is_safe).
+  void (*lse_symmetric)(const TileProblem<T>& problem, double* lse);
 
-  // dz[n, d] += sum_j exp(s_ij - inv_t) (coef_i + coef_j) z_j: the softmax part of the
-  // single-set gradient, both anchor and contrast side, from the upper triangle of tiles, with
-  // coef_i = g_i exp(1/t - lse_i) / t (0 for rows without gradient).
-  void (*grad_symmetric)(const T* z, int64_t n, int64_t d, T inv_t, const T* coef, T* dz);
+  // dz[n, d] += sum_j exp(s_ij - inv_t) (coef_i + coef_j) z_j over j in A(i): the softmax part
+  // of the single-set gradient, both anchor and contrast side, from the upper triangle of tiles,
+  // with coef_i = g_i exp(1/t - lse_i) / t (0 for rows without gradient).
+  void (*grad_symmetric)(const TileProblem<T>& problem, const T* coef, T* dz);
 
   // lse[i] = log sum_{j in A(i)} exp(s_ij) with an online running maximum: any layout, any scale.
   void (*lse_plain)(const TileProblem<T>& problem, double* lse);

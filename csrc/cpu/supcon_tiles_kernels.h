@@ -82,14 +82,34 @@ struct TileScratch {
 
   T* row(int64_t i) { return s.data() + i * stride; }
 
-  // s = q[span rows] . z[span cols]^T, -inf on the padding of this tile's width and, with
-  // self_offset >= 0, on anchor i's own column self_offset + i where the tile holds it.
-  void logits(const T* q, const T* z, int64_t d, const TileSpan& span, int64_t self_offset) {
-    gemm_row_major<T>(false, true, span.rows, span.cols, d, T(1), q + span.i0 * d, d,
-                      z + span.j0 * d, d, T(0), s.data(), stride);
+  // -inf on the pairs of one group that are not positive pairs (TileProblem's group mask).
+  void mask_group_pairs(const TileProblem<T>& p, const TileSpan& span) {
+    const int32_t* column_group = p.z_group + span.j0;
+    const int32_t* column_class = p.z_pair_class + span.j0;
+    for (int64_t i = 0; i < span.rows; ++i) {
+      const int32_t group = p.q_group[span.i0 + i];
+      if (group < 0) continue;
+      const int32_t pair_class = p.q_pair_class[span.i0 + i];
+      T* srow = row(i);
+      // Branch-free, so that the compiler vectorises it: a compare and a blend per lane.
+      for (int64_t j = 0; j < span.cols; ++j) {
+        const bool masked = (column_group[j] == group) & (column_class[j] != pair_class);
+        srow[j] = masked ? kNegInf<T> : srow[j];
+      }
+    }
+  }
+
+  // s = q[span rows] . z[span cols]^T, -inf on the padding of this tile's width, on the pairs
+  // that the group mask takes out and, with self_offset >= 0, on anchor i's own column
+  // self_offset + i where the tile holds it.
+  void logits(const TileProblem<T>& p, const TileSpan& span) {
+    const int64_t d = p.d, self_offset = p.self_offset;
+    gemm_row_major<T>(false, true, span.rows, span.cols, d, T(1), p.q + span.i0 * d, d,
+                      p.z + span.j0 * d, d, T(0), s.data(), stride);
     for (int64_t i = 0; i < span.rows; ++i) {
       std::fill(row(i) + span.cols, row(i) + stride, kNegInf<T>);
     }
+    if (p.q_group != nullptr) mask_group_pairs(p, span);
     if (self_offset < 0) return;
     const int64_t first = std::max(span.i0, span.j0 - self_offset);
     const int64_t last = std::min(span.i0 + span.rows, span.j0 + span.cols - self_offset);
@@ -116,9 +136,11 @@ void run_rounds(const std::vector<std::vector<TilePair>>& rounds, int64_t block,
 }
 
 template <typename T>
-void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, double* lse) {
+void lse_symmetric(const TileProblem<T>& p, double* lse) {
   using Vec = Vectorized<T>;
   constexpr int64_t lanes = Vec::size();
+  const int64_t n = p.n;
+  const T inv_t = p.inv_t;
   const int64_t block = tile_block(n), nb = num_blocks(n, block);
   // Row sums of exp(s - 1/t); double, as they gather up to n terms each.
   std::vector<double> sums(n, 0.0);
@@ -127,7 +149,7 @@ void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, double* lse) {
   run_rounds<T>(round_robin_rounds(nb), block, [&](TileScratch<T>& tile, const TilePair& blocks) {
     const TileSpan span(blocks, block, n, n);
     const auto [i0, j0, rows, cols] = span;
-    tile.logits(z, z, d, span, /*self_offset=*/0);
+    tile.logits(p, span);
     const bool diagonal = i0 == j0;
     T* col_sums = tile.col_sums.data();
     std::fill(tile.col_sums.begin(), tile.col_sums.end(), T(0));
@@ -150,9 +172,12 @@ void lse_symmetric(const T* z, int64_t n, int64_t d, T inv_t, double* lse) {
 }
 
 template <typename T>
-void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* row_coef, T* dz) {
+void grad_symmetric(const TileProblem<T>& p, const T* row_coef, T* dz) {
   using Vec = Vectorized<T>;
   constexpr int64_t lanes = Vec::size();
+  const T* z = p.z;
+  const int64_t n = p.n, d = p.d;
+  const T inv_t = p.inv_t;
   const int64_t block = tile_block(n), nb = num_blocks(n, block);
   // p_ij = exp(s_ij - 1/t) * exp(1/t - lse_i), so one exp per element serves G_ij and G_ji.
   // Zero padding keeps the padded lanes of a tile's last vector finite.
@@ -163,7 +188,7 @@ void grad_symmetric(const T* z, int64_t n, int64_t d, T inv_t, const T* row_coef
   run_rounds<T>(round_robin_rounds(nb), block, [&](TileScratch<T>& tile, const TilePair& blocks) {
     const TileSpan span(blocks, block, n, n);
     const auto [i0, j0, rows, cols] = span;
-    tile.logits(z, z, d, span, /*self_offset=*/0);
+    tile.logits(p, span);
     const bool diagonal = i0 == j0;
     // H_ij = E_ij (coef_i + coef_j): the tile's share of both G_ij and G_ji.
     const int64_t width = padded_cols<T>(cols);
@@ -211,7 +236,7 @@ void lse_plain(const TileProblem<T>& p, double* lse) {
       const int64_t bj_end = std::min(nb, (split + 1) * blocks_per_split);
       for (int64_t bj = split * blocks_per_split; bj < bj_end; ++bj) {
         const TileSpan span({bi, bj}, block, p.m, p.n);
-        tile.logits(p.q, p.z, p.d, span, p.self_offset);
+        tile.logits(p, span);
         const int64_t width = padded_cols<T>(span.cols);
         for (int64_t i = 0; i < rows; ++i) {
           const T* srow = tile.row(i);
@@ -263,7 +288,7 @@ void grad_plain(const TileProblem<T>& p, const T* coef, const T* lse_hi, const T
   run_rounds<T>(diagonal_waves(mb, nb), block, [&](TileScratch<T>& tile, const TilePair& blocks) {
     const TileSpan span(blocks, block, p.m, p.n);
     const auto [i0, j0, rows, cols] = span;
-    tile.logits(p.q, p.z, p.d, span, p.self_offset);
+    tile.logits(p, span);
     const int64_t width = padded_cols<T>(cols);
     for (int64_t i = 0; i < rows; ++i) {
       T* srow = tile.row(i);

@@ -369,6 +369,7 @@ const TileKernels& cuda_kernels() {
                                    /*symmetric_forward_is_deterministic=*/false,
                                    /*reads_temperature=*/true,
                                    /*walks_triangle=*/true,
+                                   /*masks_groups=*/false,
                                    /*max_rows_elements=*/0,
                                    /*blas_missing=*/{},
                                    lse_tiles,

@@ -92,19 +92,22 @@ def test_backward_takes_grad_loss_the_forward_s_arguments_lse_and_temperature_gr
 # ------------------------------------------------------------------------------------------
 
 def meta_call(layout, mean, dtype=torch.bfloat16):
-    """(the forward's arguments by name, anchor_offset and focal_gamma off their defaults, and
-    the number of rows of the outputs)."""
+    """(the forward's arguments by name, every defaulted one off its default, and the number of
+    rows of the outputs)."""
     features = torch.empty(10, 4, dtype=dtype, device="meta")
     labels = torch.empty(10, dtype=torch.long, device="meta")
-    contrast, contrast_labels, num_anchors, offset, rows = None, None, 6, 3, 6
+    groups = torch.empty(10, dtype=torch.long, device="meta")
+    contrast, contrast_labels, contrast_groups, num_anchors, offset, rows = (None, None, None, 6,
+                                                                               3, 6)
     if layout == "cross":
         contrast = torch.empty(7, 4, dtype=dtype, device="meta")
         contrast_labels = torch.empty(7, dtype=torch.long, device="meta")
+        contrast_groups = torch.empty(7, dtype=torch.long, device="meta")
         num_anchors, offset, rows = 10, 0, 10
     return dict(features=features, labels=labels, contrast=contrast,
                 contrast_labels=contrast_labels, temperature=torch.tensor(0.1, dtype=torch.float64),
                 num_anchors=num_anchors, normalize=False, anchor_offset=offset, focal_gamma=0.5,
-                mean=mean), rows
+                mean=mean, groups=groups, contrast_groups=contrast_groups), rows
 
 
 def call_op(op_name, arguments, how):
@@ -185,11 +188,20 @@ def _rows(features):
     return features.transpose(0, 1).reshape(-1, features.shape[-1])
 
 
+def _views(call):
+    features = call["features"]
+    return 1 if features.dim() == 2 else features.shape[1]
+
+
 def _row_labels(call):
     """labels per row of _rows; without labels each sample's id, its index."""
     features, labels = call["features"], call["labels"]
-    views = 1 if features.dim() == 2 else features.shape[1]
-    return (torch.arange(features.shape[0]) if labels is None else labels).repeat(views)
+    return (torch.arange(features.shape[0]) if labels is None else labels).repeat(_views(call))
+
+
+def _row_groups(call):
+    """groups per row of _rows, or None."""
+    return None if call["groups"] is None else call["groups"].repeat(_views(call))
 
 
 def _temperature(call):
@@ -214,6 +226,8 @@ FROM_SUPCON_LOSS = {
     "focal_gamma": lambda call: float(call["focal_gamma"]),
     # reduction="mean" is taken inside the op; "sum" and "none" reduce the per-anchor losses.
     "mean": lambda call: call["reduction"] == "mean",
+    "groups": _row_groups,
+    "contrast_groups": lambda call: call["contrast_groups"],
 }
 
 
@@ -224,10 +238,12 @@ def _randn(*shape):
 SUPCON_CALLS = {
     "views, view 0 anchors": dict(features=_randn(4, 2, 3), labels=torch.tensor([0, 1, 0, 1]),
                                   temperature=0.2, contrast_mode="one", normalize=False,
-                                  focal_gamma=1),
+                                  focal_gamma=1, groups=torch.tensor([0, 0, -1, 1])),
     "cross set": dict(features=_randn(4, 3), labels=torch.tensor([0, 1, 2, 0]),
                       temperature=torch.tensor(0.3), contrast=_randn(5, 3),
-                      contrast_labels=torch.tensor([2, 1, 0, 0, 1]), reduction="sum"),
+                      contrast_labels=torch.tensor([2, 1, 0, 0, 1]), reduction="sum",
+                      groups=torch.tensor([3, 1, 1, -2]),
+                      contrast_groups=torch.tensor([1, 1, 0, 3, -1])),
     "views without labels": dict(features=_randn(3, 2, 3), reduction="none", focal_gamma=0.5),
 }
 

@@ -74,9 +74,9 @@ def test_supcon_loss_gives_auto_the_call_shape(monkeypatch):
     seen = []
     real = scl_kernels.functional.resolve_backend
 
-    def spy(name, device, focal_gamma=0.0, shape=None):
+    def spy(name, device, focal_gamma=0.0, shape=None, **kwargs):
         seen.append(shape)
-        return real(name, device, focal_gamma, shape)
+        return real(name, device, focal_gamma, shape, **kwargs)
 
     monkeypatch.setattr(scl_kernels.functional, "resolve_backend", spy)
     x, labels = torch.randn(6, 2, 5, dtype=torch.float64), torch.tensor([0, 0, 1, 1, 2, 2])

@@ -116,15 +116,14 @@ def test_op_schemas(op_backend):
 
 
 def test_op_schemas_trailing_defaults(op_backend):
-    """anchor_offset=0, focal_gamma=0.0 and mean=False end the forward; the backward's end is
-    the same, then temperature_grad=True."""
-    for op, trailing in ((op_backend.forward_op, [("anchor_offset", "int", 0),
-                                                  ("focal_gamma", "float", 0.0),
-                                                  ("mean", "bool", False)]),
-                         (op_backend.backward_op, [("anchor_offset", "int", 0),
-                                                   ("focal_gamma", "float", 0.0),
-                                                   ("mean", "bool", False),
-                                                   ("temperature_grad", "bool", True)])):
+    """anchor_offset=0, focal_gamma=0.0, mean=False and no groups end the forward; the
+    backward's end is the same, then temperature_grad=True."""
+    defaulted = [("anchor_offset", "int", 0), ("focal_gamma", "float", 0.0),
+                 ("mean", "bool", False), ("groups", "Optional[Tensor]", None),
+                 ("contrast_groups", "Optional[Tensor]", None)]
+    for op, trailing in ((op_backend.forward_op, defaulted),
+                         (op_backend.backward_op,
+                          [*defaulted, ("temperature_grad", "bool", True)])):
         schema = op.default._schema
         found = [(a.name, str(a.type), a.default_value) for a in schema.arguments[-len(trailing):]]
         assert found == trailing, f"{schema}"

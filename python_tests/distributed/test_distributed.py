@@ -58,6 +58,12 @@ def test_module_checks_its_options(kwargs, error, match):
         sd.SupConLoss(**kwargs)
 
 
+def test_module_refuses_groups_before_any_collective():
+    criterion = sd.SupConLoss()
+    with pytest.raises(NotImplementedError, match="groups=.*does not gather group ids"):
+        criterion(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), groups=torch.zeros(4).long())
+
+
 def test_module_registers_a_learnable_temperature():
     temperature = torch.nn.Parameter(torch.tensor(0.2))
     criterion = sd.SupConLoss(temperature, strategy="ring", gradients_averaged=True)

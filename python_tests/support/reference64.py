@@ -453,13 +453,14 @@ def _leaf(x):
 def check_against_reference(backend, features, labels=None, temperature=0.1, *, contrast=None,
                             contrast_labels=None, contrast_mode="all", normalize=True,
                             reduction="mean", generator=None, grads=True, tol=None,
-                            upstream=None, compute_dtype=None, focal_gamma=0.0):
+                            upstream=None, compute_dtype=None, focal_gamma=0.0, groups=None,
+                            contrast_groups=None):
     """Runs supcon_loss(backend=backend) and supcon_reference64 on the same inputs and compares
     the loss and, when ``grads``, the gradients w.r.t. features, contrast (if given) and
     temperature (if it is a tensor that requires grad). ``upstream``: the gradient fed to the
     output (random by default). ``compute_dtype``: what the backend computes ``features.dtype``
     in (``Backend.computes_in``); a coarser one than the input's sets the tolerances.
-    ``focal_gamma``: passed to both (the focal contrastive loss when > 0).
+    ``focal_gamma``, ``groups``, ``contrast_groups``: passed to both.
     Returns a :class:`Checked`."""
     import scl_kernels
 
@@ -475,7 +476,8 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
 
     out = scl_kernels.supcon_loss(f, labels, t, contrast=c, contrast_labels=contrast_labels,
                                   contrast_mode=contrast_mode, normalize=normalize,
-                                  reduction=reduction, backend=backend, focal_gamma=focal_gamma)
+                                  reduction=reduction, backend=backend, focal_gamma=focal_gamma,
+                                  groups=groups, contrast_groups=contrast_groups)
     # reference on the very same (already rounded) values, in float64
     f64 = _leaf(features.detach().to(device="cpu", dtype=torch.float64))
     c64 = None if contrast is None else _leaf(contrast.detach().to(device="cpu", dtype=torch.float64))
@@ -483,7 +485,8 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
         temperature.detach().cpu() if isinstance(temperature, torch.Tensor) else temperature)
     ref = supcon_reference64(f64, labels, t64, contrast=c64, contrast_labels=contrast_labels,
                              contrast_mode=contrast_mode, normalize=normalize,
-                             reduction=reduction, full=True, focal_gamma=focal_gamma)
+                             reduction=reduction, full=True, focal_gamma=focal_gamma,
+                             groups=groups, contrast_groups=contrast_groups)
 
     assert out.dtype == loss_dtype_for(dtype), f"loss dtype {out.dtype} for {dtype} input"
     assert out.shape == ref.loss.shape, f"loss shape {tuple(out.shape)} != {tuple(ref.loss.shape)}"

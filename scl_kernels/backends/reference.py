@@ -39,7 +39,9 @@ def supcon_reference(features: torch.Tensor, labels: torch.Tensor,
                      contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
                      temperature: torch.Tensor, num_anchors: int, normalize: bool,
                      anchor_offset: int = 0, focal_gamma: float = 0.0,
-                     mean: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+                     mean: bool = False, groups: Optional[torch.Tensor] = None,
+                     contrast_groups: Optional[torch.Tensor] = None
+                     ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Same arguments and semantics as torch.ops.scl.supcon (python_tests/api/
     test_call_arguments.py holds the arguments to its schema); returns (loss, |P(i)|)."""
     dtype = loss_dtype(features.dtype)
@@ -49,21 +51,31 @@ def supcon_reference(features: torch.Tensor, labels: torch.Tensor,
         anchor_rows = slice(anchor_offset, anchor_offset + num_anchors)
         anchors, others = rows[anchor_rows], rows
         anchor_labels, other_labels = labels[anchor_rows], labels
+        anchor_groups, other_groups = (None, None) if groups is None else (groups[anchor_rows],
+                                                                           groups)
     else:
         others = contrast.to(dtype)
         anchors, others = rows, (F.normalize(others, dim=1) if normalize else others)
         assert contrast_labels is not None, "contrast comes with its contrast_labels"
         anchor_labels, other_labels = labels, contrast_labels
+        anchor_groups, other_groups = groups, contrast_groups
     m, n = anchors.shape[0], others.shape[0]
     self_column = torch.zeros(m, n, dtype=torch.bool, device=rows.device)
     if contrast is None:
         self_column[torch.arange(m), torch.arange(anchor_offset, anchor_offset + m)] = True
-    logits = (anchors @ others.T / temperature).masked_fill(self_column, float("-inf"))
-    # A row without any column (a single-row batch) would give logsumexp(-inf) and NaN gradients.
-    no_columns = self_column.all(dim=1, keepdim=True)
-    lse = torch.logsumexp(logits.masked_fill(no_columns, 0.0), dim=1)
     positive = ((anchor_labels[:, None] == other_labels[None, :]) & (anchor_labels[:, None] >= 0)
                 & ~self_column)
+    left_out = self_column
+    if anchor_groups is not None:  # a pair of one group that is not a positive pair
+        assert other_groups is not None, "a cross set takes contrast_groups with groups"
+        same_group = ((anchor_groups[:, None] == other_groups[None, :])
+                      & (anchor_groups[:, None] >= 0))
+        left_out = left_out | (same_group & ~positive)
+    logits = (anchors @ others.T / temperature).masked_fill(left_out, float("-inf"))
+    # A row without any column (a single-row batch, or every other row in its group) would give
+    # logsumexp(-inf) and NaN gradients.
+    no_columns = left_out.all(dim=1, keepdim=True)
+    lse = torch.logsumexp(logits.masked_fill(no_columns, 0.0), dim=1)
     num_positives = positive.sum(dim=1)
     if focal_gamma == 0:
         positive_sum = logits.masked_fill(~positive, 0.0).sum(dim=1)

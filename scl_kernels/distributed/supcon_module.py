@@ -42,8 +42,15 @@ class SupConLoss(SingleProcessSupConLoss):
 
     def forward(self, features: torch.Tensor, labels: Optional[torch.Tensor] = None,
                 contrast: Optional[torch.Tensor] = None,
-                contrast_labels: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """The global loss of this step; every rank calls it with its local batch."""
+                contrast_labels: Optional[torch.Tensor] = None,
+                groups: Optional[torch.Tensor] = None,
+                contrast_groups: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The global loss of this step; every rank calls it with its local batch. ``groups``
+        (known false negatives) are refused: the global batch does not gather group ids yet."""
+        if groups is not None or contrast_groups is not None:
+            raise NotImplementedError(
+                "groups= (known false negatives) with the distributed loss: its global batch "
+                "does not gather group ids yet; scl_kernels.SupConLoss takes them on one process")
         return supcon_loss(features, labels, self.temperature, contrast=contrast,
                            contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
                            normalize=self.normalize, focal_gamma=self.focal_gamma,

@@ -69,7 +69,9 @@ class SupConLoss(nn.Module):
     @fill_arguments
     def forward(self, features: torch.Tensor, labels: Optional[torch.Tensor] = None,
                 contrast: Optional[torch.Tensor] = None,
-                contrast_labels: Optional[torch.Tensor] = None) -> torch.Tensor:
+                contrast_labels: Optional[torch.Tensor] = None,
+                groups: Optional[torch.Tensor] = None,
+                contrast_groups: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The loss of one batch, with the options given to the constructor.
 
         Args:
@@ -77,6 +79,8 @@ class SupConLoss(nn.Module):
             {arg:labels}
             {arg:contrast}
             {arg:contrast_labels}
+            {arg:groups}
+            {arg:contrast_groups}
 
         Returns:
             A 0-dim tensor for ``reduction="mean"`` / ``"sum"``, or ``[num_anchors]`` for
@@ -91,6 +95,9 @@ class SupConLoss(nn.Module):
             if contrast is not None or contrast_labels is not None:
                 raise ValueError("contrast= cannot be combined with a memory: the memory's rows "
                                  "are the extra contrast rows")
+            if groups is not None or contrast_groups is not None:
+                raise ValueError("groups= cannot be combined with a memory: the memory keeps no "
+                                 "group ids of its rows")
             return supcon_loss_with_memory(features, labels, self.memory, self.temperature,
                                            contrast_mode=self.contrast_mode,
                                            normalize=self.normalize, focal_gamma=self.focal_gamma,
@@ -98,7 +105,8 @@ class SupConLoss(nn.Module):
         return supcon_loss(features, labels, self.temperature, contrast=contrast,
                            contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
                            normalize=self.normalize, focal_gamma=self.focal_gamma,
-                           reduction=self.reduction, backend=self.backend)
+                           reduction=self.reduction, backend=self.backend, groups=groups,
+                           contrast_groups=contrast_groups)
 
     def extra_repr(self) -> str:
         temperature: object = self.temperature
