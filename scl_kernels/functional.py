@@ -72,6 +72,15 @@ class Layout(NamedTuple):
     contrast_groups: Optional[torch.Tensor] = None  # [M] with groups in the cross-set layout
 
 
+def _check_per_contrast_row(value: torch.Tensor, name: str, contrast: torch.Tensor) -> None:
+    """An integer [M] tensor with one entry per row of ``contrast`` (already checked to be on
+    the features' device): contrast_labels, contrast_groups."""
+    check_tensor(value, name, floating=False)
+    check_same_device(value, name, contrast.device)
+    if value.dim() != 1 or value.shape[0] != contrast.shape[0]:
+        raise ValueError(f"{name} must have shape [{contrast.shape[0]}], got {tuple(value.shape)}")
+
+
 def build_layout(features: torch.Tensor, labels: Optional[torch.Tensor],
                  contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
                  contrast_mode: ContrastMode, *, allow_no_rows: bool = False,
@@ -122,19 +131,11 @@ def build_layout(features: torch.Tensor, labels: Optional[torch.Tensor],
     else:
         if row_labels is None:
             raise ValueError("labels is required when contrast_labels is given")
-        check_tensor(contrast_labels, "contrast_labels", floating=False)
-        check_same_device(contrast_labels, "contrast_labels", features.device)
-        if contrast_labels.dim() != 1 or contrast_labels.shape[0] != contrast.shape[0]:
-            raise ValueError(f"contrast_labels must have shape [{contrast.shape[0]}], "
-                             f"got {tuple(contrast_labels.shape)}")
+        _check_per_contrast_row(contrast_labels, "contrast_labels", contrast)
     if (row_groups is None) != (contrast_groups is None):
         raise ValueError("with contrast, groups and contrast_groups must be given together")
     if contrast_groups is not None:
-        check_tensor(contrast_groups, "contrast_groups", floating=False)
-        check_same_device(contrast_groups, "contrast_groups", features.device)
-        if contrast_groups.dim() != 1 or contrast_groups.shape[0] != contrast.shape[0]:
-            raise ValueError(f"contrast_groups must have shape [{contrast.shape[0]}], "
-                             f"got {tuple(contrast_groups.shape)}")
+        _check_per_contrast_row(contrast_groups, "contrast_groups", contrast)
     return Layout(rows, row_labels, contrast, contrast_labels, rows.shape[0], row_groups,
                   contrast_groups)
 
