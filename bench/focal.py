@@ -15,8 +15,8 @@ import torch
 
 import scl_kernels
 
-from .harness import cli, report
-from .harness.machine import load_average, machine_description
+from .harness import cli
+from .harness.sweep import run_sweep
 from .harness.timing import make_step, median_seconds
 from .implementations import TEMPERATURE, make_inputs
 
@@ -48,33 +48,20 @@ def parse_args(argv):
     parser = cli.benchmark_parser(__doc__, sizes="16384", dims="128", repeats=3, threads=None)
     parser.add_argument("--classes", type=cli.int_list, default="2,10,1000",
                         help="numbers of classes, uniform labels (default %(default)s)")
-    parser.add_argument("--gammas", default="0,2",
-                        type=lambda text: [float(v) for v in text.split(",") if v],
+    parser.add_argument("--gammas", default="0,2", type=cli.float_list,
                         help="focal_gamma values; 0 is the SupCon baseline (default %(default)s)")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     gammas = sorted(set(args.gammas) | {0.0})
-    machine = machine_description("cpu")
-    rows = []
-    for n in args.sizes:
-        for d in args.dims:
-            for classes in args.classes:
-                for row in measure(n, d, classes, gammas, args.repeats):
-                    rows.append(row)
-                    print(", ".join(f"{k}={report.fmt(row[k])}" for k in FIELDS), flush=True)
-    report.write_rows(
-        report.result_stem(args.out, f"focal_cpu_{report.timestamp()}"),
-        "Focal contrastive loss on the CPU",
-        {**machine, "command": report.command_line("bench.focal", argv), "repeats": args.repeats,
-         "load average at the end": load_average()},
-        "Forward + backward, ms (median); ratio: focal / SupCon on the same batch.", rows, FIELDS,
-        ("N", "D", "classes", "walk pairs", "SupCon ms", "gamma", "focal ms", "focal / SupCon"))
-
+    run_sweep(
+        args, argv, "bench.focal", "focal_cpu", "Focal contrastive loss on the CPU",
+        "Forward + backward, ms (median); ratio: focal / SupCon on the same batch.", FIELDS,
+        ("N", "D", "classes", "walk pairs", "SupCon ms", "gamma", "focal ms", "focal / SupCon"),
+        lambda: (row for n in args.sizes for d in args.dims for classes in args.classes
+                 for row in measure(n, d, classes, gammas, args.repeats)))
 
 if __name__ == "__main__":
     main()

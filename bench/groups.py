@@ -21,8 +21,8 @@ import torch
 
 import scl_kernels
 
-from .harness import cli, report
-from .harness.machine import load_average, machine_description
+from .harness import cli
+from .harness.sweep import run_sweep
 from .harness.timing import make_step, median_seconds
 from .implementations import make_inputs
 
@@ -61,40 +61,23 @@ def measure(n, d, temperature, group_sizes, repeats, dense_max):
 
 
 def parse_args(argv):
-    parser = cli.benchmark_parser(__doc__, sizes="16384", dims="128", repeats=5, threads=None)
+    parser = cli.benchmark_parser(__doc__, sizes="16384", dims="128", repeats=5, threads=None,
+                                  temperatures="0.1", dense_max=4096)
     parser.add_argument("--group-sizes", type=cli.int_list, default="2,4,64",
                         help="rows per group, ids row // size (default %(default)s)")
-    parser.add_argument("--temperatures", default="0.1",
-                        type=lambda text: [float(v) for v in text.split(",") if v],
-                        help="0.1: the symmetric schedule; 0.01: the plain one (default "
-                             "%(default)s)")
-    parser.add_argument("--dense-max", type=int, default=4096,
-                        help="the largest N the dense peer runs at (default %(default)s)")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    machine = machine_description("cpu")
-    rows = []
-    for n in args.sizes:
-        for d in args.dims:
-            for temperature in args.temperatures:
-                for row in measure(n, d, temperature, args.group_sizes, args.repeats,
-                                   args.dense_max):
-                    rows.append(row)
-                    print(", ".join(f"{k}={report.fmt(row[k])}" for k in FIELDS), flush=True)
-    report.write_rows(
-        report.result_stem(args.out, f"groups_cpu_{report.timestamp()}"),
-        "Known false negatives (groups=) on the CPU",
-        {**machine, "command": report.command_line("bench.groups", argv), "repeats": args.repeats,
-         "load average at the end": load_average()},
+    run_sweep(
+        args, argv, "bench.groups", "groups_cpu", "Known false negatives (groups=) on the CPU",
         "Forward + backward, ms (median of alternating rounds); ratio: with groups / without, on "
-        "the same batch; dense: backend='reference' with the same groups.", rows, FIELDS,
-        ("N", "D", "t", "group size", "SupCon ms", "groups ms", "groups / SupCon", "dense ms"))
-
+        "the same batch; dense: backend='reference' with the same groups.", FIELDS,
+        ("N", "D", "t", "group size", "SupCon ms", "groups ms", "groups / SupCon", "dense ms"),
+        lambda: (row for n in args.sizes for d in args.dims for temperature in args.temperatures
+                 for row in measure(n, d, temperature, args.group_sizes, args.repeats,
+                                    args.dense_max)))
 
 if __name__ == "__main__":
     main()

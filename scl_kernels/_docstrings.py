@@ -17,8 +17,16 @@ ARGUMENTS: dict[str, str] = {
     "labels": """labels: integer ``[N]`` (``[B]`` for ``[B, V, D]`` features), or ``None``: every sample
     is its own class and its other views are its positives (SimCLR / NT-Xent with V >= 2). A
     negative label means "no class": a negative for every anchor, never a positive, and no loss
-    of its own. Without labels, ``contrast`` and a second view no anchor can have a positive: the
-    loss is 0, and a UserWarning (once per process) says how to pass views.""",
+    of its own. Or multi-hot ``[N, C]`` (``[B, C]``; bool, or integers 0 / 1): each row's set of
+    classes, the pairs weighed by ``multi_label`` (a row without a class is "no class"). Without
+    labels, ``contrast`` and a second view no anchor can have a positive: the loss is 0, and a
+    UserWarning (once per process) says how to pass views.""",
+    "multi_label": """multi_label: how multi-hot ``labels`` weigh a pair (unread for class ids):
+    ``"any"`` (default), a pair sharing at least one class is positive with weight 1;
+    ``"jaccard"``, weight ``|Y_i & Y_j| / |Y_i | Y_j|``. The anchor's loss is the weighted mean of
+    its positives' ``-log p_ij`` (docs/MATH.md section 11); with one class per row both rules
+    are the single-label loss. Run by the ``cpu`` and ``reference`` backends; the others refuse
+    the call.""",
     "temperature": """temperature: the softmax temperature t, logits being ``z_i . z_j / t``: a positive finite
     float, or a 0-dim floating-point tensor (an ``nn.Parameter`` makes it learnable, with an
     exact gradient). A tensor's value is checked by the backend that runs the call. The fused
@@ -30,13 +38,13 @@ ARGUMENTS: dict[str, str] = {
     ``ref_emb``: the anchors are the feature rows and no column is excluded as "self"). With
     ``labels=None`` and no ``contrast_labels``, anchor i's only positive is contrast row i and
     rows past N are negatives (CLIP, SimCSE); then ``M >= N``.""",
-    "contrast_labels": """contrast_labels: integer ``[M]`` labels of ``contrast``; required when ``labels`` is given
-    with ``contrast``.""",
+    "contrast_labels": """contrast_labels: integer ``[M]`` labels of ``contrast`` (multi-hot ``[M, C]`` for
+    multi-hot ``labels``); required when ``labels`` is given with ``contrast``.""",
     "groups": """groups: integer ``[N]`` (``[B]`` for ``[B, V, D]`` features) group ids, or ``None``:
     known false negatives. Two rows of one group that are not a positive pair leave each other's
     denominator, neither pulled nor pushed (duplicates, passages of one source); a negative id
     means no group (docs/MATH.md section 11). With ``contrast``, ``contrast_groups`` too. Run by
-    the ``cpu`` and ``reference`` backends; the others refuse the call.""",
+    the ``cpu``, ``triton`` and ``reference`` backends; ``cuda`` refuses the call.""",
     "contrast_groups": """contrast_groups: integer ``[M]`` group ids of ``contrast`` rows, compared with ``groups``;
     required when ``groups`` is given with ``contrast``.""",
     "contrast_mode": """contrast_mode: ``"all"`` (every row is an anchor, default) or ``"one"`` (only the view-0

@@ -8,6 +8,8 @@ import torch
 
 ContrastMode = Literal["all", "one"]
 Reduction = Literal["mean", "sum", "none"]
+# How multi-hot labels weigh a pair (docs/MATH.md section 11).
+MultiLabel = Literal["any", "jaccard"]
 BackendName = Literal["auto", "cpu", "triton", "cuda", "reference"]
 # A positive finite float, or a 0-dim floating-point tensor (an nn.Parameter makes it learnable).
 Temperature = Union[float, torch.Tensor]

@@ -7,12 +7,13 @@ from typing import Optional, Tuple, TypeGuard, cast, get_args
 
 import torch
 
-from ._types import ContrastMode, Reduction, Temperature
+from ._types import ContrastMode, MultiLabel, Reduction, Temperature
 from .backends import BACKENDS
 from .backends.reference import temperature_value_error
 
 CONTRAST_MODES: Tuple[str, ...] = get_args(ContrastMode)
 REDUCTIONS: Tuple[str, ...] = get_args(Reduction)
+MULTI_LABEL_RULES: Tuple[str, ...] = get_args(MultiLabel)
 
 # The checks take ``object``: they are what stands between a caller's arguments and the
 # declared types.
@@ -126,17 +127,41 @@ def temperature_tensor(temperature: Temperature, device: torch.device) -> torch.
     return torch.tensor(float(temperature), dtype=torch.float64)
 
 
+def check_multi_label(multi_label: object) -> None:
+    if multi_label not in MULTI_LABEL_RULES:
+        raise ValueError(f"multi_label must be one of {MULTI_LABEL_RULES}, got {multi_label!r}")
+
+
+def check_label_rows(labels: torch.Tensor, name: str) -> None:
+    """Labels as class ids (an integer [rows] tensor) or multi-hot rows (a bool or integer
+    [rows, C] tensor, C >= 1)."""
+    if labels.dim() not in (1, 2):
+        raise ValueError(f"{name} must be one-dimensional (class ids) or two-dimensional "
+                         f"(multi-hot rows), got shape {tuple(labels.shape)}")
+    if labels.dim() == 1 or labels.dtype != torch.bool:
+        check_tensor(labels, name, floating=False)
+    if labels.dim() == 2 and labels.shape[1] == 0:
+        raise ValueError(f"{name} as multi-hot rows must have at least one class")
+
+
 def check_inputs(features: torch.Tensor, labels: Optional[torch.Tensor],
                  groups: Optional[torch.Tensor] = None) -> None:
-    """Types, devices and shapes of features and of its per-sample labels and groups."""
+    """Types, devices and shapes of features and of its per-sample labels (class ids or
+    multi-hot rows) and groups."""
     check_tensor(features, "features", floating=True)
     for name, per_sample in (("labels", labels), ("groups", groups)):
         if per_sample is None:
             continue
-        check_tensor(per_sample, name, floating=False)
+        if name == "labels":
+            if not isinstance(per_sample, torch.Tensor):
+                raise TypeError(f"labels must be a torch.Tensor, got {type(per_sample).__name__}")
+            check_label_rows(per_sample, name)
+        else:
+            check_tensor(per_sample, name, floating=False)
+            if per_sample.dim() != 1:
+                raise ValueError(f"{name} must be one-dimensional, got shape "
+                                 f"{tuple(per_sample.shape)}")
         check_same_device(per_sample, name, features.device)
-        if per_sample.dim() != 1:
-            raise ValueError(f"{name} must be one-dimensional, got shape {tuple(per_sample.shape)}")
         expected = features.shape[0] if features.dim() in (2, 3) else None
         if expected is not None and per_sample.shape[0] != expected:
             raise ValueError(f"{name} has {per_sample.shape[0]} entries but features has "

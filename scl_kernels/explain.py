@@ -131,18 +131,23 @@ FIELD_SENTENCES: Dict[str, Callable[[str, Plan], str]] = {
         "yes": "the preparation reads values on the host (unique, bincount), as on the CPU",
         "no": "the preparation reads nothing on the host (sort-based class ids), as on a GPU"}),
     "forward_finish": _choice({
-        "focal walk": "the forward's losses come from the backend's walk over the positive "
-                      "pairs (the focal loss)",
+        "positive walk": "the forward's losses come from the backend's walk over the positive "
+                         "pairs (the focal loss, or multi-hot labels' pair weights)",
         "fused losses": "the per-anchor losses come from a fused kernel",
         "fused losses and mean": "the per-anchor losses and their mean come from a fused kernel "
                                  "(the mean adds by atomics)",
         "aten losses": "the per-anchor losses come from ATen ops, not a fused kernel"}),
+    "multi_label": _choice({
+        "none": "labels are class ids",
+        "any": "multi-hot labels: a pair sharing a class is positive, with weight 1",
+        "jaccard": "multi-hot labels: a pair sharing a class is positive, weighed by the "
+                   "Jaccard index of the two rows' classes"}),
     "mean": _choice({
         "inside the op": "the mean over the anchors with positives is taken inside the op",
         "none": "the op returns the per-anchor losses (reduction is not 'mean')"}),
     "backward_assembly": _choice({
-        "focal walk, aten assembly": "the backward's positive part comes from the walk, the row "
-                                     "gradients are assembled by ATen ops",
+        "positive walk, aten assembly": "the backward's positive part comes from the walk, the "
+                                        "row gradients are assembled by ATen ops",
         "fused weights and assembly": "the backward's weights and the row gradients come from "
                                       "fused kernels",
         "aten weights, fused assembly": "the backward's weights come from ATen ops (reproducible "
@@ -180,6 +185,8 @@ FIELD_SENTENCES: Dict[str, Callable[[str, Plan], str]] = {
                          "over the positive pairs; the call raises",
         "no group mask": "cannot run: groups given and this backend's tiles have no group mask; "
                          "the call raises",
+        "no pair weights": "cannot run: multi-hot labels given and this backend's walk has no "
+                           "pair weights; the call raises",
         "temperature unreadable": "cannot run: a GPU temperature cannot be read while a CUDA "
                                   "graph is captured; the call raises"}),
 }
@@ -258,6 +265,7 @@ def explain(*args: Any, **kwargs: Any) -> Explanation:
         {arg:backend}
         {arg:groups}
         {arg:contrast_groups}
+        {arg:multi_label}
 
     Returns:
         An :class:`Explanation`; ``print`` it for the plan in sentences, or take
@@ -273,13 +281,13 @@ def explain(*args: Any, **kwargs: Any) -> Explanation:
 
 
 def _explain(call: CheckedCall, *, temperature: Temperature, normalize: bool,
-             backend: BackendName, **_others: object) -> Explanation:
+             backend: BackendName, multi_label: str, **_others: object) -> Explanation:
     """explain's answer for the checked ``call``, with ``temperature`` and ``backend`` as they
     were given (the call holds the temperature as a tensor and the backend resolved)."""
     device = call.layout.rows.device
     if backend == "auto":
         reason = auto_choice(device, call.focal_gamma, call.shape,
-                             call.layout.groups is not None)[1]
+                             call.layout.groups is not None, call.layout.labels.dim() == 2)[1]
     else:
         reason = f"backend={backend!r} was asked for"
     if call.backend.plan_op is None:
@@ -307,6 +315,6 @@ def _explain(call: CheckedCall, *, temperature: Temperature, normalize: bool,
         # The arguments that supcon_loss passes the forward op (functional.py), by name.
         text = call.backend.plan_op(**tensors, temperature=t, num_anchors=layout.num_anchors,
                                     normalize=normalize, focal_gamma=call.focal_gamma,
-                                    mean=call.mean)
+                                    mean=call.mean, multi_label=multi_label)
     plan = dict(line.split(": ", 1) for line in text.splitlines())
     return Explanation(call.backend.name, reason, plan)

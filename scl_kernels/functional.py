@@ -5,9 +5,9 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from ._docstrings import fill_arguments
-from ._types import BackendName, ContrastMode, Reduction, Temperature
-from ._validation import (check_focal_gamma, check_inputs, check_options, check_same_device,
-                          check_tensor, temperature_tensor)
+from ._types import BackendName, ContrastMode, MultiLabel, Reduction, Temperature
+from ._validation import (check_focal_gamma, check_inputs, check_label_rows, check_multi_label,
+                          check_options, check_same_device, check_tensor, temperature_tensor)
 from .backends import Backend, mean_over_anchors_with_positives, resolve_backend
 from .backends.auto_rule import CallShape
 
@@ -23,8 +23,11 @@ def _flatten_views(features: torch.Tensor) -> Tuple[torch.Tensor, int, int]:
 
 
 def _per_row(per_sample: Optional[torch.Tensor], views: int) -> Optional[torch.Tensor]:
-    """A per-sample tensor ([B]: labels, groups) for the view-major rows ([V*B])."""
-    return per_sample if per_sample is None or views == 1 else per_sample.repeat(views)
+    """A per-sample tensor ([B]: labels, groups; [B, C]: multi-hot labels) for the view-major
+    rows ([V*B], [V*B, C])."""
+    if per_sample is None or views == 1:
+        return per_sample
+    return per_sample.repeat(views, *([1] * (per_sample.dim() - 1)))
 
 
 _SINGLE_VIEW_MESSAGE = (
@@ -64,9 +67,9 @@ _warn_single_view._dynamo_marked_constant = True  # type: ignore[attr-defined]  
 class Layout(NamedTuple):
     """A call's tensors in the operator's conventions (docs/MATH.md section 8)."""
     rows: torch.Tensor  # [R, D] the feature rows, views flattened view-major
-    labels: torch.Tensor  # [R]
+    labels: torch.Tensor  # [R] class ids, or [R, C] multi-hot rows
     contrast: Optional[torch.Tensor]  # [M, D] in the cross-set layout, else None
-    contrast_labels: Optional[torch.Tensor]  # [M] in the cross-set layout, else None
+    contrast_labels: Optional[torch.Tensor]  # [M] ([M, C]) in the cross-set layout, else None
     num_anchors: int  # the anchors are rows [0, num_anchors) of rows
     groups: Optional[torch.Tensor] = None  # [R] group ids, or None (docs/MATH.md section 11)
     contrast_groups: Optional[torch.Tensor] = None  # [M] with groups in the cross-set layout
@@ -79,6 +82,23 @@ def _check_per_contrast_row(value: torch.Tensor, name: str, contrast: torch.Tens
     check_same_device(value, name, contrast.device)
     if value.dim() != 1 or value.shape[0] != contrast.shape[0]:
         raise ValueError(f"{name} must have shape [{contrast.shape[0]}], got {tuple(value.shape)}")
+
+
+def _check_contrast_labels(contrast_labels: torch.Tensor, labels: torch.Tensor,
+                           contrast: torch.Tensor) -> None:
+    """contrast_labels in the form of labels: class ids [M], or multi-hot rows [M, C] of the
+    labels' C."""
+    if labels.dim() == 1:
+        return _check_per_contrast_row(contrast_labels, "contrast_labels", contrast)
+    if not isinstance(contrast_labels, torch.Tensor):
+        raise TypeError(f"contrast_labels must be a torch.Tensor, got "
+                        f"{type(contrast_labels).__name__}")
+    check_label_rows(contrast_labels, "contrast_labels")
+    check_same_device(contrast_labels, "contrast_labels", contrast.device)
+    expected = (contrast.shape[0], labels.shape[1])
+    if tuple(contrast_labels.shape) != expected:
+        raise ValueError(f"contrast_labels must be multi-hot rows of shape {list(expected)} as "
+                         f"labels are, got {tuple(contrast_labels.shape)}")
 
 
 def build_layout(features: torch.Tensor, labels: Optional[torch.Tensor],
@@ -131,7 +151,7 @@ def build_layout(features: torch.Tensor, labels: Optional[torch.Tensor],
     else:
         if row_labels is None:
             raise ValueError("labels is required when contrast_labels is given")
-        _check_per_contrast_row(contrast_labels, "contrast_labels", contrast)
+        _check_contrast_labels(contrast_labels, row_labels, contrast)
     if (row_groups is None) != (contrast_groups is None):
         raise ValueError("with contrast, groups and contrast_groups must be given together")
     if contrast_groups is not None:
@@ -165,7 +185,8 @@ def supcon_loss(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
                 contrast_labels: Optional[torch.Tensor] = None, contrast_mode: ContrastMode = "all",
                 normalize: bool = True, focal_gamma: float = 0.0, reduction: Reduction = "mean",
                 backend: BackendName = "auto", groups: Optional[torch.Tensor] = None,
-                contrast_groups: Optional[torch.Tensor] = None) -> torch.Tensor:
+                contrast_groups: Optional[torch.Tensor] = None,
+                multi_label: MultiLabel = "any") -> torch.Tensor:
     """Supervised contrastive loss (Khosla et al. 2020), fused: no N x N matrix is stored.
 
     Args:
@@ -181,6 +202,7 @@ def supcon_loss(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
         {arg:backend}
         {arg:groups}
         {arg:contrast_groups}
+        {arg:multi_label}
 
     Returns:
         float32 loss (float64 for float64 features); gradients come back in the input dtype.
@@ -190,13 +212,14 @@ def supcon_loss(features: torch.Tensor, labels: Optional[torch.Tensor] = None,
         options.
     """
     call = checked_call(features, labels, temperature, contrast, contrast_labels, contrast_mode,
-                        normalize, focal_gamma, reduction, backend, groups, contrast_groups)
+                        normalize, focal_gamma, reduction, backend, groups, contrast_groups,
+                        multi_label)
     layout = call.layout
     # By position (anchor_offset 0: every anchor row is in the layout), the op's cheaper call.
     loss, num_positives = call.backend.run(
         layout.rows, layout.labels, layout.contrast, layout.contrast_labels, call.temperature,
         layout.num_anchors, normalize, 0, call.focal_gamma, call.mean, layout.groups,
-        layout.contrast_groups)
+        layout.contrast_groups, multi_label)
     return loss if call.mean else reduce_per_anchor(loss, num_positives, reduction)
 
 
@@ -217,10 +240,12 @@ def checked_call(features: torch.Tensor, labels: Optional[torch.Tensor], tempera
                  contrast_mode: ContrastMode, normalize: bool, focal_gamma: float,
                  reduction: Reduction, backend: BackendName,
                  groups: Optional[torch.Tensor] = None,
-                 contrast_groups: Optional[torch.Tensor] = None) -> CheckedCall:
+                 contrast_groups: Optional[torch.Tensor] = None,
+                 multi_label: MultiLabel = "any") -> CheckedCall:
     """supcon_loss's arguments checked (errors naming the argument), laid out, and its backend
     resolved: what supcon_loss runs and scl_kernels.explain describes."""
     check_inputs(features, labels, groups)
+    check_multi_label(multi_label)
     check_options(temperature, contrast_mode, normalize, reduction, backend,
                   check_value=False)
     focal_gamma = check_focal_gamma(focal_gamma)
@@ -229,6 +254,7 @@ def checked_call(features: torch.Tensor, labels: Optional[torch.Tensor], tempera
     shape = call_shape(layout, normalize)
     return CheckedCall(layout, shape,
                        resolve_backend(backend, features.device, focal_gamma, shape,
-                                       groups=groups is not None),
+                                       groups=groups is not None,
+                                       multi_label=labels is not None and labels.dim() == 2),
                        temperature_tensor(temperature, features.device), focal_gamma,
                        reduction == "mean")

@@ -66,6 +66,17 @@ def fraction(text):
     return value
 
 
+def float_list(text):
+    """Numbers separated by commas: "0.1,0.01" -> [0.1, 0.01]."""
+    try:
+        values = [float(v) for v in text.split(",") if v]
+    except ValueError:
+        values = []
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}")
+    return values
+
+
 def default_device():
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -91,6 +102,13 @@ SHARED_OPTIONS = {
     "threads": (("--threads",), dict(type=positive_int,
                                      help="torch threads (default %(default)s; none: torch's)")),
     "seed": (("--seed",), dict(type=int, help="random inputs' seed (default %(default)s)")),
+    "temperatures": (("--temperatures",), dict(
+        type=float_list, metavar="T,T,...",
+        help="temperatures; on the CPU 0.1 takes the symmetric schedule, 0.01 the plain one "
+             "(default %(default)s)")),
+    "dense_max": (("--dense-max",), dict(
+        type=non_negative_int,
+        help="the largest N the dense peer (backend='reference') runs at (default %(default)s)")),
     "quiet_threshold": (("--quiet-threshold",), dict(
         type=fraction, help="a timing counts only while other processes use less than this share "
                             "of all cores; 0 counts every timing (default %(default)s)")),

@@ -7,7 +7,8 @@
 // The arguments (docs/MATH.md has the maths), and which stages of a call read them (the plan:
 // call_plan.h; the preparation, the tiles, the losses, the weights, the assembly and the focal
 // walk: tile_kernels.h):
-//   features, labels   the rows [N, D] and their integer labels [N] (a negative label: no class).
+//   features, labels   the rows [N, D] and their integer labels [N] (a negative label: no class),
+//       or multi-hot labels [N, C] (multi_label below).
 //       Read by the plan (shapes, dtypes, sizes), the preparation, the tiles and the assembly.
 //   contrast, contrast_labels   a cross set's rows [M, D] and labels, or None: single set, where
 //       the anchors are rows [anchor_offset, anchor_offset + num_anchors) of features, the
@@ -34,6 +35,12 @@
 //       group that is not a positive leaves the denominator (docs/MATH.md section 11). The plan
 //       refuses them where the tiles have no group mask; the preparation compacts them and the
 //       tiles mask those pairs.
+//   multi_label   the rule for multi-hot labels: "any" (a pair sharing a class is positive,
+//       weight 1) or "jaccard" (weight |Y_i & Y_j| / |Y_i | Y_j|); labels (and contrast_labels)
+//       are then [N, C] bool or 0/1 integer rows (docs/MATH.md section 11), and the rule is
+//       unread with one-dimensional labels. The plan sends such a call to the backend's positive
+//       walk, refusing it where the walk has no pair weights; the preparation packs the classes
+//       into 64-bit words and the walk weighs the pairs.
 //
 // Each row is X(C++ parameter type, name, schema declaration); the rows without a schema default
 // come first, because the backward's schema puts lse between the two lists.
@@ -59,7 +66,8 @@
   X(double, focal_gamma, "float focal_gamma=0.0")                                       \
   X(bool, mean, "bool mean=False")                                                      \
   X(const std::optional<at::Tensor>&, groups, "Tensor? groups=None")                    \
-  X(const std::optional<at::Tensor>&, contrast_groups, "Tensor? contrast_groups=None")
+  X(const std::optional<at::Tensor>&, contrast_groups, "Tensor? contrast_groups=None")        \
+  X(c10::string_view, multi_label, "str multi_label=\"any\"")
 
 #define SCL_CALL_ARGUMENTS(FIRST, NEXT) \
   SCL_REQUIRED_CALL_ARGUMENTS(FIRST, NEXT) SCL_DEFAULTED_CALL_ARGUMENTS(NEXT)

@@ -165,7 +165,7 @@ const char* name(Schedule s) { return s == Schedule::kSymmetric ? "symmetric" : 
 
 const char* name(ForwardFinish f) {
   switch (f) {
-    case ForwardFinish::kFocalWalk: return "focal walk";
+    case ForwardFinish::kPositiveWalk: return "positive walk";
     case ForwardFinish::kFusedLosses: return "fused losses";
     case ForwardFinish::kFusedLossesAndMean: return "fused losses and mean";
     case ForwardFinish::kAtenLosses: return "aten losses";
@@ -175,10 +175,19 @@ const char* name(ForwardFinish f) {
 
 const char* name(AssemblyPath b) {
   switch (b) {
-    case AssemblyPath::kFocalWalk: return "focal walk, aten assembly";
+    case AssemblyPath::kPositiveWalk: return "positive walk, aten assembly";
     case AssemblyPath::kFusedWeightsAndAssembly: return "fused weights and assembly";
     case AssemblyPath::kFusedAssembly: return "aten weights, fused assembly";
     case AssemblyPath::kAten: return "aten";
+  }
+  return "";
+}
+
+const char* name(MultiLabelRule r) {
+  switch (r) {
+    case MultiLabelRule::kNone: return "none";
+    case MultiLabelRule::kAny: return "any";
+    case MultiLabelRule::kJaccard: return "jaccard";
   }
   return "";
 }
@@ -205,6 +214,7 @@ const char* name(Refusal r) {
     case Refusal::kTooManyElements: return "too many elements";
     case Refusal::kNoFocalWalk: return "no focal walk";
     case Refusal::kNoGroupMask: return "no group mask";
+    case Refusal::kNoPairWeights: return "no pair weights";
     case Refusal::kTemperatureUnreadable: return "temperature unreadable";
   }
   return "";
@@ -247,6 +257,7 @@ Refusal backend_refusal(const TileKernels& kernels, const SupConArgs& a) {
   }
   if (a.focal_gamma > 0 && !kernels.positive_walk) return Refusal::kNoFocalWalk;
   if (a.groups.has_value() && !kernels.masks_groups) return Refusal::kNoGroupMask;
+  if (a.labels.dim() == 2 && !kernels.multi_label_positives) return Refusal::kNoPairWeights;
   return Refusal::kNone;
 }
 
@@ -279,16 +290,20 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
   TORCH_CHECK_VALUE(std::isfinite(args.focal_gamma) && args.focal_gamma >= 0,
                     "focal_gamma must be finite and >= 0, got ", args.focal_gamma);
   plan.focal = args.focal_gamma > 0;
+  plan.multi_label = multi_label_rule(args);
+  // Multi-hot labels have no class sums: their positives are weighed pair by pair in the walk.
+  const bool walks_positives = plan.focal || plan.multi_label != MultiLabelRule::kNone;
   plan.rows_elements = rows_elements(args);
   plan.max_rows_elements = kernels.max_rows_elements;
   plan.refusal = backend_refusal(kernels, args);
   const bool float_compute = args.features.scalar_type() != at::kDouble;
   // The group mask is made by the core's ATen preparation (supcon_problem.cpp).
   plan.fused_preparation =
-      kernels.prepare_rows && float_compute && !plan.deterministic && !args.groups.has_value();
+      kernels.prepare_rows && float_compute && !plan.deterministic && !args.groups.has_value() &&
+      !walks_positives;
   plan.mean = args.mean;
-  if (plan.focal) {
-    plan.forward_finish = ForwardFinish::kFocalWalk;
+  if (walks_positives) {
+    plan.forward_finish = ForwardFinish::kPositiveWalk;
   } else if (has_fused_losses(kernels) && float_compute) {
     // The mean by the fused step adds by atomics: reproducible results take the ATen sum.
     plan.forward_finish = args.mean && !plan.deterministic ? ForwardFinish::kFusedLossesAndMean
@@ -296,9 +311,9 @@ CallPlan plan_call(const TileKernels& kernels, const SupConArgs& args, const Sup
   } else {
     plan.forward_finish = ForwardFinish::kAtenLosses;
   }
-  const bool fused_assembly = !plan.focal && kernels.assemble_backward && float_compute;
-  if (plan.focal) {
-    plan.backward_assembly = AssemblyPath::kFocalWalk;
+  const bool fused_assembly = !walks_positives && kernels.assemble_backward && float_compute;
+  if (walks_positives) {
+    plan.backward_assembly = AssemblyPath::kPositiveWalk;
   } else if (fused_assembly && has_fused_weights(kernels) && !plan.deterministic) {
     plan.backward_assembly = AssemblyPath::kFusedWeightsAndAssembly;
   } else if (fused_assembly) {
@@ -375,6 +390,7 @@ std::string CallPlan::describe() const {
       << "compute_dtype: " << dtype_name(compute_type) << "\n"
       << "preparation: " << (fused_preparation ? "fused" : "aten") << "\n"
       << "host_reads: " << (host_reads ? "yes" : "no") << "\n"
+      << "multi_label: " << name(multi_label) << "\n"
       << "forward_finish: " << name(forward_finish) << "\n"
       << "mean: " << (mean ? "inside the op" : "none") << "\n"
       << "backward_assembly: " << name(backward_assembly) << "\n"
@@ -421,8 +437,14 @@ void require_runnable(const CallPlan& plan, const SupConArgs& args) {
     case Refusal::kNoGroupMask:
       TORCH_CHECK_NOT_IMPLEMENTED(
           false, refused(plan, "groups= (known false negatives, docs/MATH.md section 11)",
-                         "this backend's tiles have no group mask; the cpu and reference "
-                         "backends have it"));
+                         "this backend's tiles have no group mask; "
+                         "scl_kernels.backends.group_backends() lists the backends that have it"));
+    case Refusal::kNoPairWeights:
+      TORCH_CHECK_NOT_IMPLEMENTED(
+          false, refused(plan, "multi-hot labels (multi-label positives, docs/MATH.md section 11)",
+                         "this backend's positive walk has no pair weights; "
+                         "scl_kernels.backends.multi_label_backends() lists the backends that "
+                         "have them"));
     case Refusal::kTemperatureUnreadable:
       TORCH_CHECK_VALUE(
           false, refused(plan, "a temperature tensor on the GPU while a CUDA graph is captured",

@@ -26,7 +26,8 @@ enum class ValueChecks {
 
 // How the forward turns the log-sum-exp into the loss.
 enum class ForwardFinish {
-  kFocalWalk,           // the focal loss: the backend's walk over the positive pairs
+  kPositiveWalk,        // the focal loss or multi-hot labels: the backend's walk over the
+                        // positive pairs
   kFusedLosses,         // TileKernels::anchor_losses, per anchor
   kFusedLossesAndMean,  // TileKernels::anchor_losses with the mean's accumulators (atomics)
   kAtenLosses,          // the core's ATen steps (anchor_losses in supcon_problem.h)
@@ -34,7 +35,7 @@ enum class ForwardFinish {
 
 // How the backward assembles the row gradients around the backend's tile gradients.
 enum class AssemblyPath {
-  kFocalWalk,               // the walk's positive part, then the core's ATen assembly
+  kPositiveWalk,            // the walk's positive part, then the core's ATen assembly
   kFusedWeightsAndAssembly, // TileKernels::anchor_weights and ::assemble_backward
   kFusedAssembly,           // ATen weights (reproducible sums), TileKernels::assemble_backward
   kAten,                    // the core's ATen steps
@@ -47,6 +48,7 @@ enum class Refusal {
   kTooManyElements,        // a rows tensor past TileKernels::max_rows_elements
   kNoFocalWalk,            // focal_gamma > 0 without TileKernels::positive_walk
   kNoGroupMask,            // groups without TileKernels::masks_groups
+  kNoPairWeights,          // multi-hot labels without TileKernels::multi_label_positives
   kTemperatureUnreadable,  // a GPU temperature that must be read while a CUDA graph is captured
 };
 
@@ -67,6 +69,7 @@ struct CallPlan {
   // the plan refuses the call because it cannot read t now (kTemperatureUnreadable).
   Temperature temperature;
   bool focal;
+  MultiLabelRule multi_label;  // kNone for class ids
   Refusal refusal;  // kNone where the backend can compute the call
   // Preparation: by host reads (unique, bincount; the CPU) or without any (sort-based class
   // ids, deferred checks: off the CPU, or TestHooks::device_preparation), and by the backend's

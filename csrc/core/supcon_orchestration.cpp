@@ -56,15 +56,39 @@ PositiveWalkInputs walk_inputs(const SupConProblem& p, const at::Tensor& lse,
           grad_weight.defined() ? grad_weight : at::empty({0}, hi.options())};
 }
 
-// Per-anchor focal loss l_i = loss_sum_i / |P(i)| (0 without positives), in the loss dtype.
-at::Tensor focal_anchor_losses(const TileKernels& kernels, const CallThreads& threads,
-                               const SupConProblem& p, const at::Tensor& lse, double gamma) {
+// What the walk's sums are divided by per anchor, float64: W_i, the sum of the positive pairs'
+// weights, which is |P(i)| for class ids; 1 where an anchor has no positive (its sums are 0).
+at::Tensor positive_weight_sums(const SupConProblem& p) {
+  const at::Tensor w = p.positive_weight.defined() ? p.positive_weight
+                                                   : p.num_positives.to(at::kDouble);
+  return at::where(p.num_positives > 0, w, 1.0);
+}
+
+// Per-anchor loss l_i = loss_sum_i / W_i from the positive walk (0 without positives), in the
+// loss dtype: the focal loss, or the multi-label one (TileKernels::positive_walk).
+at::Tensor walk_anchor_losses(const TileKernels& kernels, const CallThreads& threads,
+                              const SupConProblem& p, const at::Tensor& lse, double gamma) {
   const PositiveWalkInputs walk_in =
       walk_inputs(p, lse, kernels.compute_type(p.z.scalar_type()), gamma, {});
   const PositiveWalkOutputs walk =
       threads.tiles([&] { return kernels.positive_walk(p, walk_in); });
-  const at::Tensor mean = walk.loss_sum.to(at::kDouble) / p.num_positives.clamp_min(1);
+  const at::Tensor mean = walk.loss_sum.to(at::kDouble) / positive_weight_sums(p);
   return at::where(p.num_positives > 0, mean, 0.0).to(p.compute_type);
+}
+
+// The call's problem (prepare_problem), with the positives of multi-hot labels counted and
+// weighed by the backend's walk (TileKernels::multi_label_positives).
+SupConProblem prepare_call(const TileKernels& kernels, const CallThreads& threads,
+                           const SupConArgs& args, const CallPlan& plan,
+                           DeferredValueChecks* value_checks) {
+  SupConProblem p = prepare_problem(args, plan, value_checks, kernels.prepare_rows);
+  if (p.multi_label != MultiLabelRule::kNone) {
+    MultiLabelPositives positives =
+        threads.tiles([&] { return kernels.multi_label_positives(p); });
+    p.num_positives = std::move(positives.num_positives);
+    p.positive_weight = std::move(positives.weight_sum);
+  }
+  return p;
 }
 
 // The temperature's gradient when autograd does not ask for it. A float's temperature is a
@@ -170,7 +194,7 @@ OpOutputs supcon_forward(const TileKernels& kernels, const SupConArgs& args) {
   if (check_values) raise_earlier_failures(/*wait=*/false);
   DeferredValueChecks value_checks;
   SupConProblem p =
-      prepare_problem(args, plan, check_values ? &value_checks : nullptr, kernels.prepare_rows);
+      prepare_call(kernels, threads, args, plan, check_values ? &value_checks : nullptr);
   const Schedule schedule = plan.forward_schedule;
   at::Tensor lse, losses;
   if (plan.forward_finish == ForwardFinish::kFusedLosses ||
@@ -194,8 +218,8 @@ OpOutputs supcon_forward(const TileKernels& kernels, const SupConArgs& args) {
     if (fused_mean) p.anchors_with_positives = mean_sums.select(0, 1);
   } else {
     lse = threads.tiles([&] { return kernels.lse(p, schedule); });
-    losses = plan.forward_finish == ForwardFinish::kFocalWalk
-                 ? focal_anchor_losses(kernels, threads, p, lse, args.focal_gamma)
+    losses = plan.forward_finish == ForwardFinish::kPositiveWalk
+                 ? walk_anchor_losses(kernels, threads, p, lse, args.focal_gamma)
                  : anchor_losses(p, lse);
   }
   TORCH_INTERNAL_ASSERT(lse.scalar_type() == at::kDouble && lse.size(0) == p.m);
@@ -216,9 +240,9 @@ OpOutputs supcon_backward(const TileKernels& kernels, const at::Tensor& grad_los
   const PlanRange range("scl::supcon_backward", plan);
   const CallThreads threads(plan.parallel_tiles);
   if (plan.value_checks != ValueChecks::kSkipped) raise_earlier_failures(/*wait=*/false);
-  SupConProblem p = kept != nullptr ? *kept
-                                    : prepare_problem(args, plan, /*value_checks=*/nullptr,
-                                                      kernels.prepare_rows);
+  SupConProblem p = kept != nullptr
+                        ? *kept
+                        : prepare_call(kernels, threads, args, plan, /*value_checks=*/nullptr);
   // A kept problem carries its forward's plan choices; the kernels follow this call's.
   p.deterministic = plan.deterministic;
   p.symmetric_backward_walk = plan.symmetric_backward_walk;
@@ -227,7 +251,7 @@ OpOutputs supcon_backward(const TileKernels& kernels, const at::Tensor& grad_los
   const Schedule schedule = plan.backward_schedule;
   const at::ScalarType kernel_type = kernels.compute_type(p.z.scalar_type());
   const at::Tensor lse64 = lse.to(at::kDouble);
-  const bool focal = plan.backward_assembly == AssemblyPath::kFocalWalk;
+  const bool walked = plan.backward_assembly == AssemblyPath::kPositiveWalk;
   if (plan.backward_assembly == AssemblyPath::kFusedWeightsAndAssembly) {
     // The mean's gradient: divided on the device by the forward's count where it kept one.
     const bool counted = args.mean && p.anchors_with_positives.defined();
@@ -251,12 +275,13 @@ OpOutputs supcon_backward(const TileKernels& kernels, const at::Tensor& grad_los
   }
   const at::Tensor g = effective_anchor_grads(
       p, args.mean ? per_anchor_grad_of_mean(p, grad_loss) : grad_loss);
-  // The focal loss (docs/MATH.md, "Focal contrastive loss"): one walk over the positive pairs
-  // gives their part of the gradient and H_i = mean_p hterm_ip, which scales the softmax part.
+  // The focal loss (docs/MATH.md, "Focal contrastive loss") and multi-hot labels (section 11):
+  // one walk over the positive pairs gives their part of the gradient and H_i, the weighted
+  // mean of hterm_ip, which scales the softmax part (1 for the multi-label SupCon loss).
   PositiveWalkOutputs walk;
   at::Tensor softmax_g = g;
-  if (focal) {
-    const at::Tensor positives = p.num_positives.clamp_min(1).to(g.scalar_type());
+  if (walked) {
+    const at::Tensor positives = positive_weight_sums(p).to(g.scalar_type());
     const PositiveWalkInputs walk_in =
         walk_inputs(p, lse64, kernel_type, args.focal_gamma, (g / positives).to(kernel_type));
     walk = threads.tiles([&] { return kernels.positive_walk(p, walk_in); });
@@ -275,7 +300,7 @@ OpOutputs supcon_backward(const TileKernels& kernels, const at::Tensor& grad_los
   const bool symmetric = schedule == Schedule::kSymmetric;
   // The symmetric kernels sum both sides into dz; dq is then the same buffer.
   const at::Tensor dq = symmetric ? dz : tiles.dq.to(p.compute_type);
-  if (focal) {
+  if (walked) {
     dq.add_(walk.dq);
     dz.add_(walk.dz);
   } else {

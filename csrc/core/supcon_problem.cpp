@@ -4,6 +4,8 @@
 #include "test_hooks.h"
 
 #include <ATen/Context.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -67,6 +69,17 @@ void check_labels(const at::Tensor& y, const char* name, const at::Tensor& rows_
                     rows_name, " is on ", rows_of.device());
 }
 
+// Labels of `rows_of`'s rows: integer class ids [R], or multi-hot rows [R, C] (bool or 0/1
+// integers, their values checked with the rows': prepare_multi_hot).
+void check_label_rows(const at::Tensor& y, const char* name, const at::Tensor& rows_of,
+                      const char* rows_name) {
+  if (y.dim() != 2) return check_labels(y, name, rows_of, rows_name);
+  TORCH_CHECK_TYPE(at::isIntegralType(y.scalar_type(), /*includeBool=*/true), name,
+                   " as multi-hot rows must be a bool or integer tensor, got ", dtype_name(y));
+  TORCH_CHECK_VALUE(y.size(1) >= 1, name, " as multi-hot rows must have at least one class");
+  check_labels(y.select(1, 0).to(at::kLong), name, rows_of, rows_name);
+}
+
 constexpr const char* kNotFinite = " contains NaN or inf";
 
 void check_finite(const at::Tensor& x, const char* name) {
@@ -77,7 +90,8 @@ void check_finite(const at::Tensor& x, const char* name) {
 
 void check_arguments(const SupConArgs& a) {
   check_features(a.features, "features");
-  check_labels(a.labels, "labels", a.features, "features");
+  check_label_rows(a.labels, "labels", a.features, "features");
+  multi_label_rule(a);
   if (a.groups.has_value()) check_labels(*a.groups, "groups", a.features, "features");
   TORCH_CHECK_VALUE(a.contrast.has_value() == a.contrast_labels.has_value(),
                     "contrast and contrast_labels must be given together");
@@ -91,7 +105,12 @@ void check_arguments(const SupConArgs& a) {
                      dtype_name(c), " but features has ", dtype_name(a.features));
     TORCH_CHECK_VALUE(c.size(1) == a.features.size(1), "contrast has dimension ", c.size(1),
                       " but features has ", a.features.size(1));
-    check_labels(*a.contrast_labels, "contrast_labels", c, "contrast");
+    check_label_rows(*a.contrast_labels, "contrast_labels", c, "contrast");
+    const at::Tensor& cl = *a.contrast_labels;
+    TORCH_CHECK_VALUE(cl.dim() == a.labels.dim() && (cl.dim() == 1 || cl.size(1) == a.labels.size(1)),
+                      "contrast_labels must take the form of labels (class ids, or multi-hot rows "
+                      "of as many classes): labels has shape ", a.labels.sizes(),
+                      ", contrast_labels ", cl.sizes());
     TORCH_CHECK_VALUE(a.groups.has_value() == a.contrast_groups.has_value(),
                       "with a contrast set, groups and contrast_groups must be given together");
     if (a.contrast_groups.has_value()) {
@@ -116,6 +135,14 @@ void check_arguments(const SupConArgs& a) {
   TORCH_CHECK_VALUE(t.numel() == 1, "temperature must hold one value, got ", t.numel());
   TORCH_CHECK_VALUE(t.device().is_cpu() || t.device() == a.features.device(),
                     "temperature is on ", t.device(), " but features is on ", a.features.device());
+}
+
+MultiLabelRule multi_label_rule(const SupConArgs& a) {
+  const c10::string_view rule = a.multi_label;
+  TORCH_CHECK_VALUE(rule == "any" || rule == "jaccard",
+                    "multi_label must be 'any' or 'jaccard', got '", std::string(rule), "'");
+  if (a.labels.dim() == 1) return MultiLabelRule::kNone;
+  return rule == "any" ? MultiLabelRule::kAny : MultiLabelRule::kJaccard;
 }
 
 double read_temperature(const SupConArgs& a) {
@@ -172,32 +199,97 @@ at::Tensor class_ids_by_sorting(const at::Tensor& labels) {
   return at::empty_like(sorted_ids).scatter_(0, order, sorted_ids);
 }
 
-// The tiles' group mask (SupConProblem::anchor_group and the rest), from the labels of every
-// row (as the class ids take them: the features' first in a cross set) and their class ids.
+// Every row's values of a per-row tensor given for the features and, in a cross set, for the
+// contrast rows: the features' rows first, as the class ids take them.
+at::Tensor all_rows(const SupConProblem& p, const at::Tensor& features_side,
+                    const std::optional<at::Tensor>& contrast_side) {
+  return p.single_set ? features_side : at::cat({features_side, *contrast_side});
+}
+
+// Anchor and contrast rows of a tensor of every row's values (all_rows).
+std::pair<at::Tensor, at::Tensor> split_rows(const SupConProblem& p, const at::Tensor& all) {
+  if (p.single_set) return {rows_of(all, p.anchor_offset, p.m), all};
+  return {all.narrow(0, 0, p.m), all.narrow(0, p.m, p.n)};
+}
+
+// The tiles' group mask (SupConProblem::anchor_group and the rest): the compact group ids and,
+// for class ids, the pair classes from the labels of every row (all_rows) and their class ids;
+// multi-hot labels are compared by their words instead.
 void prepare_group_mask(SupConProblem& p, const SupConArgs& a, const at::Tensor& all_labels,
                         const at::Tensor& ids) {
-  const int64_t rows = all_labels.size(0);
+  const int64_t rows = p.single_set ? p.n : p.m + p.n;
   // A row without a class gets the pair class -2 - row: int32 holds it below 2^31 - 2 rows.
   TORCH_CHECK_VALUE(rows < std::numeric_limits<int32_t>::max() - 2, "groups: at most 2^31 - 3 ",
                     "rows, got ", rows);
-  const at::Tensor groups =
-      (p.single_set ? as_type(*a.groups, at::kLong)
-                    : at::cat({as_type(*a.groups, at::kLong), as_type(*a.contrast_groups, at::kLong)}))
-          .clamp_min(-1);
+  const at::Tensor groups = as_type(all_rows(p, *a.groups, a.contrast_groups), at::kLong).clamp_min(-1);
   const at::Tensor group = at::where(groups < 0, -1, class_ids_by_sorting(groups)).to(at::kInt);
+  std::tie(p.anchor_group, p.contrast_group) = split_rows(p, group);
+  if (p.multi_label != MultiLabelRule::kNone) return;
   const at::Tensor own_class = -2 - at::arange(rows, ids.options());
   const at::Tensor pair_class = at::where(all_labels < 0, own_class, ids).to(at::kInt);
-  if (p.single_set) {
-    p.contrast_group = group;
-    p.contrast_pair_class = pair_class;
-    p.anchor_group = rows_of(group, p.anchor_offset, p.m);
-    p.anchor_pair_class = rows_of(pair_class, p.anchor_offset, p.m);
-  } else {
-    p.anchor_group = group.narrow(0, 0, p.m);
-    p.anchor_pair_class = pair_class.narrow(0, 0, p.m);
-    p.contrast_group = group.narrow(0, p.m, p.n);
-    p.contrast_pair_class = pair_class.narrow(0, p.m, p.n);
+  std::tie(p.anchor_pair_class, p.contrast_pair_class) = split_rows(p, pair_class);
+}
+
+// SupConProblem::q_unit and z_unit where they fit in one chunk.
+void keep_unit_rows(SupConProblem& p) {
+  if ((p.single_set ? p.n : p.n + p.m) * p.d > chunk_elements()) return;
+  p.z_unit = unit_chunk(p.z, p.z_inv_norm, 0, p.n);
+  p.q_unit = p.single_set ? rows_of(p.z_unit, p.anchor_offset, p.m)
+                          : unit_chunk(p.q, p.q_inv_norm, 0, p.m);
+}
+
+// class_words on the host: one read of each element, where the device's form below takes
+// several passes over byte copies of the rows.
+at::Tensor class_words_on_host(const at::Tensor& multi_hot, int64_t words) {
+  const at::Tensor hot = multi_hot.contiguous();
+  const int64_t rows = hot.size(0), classes = hot.size(1);
+  at::Tensor out = at::zeros({rows, words}, hot.options().dtype(at::kLong));
+  uint64_t* bits = reinterpret_cast<uint64_t*>(out.mutable_data_ptr<int64_t>());
+  AT_DISPATCH_INTEGRAL_TYPES_AND(at::kBool, hot.scalar_type(), "scl_class_words", [&] {
+    const scalar_t* values = hot.const_data_ptr<scalar_t>();
+    at::parallel_for(0, rows, 256, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        for (int64_t c = 0; c < classes; ++c) {
+          if (values[r * classes + c] != scalar_t(0)) bits[r * words + c / 64] |= uint64_t{1} << (c % 64);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+// Multi-hot rows [R, C] as ceil(C / 64) int64 words per row, bit c % 64 of word c / 64 for
+// class c. Without host reads (a device's rows), packed a byte at a time (a sum of distinct powers of two never carries), the eight
+// bytes of a word then read as one little-endian int64: byte traffic rather than int64's.
+at::Tensor class_words(const at::Tensor& multi_hot, bool without_host_reads) {
+  const int64_t rows = multi_hot.size(0), classes = multi_hot.size(1);
+  const int64_t words = (classes + 63) / 64;
+  if (!without_host_reads) return class_words_on_host(multi_hot, words);
+  const at::Tensor bits = at::constant_pad_nd((multi_hot != 0).to(at::kByte), {0, words * 64 - classes});
+  const at::Tensor shifts = at::arange(8, bits.options());
+  const at::Tensor bytes =
+      at::bitwise_left_shift(bits.view({rows, words, 8, 8}), shifts).sum(-1, false, at::kByte);
+  return bytes.contiguous().view(at::kLong).view({rows, words});
+}
+
+// The multi-hot labels' part of the preparation (SupConProblem::multi_label): their values
+// checked (0 or 1), the class words, and the zero class ids that only mark rows for the walk.
+void prepare_multi_hot(SupConProblem& p, const SupConArgs& a, DeferredValueChecks* value_checks,
+                       bool without_host_reads) {
+  p.multi_label = multi_label_rule(a);
+  const at::Tensor labels = all_rows(p, a.labels, a.contrast_labels);
+  if (value_checks != nullptr && labels.scalar_type() != at::kBool) {
+    const at::Tensor zero_or_one = ((labels == 0) | (labels == 1)).all();
+    const char* message = "multi-hot labels must hold 0 or 1";
+    if (without_host_reads) {
+      value_checks->expect(zero_or_one, message);
+    } else {
+      TORCH_CHECK_VALUE(zero_or_one.item<bool>(), message);
+    }
   }
+  std::tie(p.anchor_words, p.contrast_words) = split_rows(p, class_words(labels, without_host_reads));
+  p.anchor_class = at::zeros({p.m}, labels.options().dtype(at::kLong));
+  p.contrast_class = at::zeros({p.n}, labels.options().dtype(at::kLong));
 }
 
 }  // namespace
@@ -301,15 +393,18 @@ SupConProblem prepare_problem(
   } else {
     p.m = p.q.size(0);
   }
+  if (a.labels.dim() == 2) {
+    prepare_multi_hot(p, a, value_checks, without_host_reads);
+    if (a.groups.has_value()) prepare_group_mask(p, a, at::Tensor(), at::Tensor());
+    keep_unit_rows(p);
+    return p;
+  }
 
   // Compact class ids, so that class sums have one row per class. Every negative label becomes
   // -1 and so one shared id: such rows are never anchors with positives, and their class's sums
   // are never read for an anchor that has one.
-  const at::Tensor contrast_labels = p.single_set ? a.labels : *a.contrast_labels;
   const at::Tensor all_labels =
-      (p.single_set ? as_type(a.labels, at::kLong)
-                    : at::cat({as_type(a.labels, at::kLong), as_type(contrast_labels, at::kLong)}))
-          .clamp_min(-1);
+      as_type(all_rows(p, a.labels, a.contrast_labels), at::kLong).clamp_min(-1);
   // Off the CPU the number of classes is never read: per-class tensors get one row per label,
   // O(N) more rows (never N x N) against a stop of the device's queue.
   at::Tensor ids, counts;
@@ -346,11 +441,7 @@ SupConProblem prepare_problem(
   if (p.single_set) positives = positives - 1;
   p.num_positives = positives.masked_fill_(anchor_valid.logical_not(), 0);
 
-  if ((p.single_set ? p.n : p.n + p.m) * p.d <= chunk_elements()) {
-    p.z_unit = unit_chunk(p.z, p.z_inv_norm, 0, p.n);
-    p.q_unit = p.single_set ? rows_of(p.z_unit, p.anchor_offset, p.m)
-                            : unit_chunk(p.q, p.q_inv_norm, 0, p.m);
-  }
+  keep_unit_rows(p);
   p.class_sums = at::zeros({num_classes, p.d}, p.z_inv_norm.options());
   for_row_chunks(p.n, p.d, [&](int64_t start, int64_t length) {
     p.class_sums.index_add_(0, rows_of(p.contrast_class, start, length),

@@ -46,6 +46,15 @@ struct SupConProblem {
   // positive pair (a row without a class has one of its own). A pair of one group whose pair
   // classes differ leaves the denominator (docs/MATH.md section 11).
   at::Tensor anchor_group, contrast_group, anchor_pair_class, contrast_pair_class;
+  // Multi-hot labels (docs/MATH.md section 11), where the call has them: the pair rule, and each
+  // row's classes as ceil(C / 64) 64-bit words ([m, K] and [n, K] int64; bit c of word c / 64 is
+  // class c), which the group mask compares in place of the pair classes (then undefined). Then
+  // anchor_class and contrast_class are zeros, class_sums is undefined, num_positives counts the
+  // positive pairs and positive_weight (float64 [m]) holds W_i, the sum of their weights
+  // (TileKernels::multi_label_positives).
+  MultiLabelRule multi_label = MultiLabelRule::kNone;
+  at::Tensor anchor_words, contrast_words;
+  at::Tensor positive_weight;
   // The mean's zeroed accumulators where the fused preparation made them (asked with the mean
   // reduction: TileKernels::prepare_rows); else undefined.
   at::Tensor mean_sums;
@@ -76,6 +85,10 @@ bool prepare_without_host_reads(const at::Tensor& x);
 // Checks the op's arguments but the rows' values and the temperature's value (TypeError /
 // ValueError naming the argument).
 void check_arguments(const SupConArgs& args);
+
+// The call's rule for multi-hot labels (kNone with class ids); a ValueError for a multi_label
+// that names none, whatever the labels.
+MultiLabelRule multi_label_rule(const SupConArgs& args);
 
 // The temperature t read on the host (a host tensor in place; a device one costs the op's only
 // host read) and checked positive and finite: the call's one check of a value read on the host

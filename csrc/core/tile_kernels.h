@@ -13,6 +13,13 @@
 
 namespace scl {
 
+// How the pairs of multi-hot labels are weighed (docs/MATH.md section 11): kNone for class ids.
+enum class MultiLabelRule {
+  kNone,
+  kAny,      // w_ij = 1 where the rows share a class
+  kJaccard,  // w_ij = |Y_i & Y_j| / |Y_i | Y_j|
+};
+
 enum class Schedule {
   // Every tile of anchors x contrast rows, online running max: any layout, any logit scale.
   kPlain,
@@ -61,12 +68,23 @@ struct GradCoefficients {
 //   with grad_weight: hterm_sum_i = sum_p hterm_ip, hterm_ip = u_ip^gamma (1 + gamma pi_ip x_ip / u_ip),
 //     dq_i = -(1/t) sum_p w_i hterm_ip z_p  and  dz_p = -(1/t) sum_i w_i hterm_ip q_i
 // in the kernels' compute dtype; the outputs not asked for are undefined or empty.
+//
+// With multi-hot labels (SupConProblem::multi_label) the pairs carry their weights w_ip (docs/MATH.md
+// section 11) and the sums above become sum_p w_ip (...), gamma may be 0 (the multi-label SupCon
+// loss itself: loss_sum_i = sum_p w_ip x_ip and hterm_ip = 1), and grad_weight_i is g_i / W_i.
 struct PositiveWalkInputs {
   at::Tensor anchor_class;    // [m] int64 compact class id; -1: no positives, never walked
-  at::Tensor contrast_class;  // [n] int64 compact class id >= 0
+                              // (multi-label: only that mark; the classes are the problem's words)
+  at::Tensor contrast_class;  // [n] int64 compact class id >= 0 (multi-label: unread)
   at::Tensor lse_hi, lse_lo;  // [m] lse = hi + lo, split as in GradCoefficients
-  double gamma;               // > 0
+  double gamma;               // > 0 (multi-label: >= 0)
   at::Tensor grad_weight;     // [m] g_i / |P(i)| (0 without positives); empty: forward only
+};
+
+// Per anchor of a multi-label call: |P(i)|, its positive pairs, and W_i, the sum of their weights.
+struct MultiLabelPositives {
+  at::Tensor num_positives;  // [m] int64
+  at::Tensor weight_sum;     // [m] float64
 };
 
 struct PositiveWalkOutputs {
@@ -273,6 +291,10 @@ struct TileKernels {
       lse_and_anchor_losses;
   std::function<AssembledGradients(const SupConProblem&, const WeightsGradsAndAssemblyInputs&)>
       weights_grads_and_assembly;
+  // The positives of multi-hot labels, from the same pair weights as the backend's positive
+  // walk, which then walks multi-label calls too (empty: its walk has no pair weights, and
+  // multi-hot labels are refused).
+  std::function<MultiLabelPositives(const SupConProblem&)> multi_label_positives;
 };
 
 }  // namespace scl

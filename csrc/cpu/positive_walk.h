@@ -1,4 +1,5 @@
-// The focal loss's walk over the positive pairs on the CPU: TileKernels::positive_walk
+// The walk over the positive pairs on the CPU, for the focal loss and multi-hot labels:
+// TileKernels::positive_walk and TileKernels::multi_label_positives
 // (csrc/core/tile_kernels.h; docs/MATH.md, "Focal contrastive loss").
 #pragma once
 
@@ -7,5 +8,7 @@
 namespace scl::cpu {
 
 PositiveWalkOutputs positive_walk(const SupConProblem& p, const PositiveWalkInputs& walk);
+
+MultiLabelPositives multi_label_positives(const SupConProblem& p);
 
 }  // namespace scl::cpu

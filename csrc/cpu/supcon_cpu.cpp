@@ -18,9 +18,11 @@ at::ScalarType compute_type(at::ScalarType input) {
   return input == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// The tiles' operands: unit rows in the compute dtype, q a view of z's rows in single set.
+// The tiles' operands: unit rows in the compute dtype, q a view of z's rows in single set, and
+// the class words of multi-hot rows, contiguous, where the group mask compares them.
 struct UnitRows {
   at::Tensor q, z;
+  at::Tensor q_words, z_words;
 };
 
 UnitRows unit_rows(const SupConProblem& p) {
@@ -28,11 +30,19 @@ UnitRows unit_rows(const SupConProblem& p) {
   auto unit = [&](const at::Tensor& rows, const at::Tensor& inv_norm) {
     return (rows.to(ct) * inv_norm.to(ct).unsqueeze(1)).contiguous();
   };
-  // The core keeps them, in this same precision, for small batches.
-  if (p.z_unit.defined()) return {p.q_unit.contiguous(), p.z_unit};
   UnitRows u;
-  u.z = unit(p.z, p.z_inv_norm);
-  u.q = p.single_set ? u.z.narrow(0, p.anchor_offset, p.q.size(0)) : unit(p.q, p.q_inv_norm);
+  // The core keeps them, in this same precision, for small batches.
+  if (p.z_unit.defined()) {
+    u.q = p.q_unit.contiguous();
+    u.z = p.z_unit;
+  } else {
+    u.z = unit(p.z, p.z_inv_norm);
+    u.q = p.single_set ? u.z.narrow(0, p.anchor_offset, p.q.size(0)) : unit(p.q, p.q_inv_norm);
+  }
+  if (p.anchor_group.defined() && p.multi_label != MultiLabelRule::kNone) {
+    u.q_words = p.anchor_words.contiguous();
+    u.z_words = p.contrast_words.contiguous();
+  }
   return u;
 }
 
@@ -41,11 +51,16 @@ template <typename T>
 TileProblem<T> tile_problem(const UnitRows& u, const SupConProblem& p) {
   TileProblem<T> tiles{u.q.data_ptr<T>(), u.q.size(0), u.z.data_ptr<T>(), u.z.size(0),
                        u.z.size(1), p.self_offset(), static_cast<T>(p.temperature.inv_t())};
-  if (p.anchor_group.defined()) {
-    tiles.q_group = p.anchor_group.const_data_ptr<int32_t>();
-    tiles.z_group = p.contrast_group.const_data_ptr<int32_t>();
+  if (!p.anchor_group.defined()) return tiles;
+  tiles.q_group = p.anchor_group.const_data_ptr<int32_t>();
+  tiles.z_group = p.contrast_group.const_data_ptr<int32_t>();
+  if (p.multi_label == MultiLabelRule::kNone) {
     tiles.q_pair_class = p.anchor_pair_class.const_data_ptr<int32_t>();
     tiles.z_pair_class = p.contrast_pair_class.const_data_ptr<int32_t>();
+  } else {
+    tiles.q_words = reinterpret_cast<const uint64_t*>(u.q_words.const_data_ptr<int64_t>());
+    tiles.z_words = reinterpret_cast<const uint64_t*>(u.z_words.const_data_ptr<int64_t>());
+    tiles.words = u.q_words.size(1);
   }
   return tiles;
 }
@@ -91,9 +106,9 @@ TileGrads grad_tiles(const SupConProblem& p, Schedule schedule, const GradCoeffi
 // The tiles and the positive walk multiply through BLAS: without it the plan refuses the call.
 bool blas_missing() { return !blas_available() || test_hooks().blas_missing; }
 
-const TileKernels& cpu_kernels() {
+TileKernels make_cpu_kernels() {
   // One symmetric backward walk (the upper triangle of tiles), no limit on the rows.
-  static const TileKernels kernels{compute_type,
+  TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/true,
                                    /*reads_temperature=*/false,
                                    /*walks_triangle=*/false,
@@ -104,6 +119,12 @@ const TileKernels& cpu_kernels() {
                                    grad_tiles,
                                    /*host_may_wait=*/{},
                                    positive_walk};
+  kernels.multi_label_positives = multi_label_positives;
+  return kernels;
+}
+
+const TileKernels& cpu_kernels() {
+  static const TileKernels kernels = make_cpu_kernels();
   return kernels;
 }
 

@@ -17,7 +17,9 @@ namespace scl::cpu {
 // Anchors q[m, d] against contrast rows z[n, d]; logits s_ij = q_i . z_j * inv_t.
 // With self_offset >= 0, anchor i never sees column self_offset + i (single-set layouts, where q
 // is z's rows from self_offset on). With groups (non-null *_group), anchor i never sees a column
-// j of its group whose pair class differs (scl::SupConProblem::anchor_group and the rest).
+// j of its group whose pair class differs (scl::SupConProblem::anchor_group and the rest), or,
+// for multi-hot labels (words > 0), that shares none of its classes: `words` 64-bit class words
+// per row (scl::SupConProblem::anchor_words).
 template <typename T>
 struct TileProblem {
   const T* q;
@@ -31,6 +33,9 @@ struct TileProblem {
   const int32_t* z_group = nullptr;
   const int32_t* q_pair_class = nullptr;
   const int32_t* z_pair_class = nullptr;
+  const uint64_t* q_words = nullptr;
+  const uint64_t* z_words = nullptr;
+  int64_t words = 0;
 };
 
 // One instruction set's copy of the kernels.

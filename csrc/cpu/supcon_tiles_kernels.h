@@ -84,6 +84,7 @@ struct TileScratch {
 
   // -inf on the pairs of one group that are not positive pairs (TileProblem's group mask).
   void mask_group_pairs(const TileProblem<T>& p, const TileSpan& span) {
+    if (p.words > 0) return mask_group_pairs_by_words(p, span);
     const int32_t* column_group = p.z_group + span.j0;
     const int32_t* column_class = p.z_pair_class + span.j0;
     for (int64_t i = 0; i < span.rows; ++i) {
@@ -95,6 +96,24 @@ struct TileScratch {
       for (int64_t j = 0; j < span.cols; ++j) {
         const bool masked = (column_group[j] == group) & (column_class[j] != pair_class);
         srow[j] = masked ? kNegInf<T> : srow[j];
+      }
+    }
+  }
+
+  // mask_group_pairs for multi-hot rows: a pair of one group that shares no class.
+  void mask_group_pairs_by_words(const TileProblem<T>& p, const TileSpan& span) {
+    const int64_t words = p.words;
+    for (int64_t i = 0; i < span.rows; ++i) {
+      const int32_t group = p.q_group[span.i0 + i];
+      if (group < 0) continue;
+      const uint64_t* anchor = p.q_words + (span.i0 + i) * words;
+      T* srow = row(i);
+      for (int64_t j = 0; j < span.cols; ++j) {
+        if (p.z_group[span.j0 + j] != group) continue;
+        const uint64_t* column = p.z_words + (span.j0 + j) * words;
+        uint64_t shared = 0;
+        for (int64_t w = 0; w < words; ++w) shared |= anchor[w] & column[w];
+        if (shared == 0) srow[j] = kNegInf<T>;
       }
     }
   }

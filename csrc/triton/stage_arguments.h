@@ -12,7 +12,8 @@
 // row says so: a term left out is an empty tensor.
 #pragma once
 
-// The tiles' inputs, shared by the ops that walk the tiles.
+// The tiles' inputs, shared by the ops that walk the tiles; the group mask's int32 ids where the
+// call has groups (SupConProblem::anchor_group and the rest), all four or none.
 #define SCL_TRITON_TILE_ARGUMENTS(FIRST, NEXT)                                                    \
   FIRST(const at::Tensor&, q, "Tensor q", p.q)                                                    \
   NEXT(const at::Tensor&, z, "Tensor z", p.z)                                                     \
@@ -22,7 +23,15 @@
   NEXT(bool, temperature_in_memory, "bool temperature_in_memory",                                 \
        p.temperature.is_in_memory())                                                              \
   NEXT(int64_t, self_offset, "int self_offset", p.self_offset())                                  \
-  NEXT(bool, symmetric, "bool symmetric", schedule == Schedule::kSymmetric)
+  NEXT(bool, symmetric, "bool symmetric", schedule == Schedule::kSymmetric)                      \
+  NEXT(const std::optional<at::Tensor>&, anchor_group, "Tensor? anchor_group",                   \
+       present(p.anchor_group))                                                                   \
+  NEXT(const std::optional<at::Tensor>&, contrast_group, "Tensor? contrast_group",               \
+       present(p.contrast_group))                                                                 \
+  NEXT(const std::optional<at::Tensor>&, anchor_pair_class, "Tensor? anchor_pair_class",         \
+       present(p.anchor_pair_class))                                                              \
+  NEXT(const std::optional<at::Tensor>&, contrast_pair_class, "Tensor? contrast_pair_class",     \
+       present(p.contrast_pair_class))
 
 // The log-sum-exp per anchor -> Tensor lse.
 #define SCL_TRITON_LSE_TILES_ARGUMENTS(FIRST, NEXT) SCL_TRITON_TILE_ARGUMENTS(FIRST, NEXT)

@@ -143,7 +143,7 @@ const TileKernels& triton_kernels() {
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false,
                                    /*reads_temperature=*/true,
-                                   /*walks_triangle=*/false, /*masks_groups=*/false,
+                                   /*walks_triangle=*/false, /*masks_groups=*/true,
                                    kMaxRowsElements,
                                    /*blas_missing=*/{}, lse_tiles,
                                    grad_tiles, host_may_wait, positive_walk,

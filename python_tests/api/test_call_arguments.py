@@ -107,7 +107,8 @@ def meta_call(layout, mean, dtype=torch.bfloat16):
     return dict(features=features, labels=labels, contrast=contrast,
                 contrast_labels=contrast_labels, temperature=torch.tensor(0.1, dtype=torch.float64),
                 num_anchors=num_anchors, normalize=False, anchor_offset=offset, focal_gamma=0.5,
-                mean=mean, groups=groups, contrast_groups=contrast_groups), rows
+                mean=mean, groups=groups, contrast_groups=contrast_groups,
+                multi_label="jaccard"), rows
 
 
 def call_op(op_name, arguments, how):
@@ -194,9 +195,11 @@ def _views(call):
 
 
 def _row_labels(call):
-    """labels per row of _rows; without labels each sample's id, its index."""
+    """labels per row of _rows (class ids, or multi-hot rows); without labels each sample's id,
+    its index."""
     features, labels = call["features"], call["labels"]
-    return (torch.arange(features.shape[0]) if labels is None else labels).repeat(_views(call))
+    labels = torch.arange(features.shape[0]) if labels is None else labels
+    return labels.repeat(_views(call), *([1] * (labels.dim() - 1)))
 
 
 def _row_groups(call):
@@ -228,6 +231,7 @@ FROM_SUPCON_LOSS = {
     "mean": lambda call: call["reduction"] == "mean",
     "groups": _row_groups,
     "contrast_groups": lambda call: call["contrast_groups"],
+    "multi_label": lambda call: call["multi_label"],
 }
 
 
@@ -245,6 +249,8 @@ SUPCON_CALLS = {
                       groups=torch.tensor([3, 1, 1, -2]),
                       contrast_groups=torch.tensor([1, 1, 0, 3, -1])),
     "views without labels": dict(features=_randn(3, 2, 3), reduction="none", focal_gamma=0.5),
+    "multi-hot views": dict(features=_randn(3, 2, 3), labels=torch.tensor([[1, 0], [1, 1], [0, 0]]),
+                            multi_label="jaccard"),
 }
 
 

@@ -51,7 +51,7 @@ CPU_PLANS = [
     ("float64", dict(dtype=torch.float64), {}, dict(forward_schedule="symmetric")),
     ("per anchor", dict(mean=False), {}, dict(mean="none")),
     ("focal", dict(focal_gamma=2.0), {},
-     dict(forward_finish="focal walk", backward_assembly="focal walk, aten assembly")),
+     dict(forward_finish="positive walk", backward_assembly="positive walk, aten assembly")),
     ("large", dict(rows=2048, dim=64), {}, dict(threads="parallel tiles")),
     ("device preparation", {}, dict(device_preparation=True),
      dict(host_reads="no", value_checks="deferred")),

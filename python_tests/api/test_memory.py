@@ -166,8 +166,8 @@ def test_state_dict_round_trip_through_the_loss():
     source = SupConLoss(0.1, memory=filled_memory(6, 3, 4))
     source.memory.enqueue(torch.randn(4, 3, dtype=torch.float64), torch.tensor([2, 1, 0, -1]))
     target = SupConLoss(0.1, memory=SupConMemory(6, 3, dtype=torch.float64))
-    assert set(source.state_dict()) == {"memory.rows", "memory.row_labels", "memory.next_slot",
-                                        "memory.filled"}
+    assert set(source.state_dict()) == {"memory.rows", "memory.row_labels", "memory.row_groups",
+                                        "memory.next_slot", "memory.filled"}
     target.load_state_dict(source.state_dict())
     assert len(target.memory) == 6 and int(target.memory.next_slot) == 2
     for a, b in zip(source.memory.contrast(), target.memory.contrast()):

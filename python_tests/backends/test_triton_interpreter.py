@@ -6,6 +6,7 @@ which runs the Triton backend too.
 
 TRITON_INTERPRET=1 must be set before triton is imported; support/backend_matrix.py does so when
 no GPU is present."""
+import inspect
 import os
 import re
 from pathlib import Path
@@ -63,7 +64,7 @@ def _deterministic_launches(monkeypatch):
         original = getattr(launch, name)
 
         def spy(*args, _original=original):
-            seen.append(args[-1])
+            seen.append(inspect.signature(_original).bind(*args).arguments["deterministic"])
             return _original(*args)
         monkeypatch.setattr(launch, name, spy)
     return seen
@@ -87,8 +88,8 @@ def test_deterministic_mode_reaches_the_launchers_from_the_plan(deterministic, r
     unit = torch.nn.functional.normalize(x.detach(), dim=1)
     ones = torch.ones(40)
     t = torch.tensor([0.1], dtype=torch.float64)  # a host value: 1/t = 10
-    torch.ops.scl.supcon_triton_grad_tiles(unit, unit, ones, ones, t, False, 0, True,
-                                           deterministic, ones, ones, ones)
+    torch.ops.scl.supcon_triton_grad_tiles(unit, unit, ones, ones, t, False, 0, True, None,
+                                           None, None, None, deterministic, ones, ones, ones)
     assert seen == [deterministic]
 
 

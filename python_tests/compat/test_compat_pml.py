@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from scl_kernels.compat import pml
+from support.pml_calls import random_rows, value_and_grads
 
 pml_losses = pytest.importorskip(
     "pytorch_metric_learning.losses",
@@ -25,27 +26,9 @@ from pytorch_metric_learning.reducers import AvgNonZeroReducer, MeanReducer  # n
 COMPAT_MODULE = pml  # whose supcon_loss calls the fused_calls fixture records
 
 
-def random_rows(seed, rows, dim, dtype):
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(rows, dim, generator=generator, dtype=torch.float64).to(dtype)
-
-
 def random_labels(seed, count, low, high):
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(low, high, (count,), generator=generator)
-
-
-def value_and_grads(criterion, embeddings, labels, ref_emb=None, ref_labels=None):
-    """Loss and gradients of the embeddings (and of ref_emb when it is a tensor of its own)."""
-    embeddings = embeddings.clone().requires_grad_(True)
-    wrt = [embeddings]
-    if ref_emb is not None:
-        ref_emb = ref_emb.clone().requires_grad_(True)
-        wrt.append(ref_emb)
-    loss = criterion(embeddings, labels, ref_emb=ref_emb, ref_labels=ref_labels)
-    # pml's 0 for a batch without pairs is embeddings.sum() * 0: ref_emb is then not in its graph.
-    grads = torch.autograd.grad(loss, wrt, allow_unused=True, materialize_grads=True)
-    return (loss.detach(),) + tuple(g.detach() for g in grads)
 
 
 def assert_matches_oracle(check, ours, oracle, dtype, call):

@@ -17,7 +17,8 @@ import scl_kernels
 from scl_kernels._testing import test_hooks
 from support import needs
 from support.layouts import LAYOUTS, make_layout, num_anchor_rows
-from support.reference64 import check_against_reference, supcon_reference64
+from support.reference64 import (check_against_reference, check_backend_against_reference,
+                                 supcon_reference64)
 
 FLOATS = [torch.float32, torch.float64]
 HALVES = [torch.float16, torch.bfloat16]
@@ -34,13 +35,9 @@ def _needs_focal(backend, focal_gamma):
 
 
 def _run(backend, kw, gen, **extra):
-    """check_against_reference on the backend's device, with its compute precision."""
+    """check_backend_against_reference where the backend computes the focal loss asked for."""
     _needs_focal(backend, extra.get("focal_gamma", 0.0))
-    kw = backend.put(dict(kw))
-    features = kw.pop("features")
-    return check_against_reference(backend.name, features, generator=gen,
-                                   compute_dtype=backend.computes_in(features.dtype), **kw,
-                                   **extra)
+    return check_backend_against_reference(backend, kw, gen, **extra)
 
 
 def _loss(backend, **kw):

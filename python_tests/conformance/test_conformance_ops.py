@@ -116,11 +116,11 @@ def test_op_schemas(op_backend):
 
 
 def test_op_schemas_trailing_defaults(op_backend):
-    """anchor_offset=0, focal_gamma=0.0, mean=False and no groups end the forward; the
-    backward's end is the same, then temperature_grad=True."""
+    """anchor_offset=0, focal_gamma=0.0, mean=False, no groups and multi_label="any" end the
+    forward; the backward's end is the same, then temperature_grad=True."""
     defaulted = [("anchor_offset", "int", 0), ("focal_gamma", "float", 0.0),
                  ("mean", "bool", False), ("groups", "Optional[Tensor]", None),
-                 ("contrast_groups", "Optional[Tensor]", None)]
+                 ("contrast_groups", "Optional[Tensor]", None), ("multi_label", "str", "any")]
     for op, trailing in ((op_backend.forward_op, defaulted),
                          (op_backend.backward_op,
                           [*defaulted, ("temperature_grad", "bool", True)])):

@@ -122,9 +122,11 @@ def _mutant(kind):
     real = scl_kernels.functional.resolve_backend("cpu", torch.device("cpu")).run
 
     def run(rows, labels, contrast, contrast_labels, temperature, num_anchors, normalize,
-            anchor_offset=0, focal_gamma=0.0, mean=False, groups=None, contrast_groups=None):
+            anchor_offset=0, focal_gamma=0.0, mean=False, groups=None, contrast_groups=None,
+            multi_label="any"):
         assert anchor_offset == 0, "supcon_loss's layouts start their anchors at row 0"
         assert groups is None and contrast_groups is None, "the mutants take no groups"
+        assert labels.dim() == 1, "the mutants take class ids"
         loss, npos = per_anchor(rows, labels, contrast, contrast_labels, temperature,
                                 num_anchors, normalize, focal_gamma)
         return (mean_over_anchors_with_positives(loss, npos) if mean else loss), npos
@@ -172,8 +174,8 @@ def test_checker_catches_mutants(kind, monkeypatch, randn, randint, gen, cpu_lib
                             **focal)
     mutant = _mutant(kind)
     monkeypatch.setattr(scl_kernels.functional, "resolve_backend",
-                        lambda name, device, focal_gamma=0.0, shape=None, groups=False:
-                        SimpleNamespace(run=mutant))
+                        lambda name, device, focal_gamma=0.0, shape=None, groups=False,
+                        multi_label=False: SimpleNamespace(run=mutant))
     with pytest.raises(AssertionError):
         check_against_reference("cpu", x, labels, torch.tensor(0.2, requires_grad=True),
                                 generator=gen, **focal)

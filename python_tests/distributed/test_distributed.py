@@ -3,43 +3,17 @@ to the single-process call on the global batch (1e-10 in float64), both strategi
 unequal batches and an empty rank, DDP, and errors raised on every rank instead of a hang.
 
 The cases live in distributed_cases.py; each world size is spawned once for all of them."""
-import os
-
 import pytest
 import torch
 import torch.distributed as dist
 
 import scl_kernels.distributed as sd
-from support import distributed_cases, needs
-from support.spawned_ranks import assert_passed_on_every_rank, spawn_ranks
+from support import distributed_cases
+from support.spawned_ranks import SPAWNED_CASE_MARKS, every_rank_tests
 
-pytestmark = [
-    pytest.mark.quick,
-    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
-    needs.library,
-]
+pytestmark = [pytest.mark.quick, *SPAWNED_CASE_MARKS]
 
-WORLD_SIZES = (2, 4)
-SPAWN_TIMEOUT_S = 600
-
-
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    """{world size: {rank: {case: None or the traceback}}}, spawned once per world size."""
-    results = {}
-    for world in WORLD_SIZES:
-        folder = str(tmp_path_factory.mktemp(f"world{world}"))
-        results[world] = spawn_ranks(
-            distributed_cases.run_rank, world, folder,
-            (world, os.path.join(folder, "store"), list(distributed_cases.CASES), folder),
-            SPAWN_TIMEOUT_S)
-    return results
-
-
-@pytest.mark.parametrize("world", WORLD_SIZES)
-@pytest.mark.parametrize("name", list(distributed_cases.CASES))
-def test_case_on_every_rank(outcomes, world, name):
-    assert_passed_on_every_rank(outcomes[world], name)
+outcomes, test_case_on_every_rank = every_rank_tests(distributed_cases)
 
 
 def test_needs_an_initialised_group():
@@ -56,12 +30,6 @@ def test_needs_an_initialised_group():
 def test_module_checks_its_options(kwargs, error, match):
     with pytest.raises(error, match=match):
         sd.SupConLoss(**kwargs)
-
-
-def test_module_refuses_groups_before_any_collective():
-    criterion = sd.SupConLoss()
-    with pytest.raises(NotImplementedError, match="groups=.*does not gather group ids"):
-        criterion(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), groups=torch.zeros(4).long())
 
 
 def test_module_registers_a_learnable_temperature():

@@ -36,6 +36,71 @@ def _close(actual, expected, dtype, what):
                              f"largest difference {error}")
 
 
+def own_pair_ids(sizes, contrast_sizes):
+    """Explicit ids that pair each rank's anchor i with that rank's own contrast row i, as the
+    distributed call does without contrast labels, for the call on the global batch: (anchor ids,
+    contrast ids, -1 on the contrast rows past a rank's anchors)."""
+    labels = torch.arange(sum(sizes))
+    contrast_labels = torch.full((sum(contrast_sizes),), -1, dtype=torch.long)
+    for r in range(len(sizes)):
+        start = sum(contrast_sizes[:r])
+        contrast_labels[start: start + sizes[r]] = _local(labels, sizes, r)
+    return labels, contrast_labels
+
+
+def check_against_global_batch(rank, generator, actual, expected, *, dtype, reduction, views,
+                               contrast_mode, features, contrast=None, temperature=None):
+    """This rank's loss ``actual`` against ``expected``, the loss on the global batch, then both
+    backward and this rank's slice of each gradient against the global one; the temperature's
+    gradient, a partial sum on each rank, summed over the ranks. ``features`` and ``contrast``:
+    (this rank's leaf, the global batch's leaf, the row count of each rank); ``temperature``:
+    (this rank's, the global call's) when learnable.
+
+    Per-anchor losses are weighted at random before the backward, so that a gradient that mixes
+    up anchors shows; the weights are drawn from ``generator`` after every input."""
+    local_features, global_features, sizes = features
+    weights = torch.rand(expected.shape, dtype=expected.dtype, generator=generator) \
+        if reduction == "none" else torch.ones(())
+    (expected * weights).sum().backward()
+    if reduction == "none":
+        # The per-anchor losses of this rank, in its local order (view-major over its samples).
+        # Global rows are view-major too: view v of global sample b is row v * total + b.
+        total = sum(sizes)
+        local_samples = _local(torch.arange(total), sizes, rank)
+        view_count = 1 if not views or contrast_mode == "one" else views
+        global_index = torch.cat([local_samples + v * total for v in range(view_count)])
+        _close(actual, expected[global_index], dtype, "per-anchor loss")
+        # In the call's dtype: the weights have the expected loss's, float64 for the oracle.
+        (actual * weights[global_index].to(actual.dtype)).sum().backward()
+    else:
+        _close(actual, expected, dtype, "loss")
+        actual.backward()
+    _close(local_features.grad, _local(global_features.grad, sizes, rank), dtype,
+           "features' gradient")
+    if contrast is not None:
+        local_contrast, global_contrast, contrast_sizes = contrast
+        _close(local_contrast.grad, _local(global_contrast.grad, contrast_sizes, rank), dtype,
+               "contrast's gradient")
+    if temperature is not None:
+        local_temperature, global_temperature = temperature
+        summed = local_temperature.grad.clone()
+        dist.all_reduce(summed)
+        _close(summed, global_temperature.grad, dtype, "temperature's gradient summed over ranks")
+
+
+def assert_each_call_raises(checks):
+    """``checks``: {what: (call, part of the message)}. Each call must raise a ValueError or a
+    TypeError whose message holds that part."""
+    for name, (call, expected) in checks.items():
+        try:
+            call()
+        except (ValueError, TypeError) as error:
+            message = str(error)
+        else:
+            raise AssertionError(f"{name}: no error raised")
+        assert expected in message, f"{name}: {message}"
+
+
 def compare(rank, world, *, dim=5, dtype=torch.float64, views=0, labels="classes",
             contrast=False, contrast_labels=True, extra_contrast=0, reduction="mean",
             contrast_mode="all", normalize=True, strategy="gather", learnable_temperature=False,
@@ -68,19 +133,12 @@ def compare(rank, world, *, dim=5, dtype=torch.float64, views=0, labels="classes
     single_contrast = None if global_contrast is None else global_contrast.clone().requires_grad_()
     single_labels, single_contrast_labels = global_labels, global_contrast_labels
     if contrast and not contrast_labels:
-        single_labels = torch.arange(total)
-        single_contrast_labels = torch.full((sum(contrast_sizes),), -1, dtype=torch.long)
-        for r in range(world):
-            start = sum(contrast_sizes[:r])
-            single_contrast_labels[start: start + sizes[r]] = _local(single_labels, sizes, r)
+        single_labels, single_contrast_labels = own_pair_ids(sizes, contrast_sizes)
     single_temperature = temperature.detach().clone().requires_grad_() \
         if learnable_temperature else temperature
     expected = scl_kernels.supcon_loss(single_features, single_labels, single_temperature,
                                        contrast=single_contrast,
                                        contrast_labels=single_contrast_labels, **options)
-    weights = torch.rand(expected.shape, dtype=expected.dtype, generator=generator) \
-        if reduction == "none" else torch.ones(())
-    (expected * weights).sum().backward()
 
     local_features = _local(features, sizes, rank).clone().requires_grad_()
     local_contrast = (_local(global_contrast, contrast_sizes, rank).clone().requires_grad_()
@@ -93,26 +151,11 @@ def compare(rank, world, *, dim=5, dtype=torch.float64, views=0, labels="classes
         contrast_labels=(None if global_contrast_labels is None
                          else _local(global_contrast_labels, contrast_sizes, rank)),
         strategy=strategy, **options)
-    if reduction == "none":
-        # The per-anchor losses of this rank, in its local order (view-major over its samples).
-        # Global rows are view-major too: view v of global sample b is row v * total + b.
-        local_samples = _local(torch.arange(total), sizes, rank)
-        view_count = 1 if not views or contrast_mode == "one" else views
-        global_index = torch.cat([local_samples + v * total for v in range(view_count)])
-        _close(actual, expected[global_index], dtype, "per-anchor loss")
-        (actual * weights[global_index]).sum().backward()
-    else:
-        _close(actual, expected, dtype, "loss")
-        actual.backward()
-    _close(local_features.grad, _local(single_features.grad, sizes, rank), dtype,
-           "features' gradient")
-    if contrast:
-        _close(local_contrast.grad, _local(single_contrast.grad, contrast_sizes, rank), dtype,
-               "contrast's gradient")
-    if learnable_temperature:
-        summed = local_temperature.grad.clone()
-        dist.all_reduce(summed)
-        _close(summed, single_temperature.grad, dtype, "temperature's gradient summed over ranks")
+    check_against_global_batch(
+        rank, generator, actual, expected, dtype=dtype, reduction=reduction, views=views,
+        contrast_mode=contrast_mode, features=(local_features, single_features, sizes),
+        contrast=(local_contrast, single_contrast, contrast_sizes) if contrast else None,
+        temperature=(local_temperature, single_temperature) if learnable_temperature else None)
 
 
 STRATEGIES = ("gather", "ring")
@@ -225,14 +268,6 @@ def one_row_in_all(rank, world):
         assert float(loss) == 0.0 and torch.all(features.grad == 0)
 
 
-def _errors_of(call):
-    try:
-        call()
-    except (ValueError, TypeError) as error:
-        return str(error)
-    raise AssertionError("no error raised")
-
-
 @case
 def focal_loss(rank, world):
     """The gather strategy passes focal_gamma to the op (ring refuses it: test_focal_options)."""
@@ -261,11 +296,10 @@ def disagreements_raise_on_every_rank(rank, world):
         # One rank's own argument check fails; the others must not wait for it.
         "rejected": lambda: sd.supcon_loss(features, labels[:2] if rank == 1 else labels),
     }
-    for name, call in checks.items():
-        message = _errors_of(call)
-        expected = {"NaN": "NaN", "rejected": "labels has 2 entries" if rank == 1
-                    else "rejected their inputs"}.get(name, f"disagree on {name}")
-        assert expected in message, f"{name}: {message}"
+    messages = {"NaN": "NaN",
+                "rejected": "labels has 2 entries" if rank == 1 else "rejected their inputs"}
+    assert_each_call_raises({name: (call, messages.get(name, f"disagree on {name}"))
+                             for name, call in checks.items()})
 
 
 @case

@@ -454,13 +454,13 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
                             contrast_labels=None, contrast_mode="all", normalize=True,
                             reduction="mean", generator=None, grads=True, tol=None,
                             upstream=None, compute_dtype=None, focal_gamma=0.0, groups=None,
-                            contrast_groups=None):
+                            contrast_groups=None, multi_label="any"):
     """Runs supcon_loss(backend=backend) and supcon_reference64 on the same inputs and compares
     the loss and, when ``grads``, the gradients w.r.t. features, contrast (if given) and
     temperature (if it is a tensor that requires grad). ``upstream``: the gradient fed to the
     output (random by default). ``compute_dtype``: what the backend computes ``features.dtype``
     in (``Backend.computes_in``); a coarser one than the input's sets the tolerances.
-    ``focal_gamma``, ``groups``, ``contrast_groups``: passed to both.
+    ``focal_gamma``, ``groups``, ``contrast_groups``, ``multi_label``: passed to both.
     Returns a :class:`Checked`."""
     import scl_kernels
 
@@ -477,7 +477,8 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
     out = scl_kernels.supcon_loss(f, labels, t, contrast=c, contrast_labels=contrast_labels,
                                   contrast_mode=contrast_mode, normalize=normalize,
                                   reduction=reduction, backend=backend, focal_gamma=focal_gamma,
-                                  groups=groups, contrast_groups=contrast_groups)
+                                  groups=groups, contrast_groups=contrast_groups,
+                                  multi_label=multi_label)
     # reference on the very same (already rounded) values, in float64
     f64 = _leaf(features.detach().to(device="cpu", dtype=torch.float64))
     c64 = None if contrast is None else _leaf(contrast.detach().to(device="cpu", dtype=torch.float64))
@@ -486,7 +487,8 @@ def check_against_reference(backend, features, labels=None, temperature=0.1, *, 
     ref = supcon_reference64(f64, labels, t64, contrast=c64, contrast_labels=contrast_labels,
                              contrast_mode=contrast_mode, normalize=normalize,
                              reduction=reduction, full=True, focal_gamma=focal_gamma,
-                             groups=groups, contrast_groups=contrast_groups)
+                             groups=groups, contrast_groups=contrast_groups,
+                             multi_label=multi_label)
 
     assert out.dtype == loss_dtype_for(dtype), f"loss dtype {out.dtype} for {dtype} input"
     assert out.shape == ref.loss.shape, f"loss shape {tuple(out.shape)} != {tuple(ref.loss.shape)}"
@@ -731,3 +733,14 @@ def check_op_against_reference(forward_op, backward_op, args, *, anchor_offset=N
             f"lse is {lse.dtype}: the contract is float64 lse for every input dtype (the "
             f"log-sum-exp saved for backward)")
     return OpChecked((loss, lse, num_positives), grads, want)
+
+
+def check_backend_against_reference(backend, kw, generator, **extra):
+    """check_against_reference for a test's backend case (support/backend_matrix.BackendCase):
+    supcon_loss's keyword arguments ``kw`` (features among them) on its device, the tolerances
+    of the precision it computes in; ``extra``: more arguments for both sides."""
+    kw = backend.put(dict(kw))
+    features = kw.pop("features")
+    return check_against_reference(backend.name, features, generator=generator,
+                                   compute_dtype=backend.computes_in(features.dtype), **kw,
+                                   **extra)

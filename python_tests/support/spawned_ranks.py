@@ -1,5 +1,5 @@
 """Running test cases on every rank of a gloo group of spawned processes: the harness shared by
-distributed/test_distributed.py and the fine-tuning tests' distributed files.
+distributed/test_distributed*.py and the fine-tuning tests' distributed files.
 
 Each case runs on every rank; a rank records None or the traceback of every case in a JSON file,
 rewritten after each case, so that a case that leaves the ranks out of step (ending the run at
@@ -10,8 +10,17 @@ import json
 import os
 import traceback
 
+import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from . import needs
+
+# The marks of a test file whose cases run on spawned ranks.
+SPAWNED_CASE_MARKS = [
+    pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available"),
+    needs.library,
+]
 
 
 def run_cases(cases, names, rank, folder):
@@ -45,6 +54,39 @@ def spawn_ranks(entry, world, folder, args, timeout_s):
         path = os.path.join(folder, f"rank{rank}.json")
         results[rank] = json.loads(open(path).read()) if os.path.exists(path) else {}
     return results
+
+
+def spawn_worlds(cases_module, worlds, tmp_path_factory, timeout_s):
+    """``{world size: {rank: {case: None or traceback}}}``: every case of ``cases_module`` (its
+    ``run_rank(rank, world, store, names, folder)`` and ``CASES``) on each of ``worlds``, each
+    world spawned once, in a folder of its own."""
+    results = {}
+    for world in worlds:
+        folder = str(tmp_path_factory.mktemp(f"world{world}"))
+        results[world] = spawn_ranks(
+            cases_module.run_rank, world, folder,
+            (world, os.path.join(folder, "store"), list(cases_module.CASES), folder), timeout_s)
+    return results
+
+
+def every_rank_tests(cases_module, timeout_s=600):
+    """The fixture ``outcomes`` and the test ``test_case_on_every_rank`` of a test file whose
+    cases live in ``cases_module``: each world size the cases have local batch sizes for (its
+    ``SIZES``) spawned once for all the cases, then one test a case and world size. The test file
+    binds both at module level under those names, which is where pytest looks for them."""
+    worlds = tuple(cases_module.SIZES)
+
+    @pytest.fixture(scope="module")
+    def outcomes(tmp_path_factory):
+        """{world size: {rank: {case: None or the traceback}}}, spawned once per world size."""
+        return spawn_worlds(cases_module, worlds, tmp_path_factory, timeout_s)
+
+    @pytest.mark.parametrize("world", worlds)
+    @pytest.mark.parametrize("name", list(cases_module.CASES))
+    def test_case_on_every_rank(outcomes, world, name):
+        assert_passed_on_every_rank(outcomes[world], name)
+
+    return outcomes, test_case_on_every_rank
 
 
 def assert_passed_on_every_rank(outcomes, name):

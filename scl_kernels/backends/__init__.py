@@ -61,6 +61,9 @@ class Backend:
     # Whether its tiles mask the pairs that groups= takes out of the denominator (known false
     # negatives, docs/MATH.md section 11). backend="auto" never picks one that cannot run the call.
     groups: bool = False
+    # Whether its positive walk weighs the pairs of multi-hot labels (multi-label positives,
+    # docs/MATH.md section 11). backend="auto" never picks one that cannot run the call.
+    multi_label: bool = False
     # Whether the backward's tile products take the weights G_ij (dLoss/dlogit) rounded to the
     # input dtype when it is 16-bit, as FlashAttention's backward does: the tensor-core kernels.
     # The gradients keep the input dtype's precision; dLoss/dt, a small difference of large sums
@@ -107,18 +110,23 @@ class Backend:
             return dtype
         return self.computes_in(dtype)
 
-    def cannot_run(self, focal_gamma: float, groups: bool = False) -> Optional[str]:
-        """The plan's ``cannot_run`` for a call with this focal_gamma and with or without groups
-        that its kernels cannot compute (csrc/core/call_plan.cpp), or None."""
+    def cannot_run(self, focal_gamma: float, groups: bool = False,
+                   multi_label: bool = False) -> Optional[str]:
+        """The plan's ``cannot_run`` for a call with this focal_gamma, with or without groups
+        and multi-hot labels, that its kernels cannot compute (csrc/core/call_plan.cpp), or
+        None."""
         if focal_gamma > 0 and not self.focal:
             return "no focal walk"
         if groups and not self.groups:
             return "no group mask"
+        if multi_label and not self.multi_label:
+            return "no pair weights"
         return None
 
-    def runs(self, focal_gamma: float, groups: bool = False) -> bool:
-        """Whether its kernels compute a call with this focal_gamma and with or without groups."""
-        return self.cannot_run(focal_gamma, groups) is None
+    def runs(self, focal_gamma: float, groups: bool = False, multi_label: bool = False) -> bool:
+        """Whether its kernels compute a call with this focal_gamma, with or without groups and
+        multi-hot labels."""
+        return self.cannot_run(focal_gamma, groups, multi_label) is None
 
     def run(self, *args: Any, **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
         """(per-anchor loss, |P(i)|) for the fused op's arguments, passed as the op takes them:
@@ -142,13 +150,14 @@ def _scl_op(backend: Backend, name: str) -> Callable[..., Any]:
 REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (
     # fused C++ kernels: BLAS tiles, vectorised exp, symmetric schedule
     Backend("cpu", ("cpu",), "supcon", lambda device: library_loaded(),
-            hard_pairs_op_name="hard_pairs", groups=True),
+            hard_pairs_op_name="hard_pairs", groups=True, multi_label=True),
     # fused Triton kernels (CPU tensors in Triton's interpreter, for tests)
     Backend("triton", ("cuda", "cpu"), "supcon_triton",
             lambda device: library_loaded() and triton_installed()
             and (device.type == "cuda" or triton_interpreter_enabled()),
             prepare=load_triton_backend, float64_kernels=False,
-            hard_pairs_op_name="hard_pairs_triton", low_precision_gradient_weights=True),
+            hard_pairs_op_name="hard_pairs_triton", low_precision_gradient_weights=True,
+            groups=True),
     # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
     # scl::supcon's CUDA key. auto takes them only by the size rule measured on an H100
     # (auto_rule.py): a call whose shape it rules, on sm_90. No focal loss: its kernels have no
@@ -157,7 +166,8 @@ REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (
             float64_kernels=False, auto_eligible=False, focal=False,
             low_precision_gradient_weights=True),
     # dense PyTorch: the whole N x N logit matrix, for tests and tiny batches
-    Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True, groups=True),
+    Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True, groups=True,
+            multi_label=True),
 )}
 BACKENDS: Tuple[str, ...] = ("auto", *REGISTRY)
 register_fakes()
@@ -182,11 +192,13 @@ _warned_dense_devices: Set[str] = set()
 
 
 def auto_choice(device: Union[torch.device, str], focal_gamma: float = 0.0,
-                shape: Optional[CallShape] = None, groups: bool = False) -> Tuple[str, str]:
+                shape: Optional[CallShape] = None, groups: bool = False,
+                multi_label: bool = False) -> Tuple[str, str]:
     """(the backend ``backend="auto"`` runs on ``device`` in this installation, why). The rule:
     "cuda" where the call's ``shape`` is one that the CUDA C++ kernels were measured to run
     faster (auto_rule.py), else the first fused backend that may be chosen automatically, can
-    run there and computes ``focal_gamma`` and ``groups``, else "reference". Without a shape
+    run there and computes ``focal_gamma``, ``groups`` and ``multi_label`` (multi-hot labels),
+    else "reference". Without a shape
     (what a device runs by default), never an opt-in backend ("cuda")."""
     device = torch.device(device)
     if device.type == "meta":
@@ -195,7 +207,8 @@ def auto_choice(device: Union[torch.device, str], focal_gamma: float = 0.0,
             return "cpu", "meta tensors: the fused op's fake kernel gives the shapes"
         return "reference", "meta tensors, and the library is not loaded"
     cuda = REGISTRY["cuda"]
-    if (shape is not None and cuda.runs(focal_gamma, groups) and cuda.available(device)
+    if (shape is not None and cuda.runs(focal_gamma, groups, multi_label)
+            and cuda.available(device)
             and cuda_is_faster(device, shape)):
         return cuda.name, ("the size rule (scl_kernels/backends/auto_rule.py): the CUDA C++ "
                            "kernels measured faster for this shape on sm_90")
@@ -203,22 +216,24 @@ def auto_choice(device: Union[torch.device, str], focal_gamma: float = 0.0,
     for backend in REGISTRY.values():
         if not (_fused(backend) and backend.auto_eligible):
             continue
-        if backend.runs(focal_gamma, groups) and backend.available(device):
+        if backend.runs(focal_gamma, groups, multi_label) and backend.available(device):
             why = f"the first fused backend that runs {device.type} tensors here"
             if passed_over:
                 why += f" (not {', '.join(passed_over)})"
             return backend.name, why
         if device.type in backend.device_types:
-            passed_over.append(f"{backend.name}: " + (backend.cannot_run(focal_gamma, groups)
-                                                      or "not available in this installation"))
+            cannot = backend.cannot_run(focal_gamma, groups, multi_label)
+            passed_over.append(f"{backend.name}: "
+                               + (cannot or "not available in this installation"))
     return "reference", (f"no fused backend can run this call on {device.type}"
                          + (f" ({'; '.join(passed_over)})" if passed_over else ""))
 
 
 def auto_backend(device: Union[torch.device, str], focal_gamma: float = 0.0,
-                 shape: Optional[CallShape] = None, groups: bool = False) -> str:
+                 shape: Optional[CallShape] = None, groups: bool = False,
+                 multi_label: bool = False) -> str:
     """The name of the backend that ``backend="auto"`` runs (auto_choice says why)."""
-    return auto_choice(device, focal_gamma, shape, groups)[0]
+    return auto_choice(device, focal_gamma, shape, groups, multi_label)[0]
 
 
 def focal_backends() -> List[str]:
@@ -231,19 +246,24 @@ def group_backends() -> List[str]:
     return [name for name, backend in REGISTRY.items() if backend.groups]
 
 
+def multi_label_backends() -> List[str]:
+    """The names of the backends that compute calls with multi-hot labels."""
+    return [name for name, backend in REGISTRY.items() if backend.multi_label]
+
+
 def capability_table() -> str:
     """The registry's capabilities as the Markdown table of docs/BACKENDS.md."""
     def yes(flag: object) -> str:
         return "yes" if flag else "no"
-    rows = ["| backend | devices | fused op | focal loss | groups | hard pairs | "
-            "float64 computed in | 16-bit gradient weights | chosen by `auto` |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| backend | devices | fused op | focal loss | groups | multi-hot labels | "
+            "hard pairs | float64 computed in | 16-bit gradient weights | chosen by `auto` |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for backend in REGISTRY.values():
         op = f"`scl::{backend.op_name}`" if backend.op_name else "none (dense PyTorch)"
         auto = ("yes" if backend.auto_eligible else "by the size rule only") if backend.op_name \
             else "when no fused backend can run"
         rows.append(f"| `{backend.name}` | {', '.join(backend.device_types)} | {op} | "
-                    f"{yes(backend.focal)} | {yes(backend.groups)} | "
+                    f"{yes(backend.focal)} | {yes(backend.groups)} | {yes(backend.multi_label)} | "
                     f"{yes(backend.hard_pairs_op_name or not backend.op_name)} | "
                     f"{'float64' if backend.float64_kernels else 'float32'} | "
                     f"{yes(backend.low_precision_gradient_weights)} | {auto} |")
@@ -295,11 +315,12 @@ def require_fused(name: str, device: Union[torch.device, str], program: str) -> 
 
 
 def _auto(device: torch.device, focal_gamma: float = 0.0,
-          shape: Optional[CallShape] = None, groups: bool = False) -> Backend:
-    name, why = auto_choice(device, focal_gamma, shape, groups)
+          shape: Optional[CallShape] = None, groups: bool = False,
+          multi_label: bool = False) -> Backend:
+    name, why = auto_choice(device, focal_gamma, shape, groups, multi_label)
     if name != "reference" or device.type == "meta":
         return REGISTRY[name]
-    if not all(b.runs(focal_gamma, groups) for b in REGISTRY.values() if _fused(b)
+    if not all(b.runs(focal_gamma, groups, multi_label) for b in REGISTRY.values() if _fused(b)
                and b.auto_eligible and device.type in b.device_types):
         # The call's own arguments: warned for each call, as each may differ.
         warnings.warn(f"scl_kernels: {why}; backend='auto' uses the dense O(N^2) 'reference' "
@@ -322,13 +343,14 @@ def refusal(asked: str, plan_line: str, remedy: str) -> str:
 
 
 def resolve_backend(name: str, device: torch.device, focal_gamma: float = 0.0,
-                    shape: Optional[CallShape] = None, groups: bool = False) -> Backend:
+                    shape: Optional[CallShape] = None, groups: bool = False,
+                    multi_label: bool = False) -> Backend:
     """The backend that runs ``name`` on ``device`` (with ``focal_gamma``, already checked, and
-    with or without ``groups``; auto reads the call's ``shape`` where given), or an error that
+    with or without ``groups`` and multi-hot labels; auto reads the call's ``shape`` where given), or an error that
     says why none can, in one line that quotes the plan's ``cannot_run`` (:func:`refusal`): a
     ValueError, or the loader's RuntimeError where the library is not loaded."""
     if name == "auto":
-        return _auto(device, focal_gamma, shape, groups)
+        return _auto(device, focal_gamma, shape, groups, multi_label)
     backend = get_backend(name)
     asked = f"backend={name!r} on {device}"
     if not backend.runs(focal_gamma):
@@ -340,6 +362,11 @@ def resolve_backend(name: str, device: torch.device, focal_gamma: float = 0.0,
         raise ValueError(refusal(f"{asked} with groups", "cannot_run: no group mask",
                                  f"its tiles have no group mask (known false negatives); "
                                  f"backends that have it: {group_backends()}"))
+    if not backend.runs(0.0, False, multi_label):
+        raise ValueError(refusal(f"{asked} with multi-hot labels", "cannot_run: no pair weights",
+                                 f"its positive walk has no pair weights (multi-label "
+                                 f"positives); backends that have them: "
+                                 f"{multi_label_backends()}"))
     if device.type not in backend.device_types:
         raise ValueError(refusal(asked, f"cannot_run: no {device.type} kernels",
                                  f"it runs on {' and '.join(backend.device_types)} tensors, "

@@ -29,6 +29,11 @@ def run_reference(*args: Any, **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor
             tensor = arguments[name]
             if tensor is not None and not bool(torch.isfinite(tensor).all()):
                 raise ValueError(f"{name} contains NaN or inf")
+        for name in ("labels", "contrast_labels"):
+            tensor = arguments[name]
+            if (tensor is not None and tensor.dim() == 2 and tensor.dtype != torch.bool
+                    and not bool(((tensor == 0) | (tensor == 1)).all())):
+                raise ValueError("multi-hot labels must hold 0 or 1")
         value = float(arguments["temperature"].detach())
         if not (value > 0 and value != float("inf")):
             raise temperature_value_error(value)
@@ -40,7 +45,7 @@ def supcon_reference(features: torch.Tensor, labels: torch.Tensor,
                      temperature: torch.Tensor, num_anchors: int, normalize: bool,
                      anchor_offset: int = 0, focal_gamma: float = 0.0,
                      mean: bool = False, groups: Optional[torch.Tensor] = None,
-                     contrast_groups: Optional[torch.Tensor] = None
+                     contrast_groups: Optional[torch.Tensor] = None, multi_label: str = "any"
                      ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Same arguments and semantics as torch.ops.scl.supcon (python_tests/api/
     test_call_arguments.py holds the arguments to its schema); returns (loss, |P(i)|)."""
@@ -63,8 +68,9 @@ def supcon_reference(features: torch.Tensor, labels: torch.Tensor,
     self_column = torch.zeros(m, n, dtype=torch.bool, device=rows.device)
     if contrast is None:
         self_column[torch.arange(m), torch.arange(anchor_offset, anchor_offset + m)] = True
-    positive = ((anchor_labels[:, None] == other_labels[None, :]) & (anchor_labels[:, None] >= 0)
-                & ~self_column)
+    weights = pair_weights(anchor_labels, other_labels, multi_label).to(dtype)
+    positive = (weights > 0) & ~self_column
+    weights = weights.masked_fill(~positive, 0.0)
     left_out = self_column
     if anchor_groups is not None:  # a pair of one group that is not a positive pair
         assert other_groups is not None, "a cross set takes contrast_groups with groups"
@@ -77,15 +83,35 @@ def supcon_reference(features: torch.Tensor, labels: torch.Tensor,
     no_columns = left_out.all(dim=1, keepdim=True)
     lse = torch.logsumexp(logits.masked_fill(no_columns, 0.0), dim=1)
     num_positives = positive.sum(dim=1)
+    # W_i: |P(i)| for class ids (docs/MATH.md section 11); 1 where no pair is positive.
+    weight_sums = weights.sum(dim=1).masked_fill(num_positives == 0, 1.0)
     if focal_gamma == 0:
-        positive_sum = logits.masked_fill(~positive, 0.0).sum(dim=1)
-        per_anchor = lse - positive_sum / num_positives.clamp_min(1)
+        positive_sum = (logits.masked_fill(~positive, 0.0) * weights).sum(dim=1)
+        per_anchor = lse - positive_sum / weight_sums
     else:
-        focal_sum = _focal_terms(lse[:, None] - logits, positive, focal_gamma).sum(dim=1)
-        per_anchor = focal_sum / num_positives.clamp_min(1)
+        focal_terms = _focal_terms(lse[:, None] - logits, positive, focal_gamma)
+        per_anchor = (focal_terms * weights).sum(dim=1) / weight_sums
     loss = torch.where(num_positives > 0, per_anchor,
                        torch.zeros((), dtype=dtype, device=rows.device))
     return (mean_over_anchors_with_positives(loss, num_positives) if mean else loss), num_positives
+
+
+def pair_weights(anchor_labels: torch.Tensor, other_labels: torch.Tensor,
+                 multi_label: str) -> torch.Tensor:
+    """w_ij, float64 [m, n], before the self column: 1 for equal class ids >= 0; for multi-hot
+    rows 1 where they share a class ("any") or |Y_i & Y_j| / |Y_i | Y_j| ("jaccard"); 0
+    elsewhere (docs/MATH.md section 11). Multi-hot values are 0 / 1 (the op checks them)."""
+    if multi_label not in ("any", "jaccard"):
+        raise ValueError(f"multi_label must be 'any' or 'jaccard', got '{multi_label}'")
+    if anchor_labels.dim() == 1:
+        same = (anchor_labels[:, None] == other_labels[None, :]) & (anchor_labels[:, None] >= 0)
+        return same.to(torch.float64)
+    ours, theirs = (anchor_labels != 0).to(torch.float64), (other_labels != 0).to(torch.float64)
+    shared = ours @ theirs.T  # sums of ones: exact
+    if multi_label == "any":
+        return (shared > 0).to(torch.float64)
+    union = ours.sum(1)[:, None] + theirs.sum(1)[None, :] - shared
+    return shared / union.clamp_min(1)
 
 
 def mean_over_anchors_with_positives(per_anchor: torch.Tensor,

@@ -1,4 +1,5 @@
-"""pytorch-metric-learning's ``losses.SupConLoss`` on the fused loss.
+"""pytorch-metric-learning's ``losses.SupConLoss`` on the fused loss, and a multi-label
+``MultiSupConLoss`` in its style (see that class: a formula of its own, not a copy).
 
 Same call, values and gradients, for the default distance (cosine) and reducer (which may be
 passed explicitly, ``distance=CosineSimilarity()``, ``reducer=AvgNonZeroReducer()``)::
@@ -22,10 +23,11 @@ from torch.nn import functional as F
 
 from .._types import BackendName, Temperature
 from ..functional import supcon_loss
+from ..nn._classification_targets import multi_hot_classes
 
 from ._dense_fallback import compute_dtype, masked_supcon_per_anchor, warn_once
 
-__all__ = ["SupConLoss"]
+__all__ = ["MultiSupConLoss", "SupConLoss"]
 
 _PAIR_EXCLUSION_MESSAGE = (
     "scl_kernels.compat.pml.SupConLoss got ref_labels that is the labels tensor itself with a "
@@ -163,6 +165,126 @@ class SupConLoss(nn.Module):
         return _mean_over_nonzero(per_anchor, has_positive_pair & has_negative_pair)
 
 
+class MultiSupConLoss(nn.Module):
+    """Multi-label supervised contrastive loss with pytorch-metric-learning's call, positives
+    weighed by the Jaccard similarity of the label sets::
+
+        # was: MultiSupConLoss of pytorch-metric-learning PR #667 (not in a release)
+        from scl_kernels.compat.pml import MultiSupConLoss
+        criterion = MultiSupConLoss(num_classes=20, temperature=0.07)
+        loss = criterion(embeddings, labels)   # labels: multi-hot [N, 20]
+
+    What it computes, exactly (:func:`scl_kernels.supcon_loss` with ``multi_label="jaccard"``,
+    docs/MATH.md section 11): with ``Y_i`` the class set of row i, the rows L2-normalised and
+    ``s_ij = z_i . z_j / temperature``,
+
+        w_ij = |Y_i & Y_j| / |Y_i | Y_j|                      (Jaccard; 0 for two empty sets)
+        A(i) = every column but the anchor's own (every ``ref_emb`` row with ``ref_emb``)
+        P(i) = { j in A(i) : w_ij > 0 },     W_i = sum_{j in P(i)} w_ij
+        l_i  = -(1 / W_i) sum_{j in P(i)} w_ij log( exp(s_ij) / sum_{a in A(i)} exp(s_ia) )
+
+    (0 for an anchor without positives), and the batch loss is the mean of ``l_i`` over the
+    anchors whose loss is greater than 0, pytorch-metric-learning's ``AvgNonZeroReducer`` (0
+    when none is). A row of zeros has no class: a negative for every anchor, no loss of its own.
+
+    It is **not** claimed to equal the pull request's code value for value, and is tested against
+    the formula above (a float64 reference), not against that code, which pytorch-metric-learning
+    has not released. Where the two differ by design (its code as published when this class was
+    written): the pull request keeps as positives only
+    the pairs whose Jaccard similarity exceeds ``threshold`` (default 0.3) and divides the
+    weighted sum by their number, not by the weights' sum ``W_i``; it gives 0 for a batch without
+    a negative pair, where this class gives the loss of its positives. Its author reports that
+    it does not match its own reference implementation in float16. With one class per row
+    ``w_ij`` is 1 for a same-class pair, and the loss is pytorch-metric-learning's ``SupConLoss``
+    on batches that have a negative pair (tested against that class).
+    """
+
+    temperature: Temperature
+
+    def __init__(self, num_classes: int, temperature: Temperature = 0.07, *,
+                 backend: BackendName = "auto") -> None:
+        """Stores the options of every call.
+
+        Args:
+            num_classes: C, the width of the multi-hot labels (the pull request's first
+                argument); every call's labels must have it.
+            temperature: the softmax temperature: a positive float or a 0-dim floating tensor
+                (default 0.07, the pull request's).
+            backend: the :func:`scl_kernels.supcon_loss` backend; one that computes
+                multi-label positives (``"auto"`` picks one; docs/BACKENDS.md).
+
+        Raises:
+            ValueError: num_classes is not a positive int.
+        """
+        super().__init__()
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
+            raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+        self.num_classes = num_classes
+        self.temperature = temperature
+        self.backend = backend
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor,
+                indices_tuple: None = None, ref_emb: Optional[torch.Tensor] = None,
+                ref_labels: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The loss of one batch.
+
+        Args:
+            embeddings: ``[N, D]`` floating tensor.
+            labels: multi-hot ``[N, num_classes]`` rows of 0 and 1 (bool, integer or floating).
+            indices_tuple: not supported (mined pairs); must be None.
+            ref_emb: optional ``[M, D]`` reference rows the anchors are contrasted against (no
+                column is then excluded).
+            ref_labels: multi-hot ``[M, num_classes]`` rows of ``ref_emb``; required with it.
+
+        Returns:
+            A 0-dim tensor, float32 (float64 for float64 embeddings).
+
+        Raises:
+            NotImplementedError: indices_tuple is given.
+            ValueError: shapes do not match, a label is neither 0 nor 1, ref_emb and ref_labels
+                are not given together, or ``ref_labels is labels`` with another ``ref_emb``
+                (pytorch-metric-learning then leaves out the pairs (i, i), which this class does
+                not compute: pass ``labels.clone()``).
+        """
+        if indices_tuple is not None:
+            raise NotImplementedError(
+                "scl_kernels.compat.pml.MultiSupConLoss does not take indices_tuple (mined "
+                "pairs): it uses every pair, as indices_tuple=None does")
+        classes = self._classes(embeddings, labels, "embeddings", "labels")
+        if (ref_emb is None) != (ref_labels is None):
+            raise ValueError("ref_emb and ref_labels must be given together")
+        contrast = contrast_classes = None
+        if ref_emb is not None and ref_labels is not None and not (
+                ref_labels is labels and ref_emb is embeddings):  # that pair is the single set
+            if ref_labels is labels:
+                raise ValueError("ref_labels is the labels tensor itself with another ref_emb: "
+                                 "pytorch-metric-learning then leaves out the pairs (i, i), "
+                                 "which this class does not compute; pass labels.clone() for "
+                                 "a plain cross set")
+            contrast = ref_emb
+            contrast_classes = self._classes(ref_emb, ref_labels, "ref_emb",
+                                             "ref_labels").to(embeddings.device)
+        per_anchor = supcon_loss(embeddings, classes.to(embeddings.device), self.temperature,
+                                 contrast=contrast, contrast_labels=contrast_classes,
+                                 reduction="none", backend=self.backend, multi_label="jaccard")
+        return _average_over_nonzero(per_anchor)
+
+    def _classes(self, rows: torch.Tensor, labels: torch.Tensor, rows_name: str,
+                 labels_name: str) -> torch.Tensor:
+        """The bool class sets of ``labels``, checked against ``rows`` and ``num_classes``."""
+        if not isinstance(rows, torch.Tensor):
+            raise TypeError(f"{rows_name} must be a tensor, got {type(rows).__name__}")
+        classes = multi_hot_classes(labels, labels_name)
+        if classes.shape != (rows.shape[0], self.num_classes):
+            raise ValueError(f"{labels_name} must be multi-hot rows of shape "
+                             f"[{rows.shape[0]}, {self.num_classes}] ({rows_name}' rows, "
+                             f"num_classes), got {tuple(classes.shape)}")
+        return classes
+
+    def extra_repr(self) -> str:
+        return f"num_classes={self.num_classes}, temperature={self.temperature}"
+
+
 def _check_pml_default(name: str, value: object) -> None:
     """Refuses anything but pytorch-metric-learning's own default for ``name``, naming pml's
     SupConLoss as the way to get it. pml is imported only here: ``import scl_kernels`` and the
@@ -205,10 +327,16 @@ def _check_rows(rows: torch.Tensor, labels: torch.Tensor, rows_name: str,
                          f"got {tuple(labels.shape)}")
 
 
+def _average_over_nonzero(per_anchor: torch.Tensor) -> torch.Tensor:
+    """pytorch-metric-learning's AvgNonZeroReducer: the mean over the anchors whose loss is
+    greater than 0, 0 when none is, with no host read."""
+    counted = per_anchor > 0
+    return torch.where(counted, per_anchor, 0).sum() / counted.sum().clamp_min(1)
+
+
 def _mean_over_nonzero(per_anchor: torch.Tensor,
                        has_positive_and_negative_pairs: torch.Tensor) -> torch.Tensor:
     """pytorch-metric-learning's AvgNonZeroReducer, and its 0 for a batch without a positive or
     without a negative pair, with no host read."""
-    counted = per_anchor > 0
-    mean = torch.where(counted, per_anchor, 0).sum() / counted.sum().clamp_min(1)
+    mean = _average_over_nonzero(per_anchor)
     return torch.where(has_positive_and_negative_pairs, mean, torch.zeros_like(mean))

@@ -4,7 +4,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from .._types import BackendName, ContrastMode, Reduction, Strategy, Temperature
+from .._types import BackendName, ContrastMode, MultiLabel, Reduction, Strategy, Temperature
 from ..cross_batch_memory import SupConMemory
 from ..global_batch.loss import check_distributed_options, supcon_loss
 from ..nn.supcon import SupConLoss as SingleProcessSupConLoss
@@ -23,12 +23,14 @@ class SupConLoss(SingleProcessSupConLoss):
                  normalize: bool = True, focal_gamma: float = 0.0, reduction: Reduction = "mean",
                  backend: BackendName = "auto", strategy: Strategy = "gather",
                  gradients_averaged: bool = False, group: Optional[dist.ProcessGroup] = None,
-                 memory: Optional[SupConMemory] = None) -> None:
+                 memory: Optional[SupConMemory] = None, multi_label: MultiLabel = "any") -> None:
         """Checks and stores the options (see :func:`supcon_loss`); a ``memory`` is used in
-        training mode only."""
+        training mode only; ``multi_label`` weighs the pairs of multi-hot labels (which need
+        ``strategy="gather"``). ``group`` is the ``torch.distributed`` process group (default: the
+        world), not the rows' group ids, which :meth:`forward` takes as ``groups``."""
         super().__init__(temperature, contrast_mode=contrast_mode, normalize=normalize,
                          focal_gamma=focal_gamma, reduction=reduction, backend=backend,
-                         memory=memory)
+                         memory=memory, multi_label=multi_label)
         if memory is not None and strategy != "gather":
             raise ValueError(f"memory needs strategy='gather', got {strategy!r}: the memory "
                              "enqueues the gathered global batch, which the ring never holds")
@@ -46,17 +48,16 @@ class SupConLoss(SingleProcessSupConLoss):
                 groups: Optional[torch.Tensor] = None,
                 contrast_groups: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The global loss of this step; every rank calls it with its local batch. ``groups``
-        (known false negatives) are refused: the global batch does not gather group ids yet."""
-        if groups is not None or contrast_groups is not None:
-            raise NotImplementedError(
-                "groups= (known false negatives) with the distributed loss: its global batch "
-                "does not gather group ids yet; scl_kernels.SupConLoss takes them on one process")
+        and ``contrast_groups`` are the local rows' group ids (known false negatives, global
+        ids: see :func:`supcon_loss`), not the process group, which is the constructor's
+        ``group``."""
         return supcon_loss(features, labels, self.temperature, contrast=contrast,
                            contrast_labels=contrast_labels, contrast_mode=self.contrast_mode,
                            normalize=self.normalize, focal_gamma=self.focal_gamma,
                            reduction=self.reduction, backend=self.backend, strategy=self.strategy,
                            gradients_averaged=self.gradients_averaged, group=self.group,
-                           memory=self.memory if self.training else None)
+                           memory=self.memory if self.training else None, groups=groups,
+                           contrast_groups=contrast_groups, multi_label=self.multi_label)
 
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, strategy={self.strategy!r}, "

@@ -11,21 +11,27 @@ import torch
 import torch.distributed as dist
 
 from .._types import Strategy, Temperature
-from .._validation import CONTRAST_MODES, REDUCTIONS
+from .._validation import CONTRAST_MODES, MULTI_LABEL_RULES, REDUCTIONS
 from ..backends.reference import temperature_value_error
 from .collectives import all_gather_single
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
-# The columns of the exchanged table; the ones in AGREED must be equal on every rank.
+# The columns of the exchanged table. "label_classes" is C of multi-hot labels, 0 for class ids
+# (or none); "labels_valid" whether multi-hot labels hold only 0 / 1.
 COLUMNS = ("failed", "samples", "rows", "contrast_rows", "requires_grad", "views", "dim", "dtype",
-           "labels", "contrast", "contrast_labels", "contrast_mode", "normalize", "reduction",
-           "strategy", "gradients_averaged", "focal_gamma", "finite", "temperature")
-AGREED = COLUMNS[5:17] + ("temperature",)
+           "labels", "contrast", "contrast_labels", "groups", "contrast_groups", "label_classes",
+           "contrast_mode", "normalize", "reduction", "strategy", "gradients_averaged",
+           "focal_gamma", "multi_label", "finite", "labels_valid", "temperature")
+# Every rank's own (sizes, and the value checks, which name the ranks that fail them); the
+# others must be equal on every rank.
+PER_RANK = ("failed", "samples", "rows", "contrast_rows", "requires_grad", "finite",
+            "labels_valid")
+AGREED = tuple(column for column in COLUMNS if column not in PER_RANK)
 STRATEGIES: Tuple[str, ...] = get_args(Strategy)
 # The options that are one of a few names travel as the name's index.
 CHOICES: Dict[str, Tuple[str, ...]] = {"contrast_mode": CONTRAST_MODES, "reduction": REDUCTIONS,
-                                       "strategy": STRATEGIES}
+                                       "strategy": STRATEGIES, "multi_label": MULTI_LABEL_RULES}
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,7 @@ class CallPlan:
         return sum(sizes[: self.rank])
 
 
-_GIVEN_OR_NONE = ("labels", "contrast", "contrast_labels")
+_GIVEN_OR_NONE = ("labels", "contrast", "contrast_labels", "groups", "contrast_groups")
 _FLAGS = ("normalize", "gradients_averaged")
 
 
@@ -58,6 +64,8 @@ def _describe(column: str, value: float) -> str:
         return repr(CHOICES[column][int(value)])
     if column == "views":
         return "[N, D] features" if value == 0 else f"{int(value)} views"
+    if column == "label_classes":
+        return "class ids" if value == 0 else f"multi-hot rows of {int(value)} classes"
     if column in ("temperature", "focal_gamma"):
         return repr(value)
     return str(int(value))
@@ -70,8 +78,21 @@ def _exchange_device(features: object, group: Optional[dist.ProcessGroup]) -> to
         else torch.device("cpu")
 
 
+def _multi_hot_valid(labels: Optional[torch.Tensor],
+                     contrast_labels: Optional[torch.Tensor]) -> torch.Tensor:
+    """Whether the multi-hot labels hold only 0 / 1 (a 0-dim bool on their device; True for
+    class ids). Checked here rather than left to the op, which sees a cross set's anchor labels
+    on their own rank only: a rank raising alone there would leave the others waiting."""
+    valid = torch.ones((), dtype=torch.bool)
+    for given in (labels, contrast_labels):
+        if given is not None and given.dim() == 2 and given.dtype != torch.bool:
+            valid = valid.to(given.device) & ((given == 0) | (given == 1)).all()
+    return valid
+
+
 def _describe_call(features: torch.Tensor, rows: torch.Tensor, labels: Optional[torch.Tensor],
                    contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
+                   groups: Optional[torch.Tensor], contrast_groups: Optional[torch.Tensor],
                    temperature: Temperature, options: Mapping[str, object]) -> torch.Tensor:
     """This rank's row of the table, on the features' device: no host synchronisation here."""
     requires_grad = features.requires_grad or (contrast is not None and contrast.requires_grad) \
@@ -80,10 +101,11 @@ def _describe_call(features: torch.Tensor, rows: torch.Tensor, labels: Optional[
         0, features.shape[0], rows.shape[0], 0 if contrast is None else contrast.shape[0],
         requires_grad, 0 if features.dim() == 2 else features.shape[1], features.shape[-1],
         DTYPES.index(features.dtype), labels is not None, contrast is not None,
-        contrast_labels is not None,
+        contrast_labels is not None, groups is not None, contrast_groups is not None,
+        labels.shape[1] if labels is not None and labels.dim() == 2 else 0,
         *(CHOICES[name].index(options[name]) if name in CHOICES else options[name]
           for name in ("contrast_mode", "normalize", "reduction", "strategy",
-                       "gradients_averaged", "focal_gamma"))]
+                       "gradients_averaged", "focal_gamma", "multi_label"))]
     device = features.device
     finite = torch.isfinite(rows).all()
     if contrast is not None:
@@ -92,25 +114,32 @@ def _describe_call(features: torch.Tensor, rows: torch.Tensor, labels: Optional[
                        else torch.tensor([float(temperature)]))
     return torch.cat([torch.tensor(described, dtype=torch.float64).to(device),
                       finite.reshape(1).to(torch.float64),
+                      _multi_hot_valid(labels, contrast_labels).to(device).reshape(1)
+                      .to(torch.float64),
                       temperature_row.to(device=device, dtype=torch.float64)])
 
 
 def agree_on_call(local_error: Optional[Exception], features: torch.Tensor,
                   rows: Optional[torch.Tensor], labels: Optional[torch.Tensor],
                   contrast: Optional[torch.Tensor], contrast_labels: Optional[torch.Tensor],
+                  groups: Optional[torch.Tensor], contrast_groups: Optional[torch.Tensor],
                   temperature: Temperature, options: Mapping[str, object],
                   group: Optional[dist.ProcessGroup]) -> CallPlan:
     """Exchanges the sizes and the call's options, and raises on every rank if a rank rejected
-    its inputs (``local_error``, re-raised there), holds NaN or inf, or disagrees with the others.
+    its inputs (``local_error``, re-raised there), holds NaN or inf or multi-hot labels other
+    than 0 / 1, or disagrees with the others (on whether labels, contrast, contrast_labels,
+    groups and contrast_groups are given, and on the labels' form, class ids or multi-hot rows
+    of one C, too).
 
-    ``options`` maps contrast_mode, normalize, reduction, strategy, gradients_averaged and
-    focal_gamma to their values.
+    ``options`` maps contrast_mode, normalize, reduction, strategy, gradients_averaged,
+    focal_gamma and multi_label to their values. ``groups`` / ``contrast_groups`` are the rows'
+    group ids (known false negatives); ``group`` is the torch.distributed process group.
     """
     world = dist.get_world_size(group)
     if local_error is None:
         assert rows is not None, "a rank that accepted its inputs has laid its rows out"
-        local = _describe_call(features, rows, labels, contrast, contrast_labels, temperature,
-                               options)
+        local = _describe_call(features, rows, labels, contrast, contrast_labels, groups,
+                               contrast_groups, temperature, options)
     else:
         local = torch.zeros(len(COLUMNS), dtype=torch.float64,
                             device=_exchange_device(features, group))
@@ -135,6 +164,10 @@ def agree_on_call(local_error: Optional[Exception], features: torch.Tensor,
     not_finite = [r for r, finite in enumerate(column["finite"]) if not finite]
     if not_finite:
         raise ValueError(f"features or contrast contains NaN or inf on rank(s) {not_finite}")
+    invalid_labels = [r for r, valid in enumerate(column["labels_valid"]) if not valid]
+    if invalid_labels:
+        raise ValueError(f"multi-hot labels must hold 0 or 1, and do not on rank(s) "
+                         f"{invalid_labels}")
     value = column["temperature"][0]
     if not (value > 0 and value != float("inf")):
         raise temperature_value_error(value)

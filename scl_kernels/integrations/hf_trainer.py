@@ -2,7 +2,9 @@
 
 The objective is Gunel et al. (ICLR 2021), ``(1 - lam) * CE + lam * SCL`` on a sentence embedding
 taken from the classifier's own forward pass (:func:`~scl_kernels.integrations.sentence_embedding`),
-computed by :class:`~scl_kernels.nn.SupConCrossEntropyLoss`. Optional: class-balanced batches
+computed by :class:`~scl_kernels.nn.SupConCrossEntropyLoss`; for a model whose
+``config.problem_type`` is ``"multi_label_classification"``, ``(1 - lam) * BCE + lam * SCL`` with
+multi-label positives. Optional: class-balanced batches
 (:class:`~scl_kernels.sampling.ClassBalancedBatchSampler`) and a gradient cache
 (:class:`~scl_kernels.grad_cache.GradientCache`) for contrastive batches larger than the encoder's
 activations would allow.
@@ -13,22 +15,22 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from numbers import Real
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainingArguments
 from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils.import_utils import is_datasets_available
 
-from .._types import SclReduction, Strategy
+from .._types import MultiLabel, SclReduction, Strategy
+from .._validation import MULTI_LABEL_RULES
 from ..distributed import STRATEGIES
 from ..grad_cache import GradientCache
 from ..nn import SCL_REDUCTIONS, SupConCrossEntropyLoss, SupConMemory
-from ..nn._classification_targets import check_class_indices
+from ..nn._classification_targets import MULTI_LABEL, PROBLEM_TYPES, ProblemType
 from ..sampling import ClassBalancedBatchSampler
 from .embeddings import EMBEDDINGS, classifier_logits, sentence_embedding
 
@@ -101,6 +103,11 @@ class SupConTrainingArguments(TrainingArguments):
             optimizer's state, one ``supcon_memory_{process}.pt`` per process when each process
             contrasts its own batch), and ``train(resume_from_checkpoint=...)`` restores it.
             0 (default): none. See docs/FINETUNING.md.
+        scl_multi_label (`str`, *optional*, defaults to `"any"`):
+            For a model with ``config.problem_type = "multi_label_classification"`` (multi-hot
+            float labels, binary cross-entropy): how SCL weighs a pair of examples. `"any"`: a
+            pair that shares a class is a positive; `"jaccard"`: weighted by the Jaccard
+            similarity of their label sets (docs/MATH.md section 11). Unread for class labels.
     """
 
     scl_lambda: float = field(
@@ -125,6 +132,10 @@ class SupConTrainingArguments(TrainingArguments):
     supcon_memory_size: int = field(
         default=0, metadata={"help": "Rows of a cross-batch memory of past training embeddings that "
                                      "SCL also contrasts against (0: none)."})
+    scl_multi_label: MultiLabel = field(
+        default="any", metadata={"help": "Multi-label models: how SCL weighs a pair of label sets, "
+                                         "'any' shared class or 'jaccard'.",
+                                 "choices": list(MULTI_LABEL_RULES)})
 
     def __post_init__(self) -> None:
         if isinstance(self.scl_lambda, bool) or not isinstance(self.scl_lambda, Real) or not (
@@ -148,6 +159,9 @@ class SupConTrainingArguments(TrainingArguments):
             raise ValueError(f"scl_distributed_strategy must be one of {STRATEGIES}, got "
                              f"{self.scl_distributed_strategy!r}")
         _check_optional_int(self.supcon_memory_size, "supcon_memory_size", 0)
+        if self.scl_multi_label not in MULTI_LABEL_RULES:
+            raise ValueError(f"scl_multi_label must be one of {MULTI_LABEL_RULES}, got "
+                             f"{self.scl_multi_label!r}")
         if self.supcon_memory_size and self.scl_lambda == 0:
             raise ValueError("supcon_memory_size needs scl_lambda > 0: with scl_lambda = 0 there is "
                              "no contrastive term to use the memory")
@@ -189,7 +203,8 @@ class SupConTrainer(Trainer):
 
     Takes the arguments of [`~transformers.Trainer`]; ``args`` must be a
     [`SupConTrainingArguments`] (default: one with ``output_dir="trainer_output"``). Examples need
-    integer class labels (a ``label`` or ``labels`` column).
+    labels (a ``label`` or ``labels`` column): integer classes, or, as Hugging Face's models take
+    them for ``config.problem_type = "multi_label_classification"``, multi-hot float rows.
 
     Conventions:
 
@@ -217,6 +232,14 @@ class SupConTrainer(Trainer):
     * **Checkpoints.** The cross-batch memory (``supcon_memory_size``) is saved in every
       resumable checkpoint, beside the optimizer's state, and restored by
       ``train(resume_from_checkpoint=...)``: a resumed run continues as an unbroken one would.
+    * **Multi-label models.** With ``model.config.problem_type = "multi_label_classification"``
+      the objective is ``(1 - lam) * BCE + lam * SCL``: binary cross-entropy with logits (the
+      mean over examples and classes, as the model's own loss) and SCL with multi-label
+      positives weighed by ``args.scl_multi_label``; ``eval_loss`` is the BCE. As in Hugging
+      Face's models, a config without a ``problem_type`` reads it from each batch: float
+      ``[N, C]`` labels are multi-label, integer ``[N]`` ones single-label. The cross-batch
+      memory then keeps multi-hot rows; class-balanced batches (``samples_per_class``) and the
+      global batch of several processes need single labels; ``"regression"`` is refused.
 
     Attributes:
         criterion ([`~scl_kernels.nn.SupConCrossEntropyLoss`]): the training objective.
@@ -250,7 +273,9 @@ class SupConTrainer(Trainer):
 
         Raises:
             TypeError: ``args`` is not a [`SupConTrainingArguments`].
-            ValueError: ``compute_loss_func`` given, or a gradient cache asked for with DeepSpeed.
+            ValueError: ``compute_loss_func`` given, a gradient cache asked for with DeepSpeed,
+                a ``config.problem_type`` that is no classification, or a multi-label model with
+                an option that needs single labels.
         """
         if args is None:
             args = SupConTrainingArguments(output_dir="trainer_output")
@@ -266,23 +291,47 @@ class SupConTrainer(Trainer):
         if args.gradient_cache_chunk_size is not None and self.is_deepspeed_enabled:
             raise ValueError("gradient_cache_chunk_size is not supported with DeepSpeed, whose backward "
                              "pass also steps the optimizer")
+        problem_type = self._problem_type()
         distributed = self._contrasts_global_batch()
+        if problem_type == MULTI_LABEL and distributed:
+            raise ValueError("a multi_label_classification model needs scl_global_batch=False in "
+                             "distributed training: the SCL of the global batch is computed for "
+                             "class labels only")
         self.criterion = SupConCrossEntropyLoss(
             lam=args.scl_lambda, temperature=args.scl_temperature, scl_reduction=args.scl_reduction,
             distributed=distributed,
             strategy=args.scl_distributed_strategy if distributed else "gather",
-            memory=self._memory())
+            memory=self._memory(problem_type), problem_type=problem_type,
+            multi_label=args.scl_multi_label)
 
-    def _memory(self) -> SupConMemory | None:
+    def _problem_type(self) -> ProblemType | None:
+        """The model's ``config.problem_type`` (None where unset: each batch's labels say), with
+        the options that need single labels refused for a multi-label model."""
+        problem_type: object = getattr(getattr(self.model, "config", None), "problem_type", None)
+        if problem_type is None:
+            return None
+        if problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"SupConTrainer trains classifiers: model.config.problem_type must be "
+                             f"None or one of {PROBLEM_TYPES}, got {problem_type!r}")
+        if problem_type == MULTI_LABEL and self.args.samples_per_class is not None:
+            raise ValueError("samples_per_class balances single class labels; this model's "
+                             "config.problem_type is 'multi_label_classification'")
+        return cast(ProblemType, problem_type)
+
+    def _memory(self, problem_type: ProblemType | None) -> SupConMemory | None:
         """The cross-batch memory of ``args.supcon_memory_size`` rows (None for 0), of the
-        model's hidden size (every ``scl_embedding`` has it), on the training device."""
+        model's hidden size (every ``scl_embedding`` has it), on the training device; for a
+        multi-label model it keeps multi-hot rows of ``config.num_labels`` classes."""
         if not self.args.supcon_memory_size:
             return None
-        dim = getattr(getattr(self.model, "config", None), "hidden_size", None)
+        config = getattr(self.model, "config", None)
+        dim = getattr(config, "hidden_size", None)
         if not isinstance(dim, int):
             raise ValueError("supcon_memory_size needs the embeddings' size, read from "
                              "model.config.hidden_size, which this model does not have")
-        return SupConMemory(self.args.supcon_memory_size, dim, device=self.args.device)
+        num_classes = getattr(config, "num_labels", None) if problem_type == MULTI_LABEL else None
+        return SupConMemory(self.args.supcon_memory_size, dim, num_classes=num_classes,
+                            device=self.args.device)
 
     def _contrasts_global_batch(self) -> bool:
         """Whether SCL contrasts the batches of all processes: a distributed run (more than one
@@ -309,8 +358,8 @@ class SupConTrainer(Trainer):
         inputs = dict(inputs)
         labels = inputs.pop("labels", None)
         if labels is None:
-            raise ValueError("SupConTrainer needs integer class labels in every batch (a 'label' or "
-                             f"'labels' column); the batch has {sorted(inputs)}")
+            raise ValueError("SupConTrainer needs labels in every batch (a 'label' or 'labels' "
+                             f"column); the batch has {sorted(inputs)}")
         return inputs, labels
 
     def _logits_and_embeddings(self, model: nn.Module, inputs: Mapping[str, Any]
@@ -350,7 +399,8 @@ class SupConTrainer(Trainer):
 
         Args:
             model (`nn.Module`): the (possibly wrapped) model.
-            inputs (`dict[str, torch.Tensor]`): the batch, with integer ``labels``.
+            inputs (`dict[str, torch.Tensor]`): the batch, with ``labels``: integer classes, or
+                multi-hot rows for a multi-label model.
             return_outputs (`bool`, *optional*, defaults to `False`): also return the logits.
             num_items_in_batch (*optional*): ignored: the objective is a per-batch mean (see the
                 class docstring); accepted for the Trainer's signature.
@@ -363,17 +413,19 @@ class SupConTrainer(Trainer):
         Returns:
             The 0-dim loss, or ``(loss, outputs)`` with the logits alone in ``outputs``. In
             training mode the loss is ``criterion(logits, embeddings, labels)``, in evaluation
-            mode ``F.cross_entropy(logits, labels)``.
+            mode the classification term alone, ``criterion.classification_loss(logits,
+            labels)``: ``F.cross_entropy(logits, labels)``, or for multi-label models
+            ``F.binary_cross_entropy_with_logits(logits, labels)``.
 
         Raises:
             ValueError: a label is no class of the logits (outside ``[0, num_labels)`` and not
-                -100), naming its value and row, as the criterion does.
+                -100), naming its value and row, or a multi-hot value is neither 0 nor 1, as the
+                criterion says.
         """
         inputs, labels = self._pop_labels(inputs)
         if not model.training:
             logits = self._evaluation_logits(model, inputs)
-            check_class_indices(labels, logits.shape[-1])
-            loss = F.cross_entropy(logits, labels)
+            loss = self.criterion.classification_loss(logits, labels)
         elif self.args.gradient_cache_chunk_size is None:
             logits, embeddings = self._logits_and_embeddings(model, inputs)
             loss = self.criterion(logits, embeddings, labels)

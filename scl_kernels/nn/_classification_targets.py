@@ -2,8 +2,9 @@
 SelfAdjustingDiceLoss, MixedCrossEntropyLoss): one place for their argument errors, their
 ``ignore_index`` and their reductions, which follow ``F.cross_entropy``'s. The class-index check
 also serves every other classification term (SupConCrossEntropyLoss, CoreTuningLoss, the
-Trainer's evaluation loss)."""
-from typing import Optional, Tuple, get_args
+Trainer's evaluation loss), and the multi-hot check the multi-label ones (SupConCrossEntropyLoss,
+the pytorch-metric-learning MultiSupConLoss drop-in)."""
+from typing import Final, Literal, Optional, Tuple, get_args
 
 import torch
 
@@ -12,6 +13,13 @@ from .._validation import check_tensor, has_values
 
 CLASSIFICATION_REDUCTIONS: Tuple[str, ...] = get_args(Reduction)  # as F.cross_entropy's
 IGNORE_INDEX = -100  # F.cross_entropy's default, which SupConCrossEntropyLoss's CE term uses
+
+# Hugging Face's names of the two classification problems (``PretrainedConfig.problem_type``):
+# class indices with cross-entropy, or multi-hot rows with binary cross-entropy.
+ProblemType = Literal["single_label_classification", "multi_label_classification"]
+PROBLEM_TYPES: Tuple[str, ...] = get_args(ProblemType)
+SINGLE_LABEL: Final = "single_label_classification"
+MULTI_LABEL: Final = "multi_label_classification"
 
 
 def check_reduction(reduction: object) -> None:
@@ -45,8 +53,7 @@ def check_class_indices(labels: torch.Tensor, num_classes: int, *,
     checks always have: the alternative, torch's device-side assert, ends the process's use of
     the device. It is left out where values cannot be read: meta and fake tensors, and while a
     CUDA graph is captured (a replay runs no Python)."""
-    if not has_values(labels) or (labels.device.type == "cuda"
-                                  and torch.cuda.is_current_stream_capturing()):
+    if not _values_readable(labels):
         return
     bad = labels >= num_classes
     if ignore_index is None:
@@ -58,6 +65,39 @@ def check_class_indices(labels: torch.Tensor, num_classes: int, *,
         row = int(bad.nonzero()[0, 0])
         raise ValueError(f"labels must {allowed} (logits has {num_classes} classes), "
                          f"got label {int(labels[row])} at row {row}")
+
+
+def multi_hot_classes(targets: torch.Tensor, name: str = "labels") -> torch.Tensor:
+    """The class sets of multi-hot ``targets``, ``[N, C]`` rows of 0 and 1 (bool, integer or
+    floating: Hugging Face's multi-label targets are float), as the bool ``[N, C]`` tensor
+    :func:`~scl_kernels.supcon_loss` reads. A row of zeros is "no class".
+
+    Raises a ValueError naming the first value that is neither 0 nor 1 (a soft target has no
+    class set), with its row and class; the values are read as check_class_indices reads
+    labels (once a call, not where they cannot be read)."""
+    if not isinstance(targets, torch.Tensor) or targets.is_complex():
+        what = targets.dtype if isinstance(targets, torch.Tensor) else type(targets).__name__
+        raise TypeError(f"{name} must be a tensor of multi-hot rows (bool, integer or floating), "
+                        f"got {what}")
+    if targets.dim() != 2 or targets.shape[1] == 0:
+        raise ValueError(f"{name} as multi-hot rows must have shape [N, num_classes] with "
+                         f"num_classes >= 1, got {tuple(targets.shape)}")
+    if targets.dtype == torch.bool:
+        return targets
+    if _values_readable(targets):
+        not_binary = (targets != 0) & (targets != 1)
+        if bool(not_binary.any()):
+            row, column = (int(index) for index in not_binary.nonzero()[0])
+            raise ValueError(f"{name} as multi-hot rows must hold 0 or 1, got "
+                             f"{targets[row, column].item()} at row {row}, class {column}")
+    return targets != 0
+
+
+def _values_readable(tensor: torch.Tensor) -> bool:
+    """Whether a check may read ``tensor``'s values on the host: not for meta and fake tensors,
+    nor while a CUDA graph is captured (a replay runs no Python)."""
+    return has_values(tensor) and not (tensor.device.type == "cuda"
+                                       and torch.cuda.is_current_stream_capturing())
 
 
 def gold_log_probabilities(logits: torch.Tensor,

@@ -1,4 +1,5 @@
-"""The fine-tuning objective of Gunel et al. (ICLR 2021): (1 - lam) * CE + lam * SCL."""
+"""The fine-tuning objective of Gunel et al. (ICLR 2021): (1 - lam) * CE + lam * SCL, and its
+multi-label form (1 - lam) * BCE + lam * multi-label SCL."""
 import math
 from numbers import Real
 from typing import Callable, NamedTuple, Optional, Tuple, TypedDict, cast, get_args
@@ -7,20 +8,28 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._types import BackendName, SclReduction, Strategy, Temperature
-from .._validation import check_focal_gamma, check_options, check_tensor
+from .._types import BackendName, MultiLabel, SclReduction, Strategy, Temperature
+from .._validation import check_focal_gamma, check_multi_label, check_options, check_tensor
 from ..cross_batch_memory import SupConMemory, check_memory, supcon_loss_with_memory
 from ..functional import supcon_loss
-from ._classification_targets import check_class_indices
+from ._classification_targets import (MULTI_LABEL, PROBLEM_TYPES, SINGLE_LABEL, ProblemType,
+                                      check_class_indices, multi_hot_classes)
 
 SCL_REDUCTIONS: Tuple[str, ...] = get_args(SclReduction)
 
 
 class SupConCrossEntropyParts(NamedTuple):
-    """The objective and its two terms, each unweighted (for logging)."""
+    """The objective and its two terms, each unweighted (for logging). ``cross_entropy`` is the
+    classification term: binary cross-entropy for multi-label targets."""
     loss: torch.Tensor
     cross_entropy: torch.Tensor
     supcon: torch.Tensor
+
+
+class _Targets(NamedTuple):
+    """A call's labels as each term reads them."""
+    problem_type: ProblemType
+    supcon_labels: torch.Tensor  # class indices [N], or the bool class sets [N, C]
 
 
 class FocalOptions(TypedDict, total=False):
@@ -32,6 +41,17 @@ def focal_options(gamma: float) -> FocalOptions:
     """supcon_loss's focal argument for ``gamma``: none at 0, which is plain SupCon, so that
     the call stays the plain one (the distributed loss takes no focal_gamma)."""
     return {"focal_gamma": gamma} if gamma else {}
+
+
+def _check_multi_label_options(label_smoothing: float, distributed: bool) -> None:
+    """The options a multi-label call cannot take: raised by the constructor for
+    ``problem_type="multi_label_classification"``, by the call for multi-hot labels read as such."""
+    if label_smoothing:
+        raise ValueError("label_smoothing applies to single_label_classification (class indices); "
+                         "binary cross-entropy of multi-hot targets has none")
+    if distributed:
+        raise ValueError("multi-label targets need distributed=False: this loss passes class "
+                         "indices only to the distributed SCL of the global batch")
 
 
 def _check_lam(lam: object) -> None:
@@ -85,6 +105,23 @@ class SupConCrossEntropyLoss(nn.Module):
     are enqueued (with ``distributed``, the gathered global batch, so every rank's memory stays
     the same); in eval mode the memory is neither used nor changed. With the gradient cache the
     loss is called once per step on the whole batch, so the memory sees each batch once.
+
+    **Multi-label classification** (Hugging Face's ``problem_type`` names)::
+
+        loss = (1 - lam) * F.binary_cross_entropy_with_logits(logits, targets)
+               + lam * supcon_loss(embeddings, targets, multi_label=multi_label)
+
+    with multi-hot ``targets`` ``[N, C]`` (float as Hugging Face's, or bool, or integers 0 / 1),
+    BCE the mean over the ``N x C`` elements (``nn.BCEWithLogitsLoss()``) and SCL the multi-label
+    SupCon of :func:`~scl_kernels.supcon_loss` on the same class sets: ``multi_label="any"``, a
+    pair sharing a class is a positive; ``"jaccard"``, weighted by ``|Y_i & Y_j| / |Y_i | Y_j|``
+    (docs/MATH.md section 11). ``problem_type=None`` (default) reads the problem from each call's
+    labels, as Hugging Face's models do when ``config.problem_type`` is unset: ``[N]`` class
+    indices are single-label, ``[N, C]`` rows multi-label; ``"single_label_classification"`` or
+    ``"multi_label_classification"`` fixes it.
+
+    **Known false negatives** (``groups=`` of :meth:`forward`): group ids passed to SCL, whose
+    pairs of one group that are not positives leave the denominator (docs/MATH.md section 11).
     """
 
     temperature: Temperature
@@ -98,7 +135,9 @@ class SupConCrossEntropyLoss(nn.Module):
                  group: Optional[torch.distributed.ProcessGroup] = None,
                  ce: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
                  label_smoothing: float = 0.0, focal_gamma: float = 0.0,
-                 memory: Optional[SupConMemory] = None) -> None:
+                 memory: Optional[SupConMemory] = None,
+                 problem_type: Optional[ProblemType] = None,
+                 multi_label: MultiLabel = "any") -> None:
         """Checks and stores the options.
 
         Args:
@@ -136,7 +175,16 @@ class SupConCrossEntropyLoss(nn.Module):
             memory: a :class:`SupConMemory` whose rows SCL also contrasts against in training
                 mode (a submodule: it follows ``.to()`` and the state dict), or None (default).
                 Needs ``lam > 0`` (CE alone has nothing to contrast) and, with ``distributed``,
-                ``strategy="gather"``.
+                ``strategy="gather"``. For multi-hot labels, one built with ``num_classes=C``.
+            problem_type: ``None`` (default): each call's labels say, integer ``[N]`` class
+                indices single-label (cross-entropy), multi-hot ``[N, C]`` rows multi-label
+                (binary cross-entropy); ``"single_label_classification"`` or
+                ``"multi_label_classification"`` (Hugging Face's ``config.problem_type``) fixes it
+                and refuses the other form. Multi-label takes no ``label_smoothing`` and no
+                ``distributed``.
+            multi_label: how SCL weighs a pair of multi-hot rows, passed to
+                :func:`~scl_kernels.supcon_loss`: ``"any"`` (default; weight 1 when they share a
+                class) or ``"jaccard"`` (``|Y_i & Y_j| / |Y_i | Y_j|``). Unread for class indices.
 
         Raises:
             TypeError / ValueError naming the argument.
@@ -176,6 +224,12 @@ class SupConCrossEntropyLoss(nn.Module):
         if memory is not None and distributed and strategy != "gather":
             raise ValueError(f"memory needs strategy='gather' (got {strategy!r}): the memory "
                              "enqueues the gathered global batch, which the ring never holds")
+        if problem_type is not None and problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"problem_type must be None or one of {PROBLEM_TYPES}, got "
+                             f"{problem_type!r}")
+        if problem_type == MULTI_LABEL:
+            _check_multi_label_options(label_smoothing, distributed)
+        check_multi_label(multi_label)
         # The attributes' types, declared (as the constructor's signature gives them).
         self.lam: float = float(lam)
         self.ce = ce
@@ -189,19 +243,49 @@ class SupConCrossEntropyLoss(nn.Module):
         self.strategy: Strategy = strategy
         self.group: Optional[torch.distributed.ProcessGroup] = group
         self.memory = memory
+        self.problem_type: Optional[ProblemType] = problem_type
+        self.multi_label: MultiLabel = multi_label
 
-    def _cross_entropy(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def _targets(self, labels: torch.Tensor) -> _Targets:
+        """The call's problem type (``problem_type``, or the labels' form) and the labels SCL
+        reads, with the labels checked for it."""
+        if not isinstance(labels, torch.Tensor):
+            raise TypeError(f"labels must be a torch.Tensor, got {type(labels).__name__}")
+        problem_type = self.problem_type or (MULTI_LABEL if labels.dim() == 2 else SINGLE_LABEL)
+        if problem_type == SINGLE_LABEL:
+            check_tensor(labels, "labels", floating=False)
+            if labels.dim() != 1:
+                raise ValueError(f"labels must have shape [N] (class indices), got "
+                                 f"{tuple(labels.shape)}")
+            return _Targets(problem_type, labels)
+        _check_multi_label_options(self.label_smoothing, self.distributed)
+        return _Targets(problem_type, multi_hot_classes(labels))
+
+    def _classification(self, logits: torch.Tensor, labels: torch.Tensor,
+                        problem_type: ProblemType) -> torch.Tensor:
         check_tensor(logits, "logits", floating=True)
         if logits.dim() != 2 or logits.shape[0] != labels.shape[0]:
             raise ValueError(f"logits must have shape [N, num_classes] with N = {labels.shape[0]} "
                              f"(the labels), got {tuple(logits.shape)}")
         if self.ce is not None:
             return self.ce(logits, labels)
+        if problem_type == MULTI_LABEL:
+            if logits.shape != labels.shape:
+                raise ValueError(f"logits must have the multi-hot labels' shape "
+                                 f"{tuple(labels.shape)}, got {tuple(logits.shape)}")
+            return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         # torch's own "Target 7 is out of bounds" names neither the row nor the logits' width.
         check_class_indices(labels, logits.shape[1])
         return F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
 
-    def _supcon(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The classification term alone, unweighted: cross-entropy of class indices, binary
+        cross-entropy of multi-hot targets (or ``ce``), with :meth:`forward`'s checks. The
+        Trainer integration's ``eval_loss``."""
+        return self._classification(logits, labels, self._targets(labels).problem_type)
+
+    def _supcon(self, embeddings: torch.Tensor, labels: torch.Tensor,
+                groups: Optional[torch.Tensor]) -> torch.Tensor:
         if embeddings.dim() != 2:
             raise ValueError(f"embeddings must have shape [N, D], got {tuple(embeddings.shape)}")
         memory = self.memory if self.training else None
@@ -213,23 +297,19 @@ class SupConCrossEntropyLoss(nn.Module):
             return global_supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize,
                                       reduction=self.scl_reduction, backend=self.backend,
                                       strategy=self.strategy, gradients_averaged=True,
-                                      group=self.group, memory=memory)
+                                      group=self.group, memory=memory, groups=groups)
         if memory is not None:
             return supcon_loss_with_memory(embeddings, labels, memory, self.temperature,
                                            normalize=self.normalize, reduction=self.scl_reduction,
-                                           backend=self.backend,
+                                           backend=self.backend, groups=groups,
+                                           multi_label=self.multi_label,
                                            **focal_options(self.focal_gamma))
         return supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize,
-                           reduction=self.scl_reduction, backend=self.backend,
-                           **focal_options(self.focal_gamma))
+                           reduction=self.scl_reduction, backend=self.backend, groups=groups,
+                           multi_label=self.multi_label, **focal_options(self.focal_gamma))
 
-    def _check_labels(self, labels: torch.Tensor) -> None:
-        check_tensor(labels, "labels", floating=False)
-        if labels.dim() != 1:
-            raise ValueError(f"labels must have shape [N], got {tuple(labels.shape)}")
-
-    def parts(self, logits: torch.Tensor, embeddings: torch.Tensor,
-              labels: torch.Tensor) -> SupConCrossEntropyParts:
+    def parts(self, logits: torch.Tensor, embeddings: torch.Tensor, labels: torch.Tensor,
+              groups: Optional[torch.Tensor] = None) -> SupConCrossEntropyParts:
         """The objective and both of its terms (unweighted), for logging.
 
         Takes the arguments of :meth:`forward`; returns a :class:`SupConCrossEntropyParts`
@@ -238,14 +318,14 @@ class SupConCrossEntropyLoss(nn.Module):
         this rank's). With a memory in training mode it is a step like :meth:`forward`: it
         contrasts and enqueues.
         """
-        self._check_labels(labels)
-        cross_entropy = self._cross_entropy(logits, labels)
-        supcon = self._supcon(embeddings, labels)
+        targets = self._targets(labels)
+        cross_entropy = self._classification(logits, labels, targets.problem_type)
+        supcon = self._supcon(embeddings, targets.supcon_labels, groups)
         loss = (1.0 - self.lam) * cross_entropy + self.lam * supcon
         return SupConCrossEntropyParts(loss, cross_entropy, supcon)
 
-    def forward(self, logits: torch.Tensor, embeddings: torch.Tensor,
-                labels: torch.Tensor) -> torch.Tensor:
+    def forward(self, logits: torch.Tensor, embeddings: torch.Tensor, labels: torch.Tensor,
+                groups: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The objective of one batch (a 0-dim tensor).
 
         Args:
@@ -258,17 +338,24 @@ class SupConCrossEntropyLoss(nn.Module):
                 cross-entropy a label outside ``[0, num_classes)`` other than -100 raises a
                 ValueError naming its value and row (on a GPU the check waits for the labels
                 once a call; it is left out while a CUDA graph is captured). A custom ``ce``
-                checks its own labels.
+                checks its own labels. Or, multi-label (see ``problem_type``), multi-hot
+                ``[N, num_classes]`` rows of 0 and 1 (float, bool or integer; a row of zeros is
+                "no class" for SCL): another value raises a ValueError naming it, its row and
+                class (read as the class indices are). A custom ``ce`` receives them as given.
+            groups: optional integer ``[N]`` group ids for SCL (known false negatives, as
+                ``groups=`` of :func:`~scl_kernels.supcon_loss`): two rows of one group that
+                are not positives leave each other's denominator; a negative id is no group.
+                Cross-entropy does not read them.
 
         A term whose weight is 0 (``lam`` of 0 or 1) is not computed, so its input needs no
         graph (and with ``lam`` = 0 no rank communicates).
         """
-        self._check_labels(labels)
+        targets = self._targets(labels)
         loss: Optional[torch.Tensor] = None
         if self.lam < 1.0:
-            loss = (1.0 - self.lam) * self._cross_entropy(logits, labels)
+            loss = (1.0 - self.lam) * self._classification(logits, labels, targets.problem_type)
         if self.lam > 0.0:
-            scl = self.lam * self._supcon(embeddings, labels)
+            scl = self.lam * self._supcon(embeddings, targets.supcon_labels, groups)
             loss = scl if loss is None else loss + scl
         assert loss is not None, "lam is in [0, 1]: one of the terms is computed"
         return loss
@@ -285,4 +372,8 @@ class SupConCrossEntropyLoss(nn.Module):
             text += f", focal_gamma={self.focal_gamma:g}"
         if self.distributed:
             text += f", distributed=True, strategy={self.strategy!r}"
+        if self.problem_type is not None:
+            text += f", problem_type={self.problem_type!r}"
+        if self.multi_label != "any":
+            text += f", multi_label={self.multi_label!r}"
         return text

@@ -9,24 +9,28 @@ from .anchor_losses import anchor_losses
 from .anchor_weights import anchor_weights
 from .backward_assembly import assemble
 from .launch import temperature_of
-from .tiles import tile_gradients, tile_lse
+from .tiles import group_mask, tile_gradients, tile_lse
 
 
 def lse_and_losses(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_memory,
-                   self_offset, symmetric, class_sums, anchor_class, num_positives, single_set,
+                   self_offset, symmetric, anchor_group, contrast_group, anchor_pair_class,
+                   contrast_pair_class, class_sums, anchor_class, num_positives, single_set,
                    mean_sums):
     """(lse, loss): lse_tiles's log-sum-exp, and the per-anchor losses from it, or with
     mean_sums (else None) their mean (anchor_losses.py); the arguments:
     csrc/triton/stage_arguments.h."""
     resolved = temperature_of(temperature, temperature_in_memory)  # once per op call
-    lse = tile_lse(q, z, q_inv_norm, z_inv_norm, resolved, self_offset, symmetric)
+    lse = tile_lse(q, z, q_inv_norm, z_inv_norm, resolved, self_offset, symmetric,
+                   group_mask(anchor_group, contrast_group, anchor_pair_class,
+                              contrast_pair_class))
     return lse, anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse,
                               resolved, single_set, mean_sums)
 
 
 def weights_grads_and_assembly(grad_loss, anchors_with_positives, lse, q, z, q_inv_norm,
                                z_inv_norm, temperature, temperature_in_memory, self_offset,
-                               symmetric, deterministic, num_positives, anchor_class,
+                               symmetric, anchor_group, contrast_group, anchor_pair_class,
+                               contrast_pair_class, deterministic, num_positives, anchor_class,
                                contrast_class, class_sums, single_set, anchor_offset,
                                class_shares_weight, normalize, max_inv_norm, features_dtype,
                                contrast_dtype):
@@ -40,6 +44,8 @@ def weights_grads_and_assembly(grad_loss, anchors_with_positives, lse, q, z, q_i
         grad_loss, anchors_with_positives, lse, num_positives, q, q_inv_norm, anchor_class,
         classes, resolved, symmetric)
     dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm, resolved, self_offset, symmetric,
+                            group_mask(anchor_group, contrast_group, anchor_pair_class,
+                                       contrast_pair_class),
                             deterministic, coef, lse_hi, lse_lo)
     if single_set:
         # One output, the contrast rows: the anchors' side is added at their rows, and the

@@ -119,25 +119,27 @@ class KernelUse:
 
 
 KERNEL_USES = {
-    "lse_plain": KernelUse(kernels.lse_plain_kernel, dict(SELF_COLUMN=True), {
+    "lse_plain": KernelUse(kernels.lse_plain_kernel, dict(SELF_COLUMN=True, GROUPS=False), {
         2: [Tile(128, 128, 8, 3), Tile(64, 128, 4, 3), Tile(64, 64, 4, 2)],
         4: [Tile(128, 64, 8, 2), Tile(64, 64, 4, 2), Tile(64, 32, 4, 2)]}),
-    "lse_symmetric": KernelUse(kernels.lse_symmetric_kernel, {}, {
+    "lse_symmetric": KernelUse(kernels.lse_symmetric_kernel, dict(GROUPS=False), {
         2: [Tile(128, 128, 8, 3), Tile(128, 128, 8, 2), Tile(64, 64, 4, 3), Tile(64, 64, 4, 2)],
         4: [Tile(64, 64, 4, 2)]}, spills_under={
         (2, Tile(128, 128, 8, 3)): {(3, 9)}, (2, Tile(128, 128, 8, 2)): {(3, 9)}}),
     "grad_plain": KernelUse(kernels.grad_rows_kernel,
-                            dict(SELF_COLUMN=True, CONTRAST_SIDE=True, SYMMETRIC=False), {
+                            dict(SELF_COLUMN=True, CONTRAST_SIDE=True, SYMMETRIC=False,
+                                 GROUPS=False), {
         2: [Tile(128, 32, 8, 2)],
         4: [Tile(64, 32, 4, 2), Tile(64, 16, 4, 2)]}, spills_under={
         (4, Tile(64, 32, 4, 2)): {(3, 8), (3, 9)}}),
     "grad_symmetric": KernelUse(kernels.grad_rows_kernel,
-                                dict(SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True), {
+                                dict(SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True,
+                                     GROUPS=False), {
         2: [Tile(128, 128, 8, 2), Tile(128, 64, 8, 3), Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)],
         4: [Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)]}, spills_under={
         (2, Tile(128, 128, 8, 2)): {(3, 7), (3, 9)}}),
     # Its tiles are transposed (column block first): 64 columns at least, for wgmma.
-    "grad_columns": KernelUse(kernels.grad_cols_kernel, dict(SELF_COLUMN=True), {
+    "grad_columns": KernelUse(kernels.grad_cols_kernel, dict(SELF_COLUMN=True, GROUPS=False), {
         2: [Tile(64, 64, 4, 3), Tile(64, 64, 4, 2)],
         4: [Tile(64, 64, 4, 2), Tile(32, 64, 4, 2)]}, spills_under={
         (4, Tile(64, 64, 4, 2)): {(3, 8)}}),
@@ -449,10 +451,31 @@ def _row_constants(d, stride, dtype, tma, rows, output_chunks, interpret):
                 PRECISION=_precision(dtype), **meta)
 
 
-def lse_plain(q, z, q_scale, z_scale, temperature, self_offset):
+class GroupMask(NamedTuple):
+    """The tiles' group mask (csrc/core/supcon_problem.h, SupConProblem::anchor_group and the
+    rest): per anchor row and per contrast row the int32 compact group id (-1: none) and pair
+    class; a pair of one group whose pair classes differ leaves the denominator."""
+    q_group: torch.Tensor
+    z_group: torch.Tensor
+    q_class: torch.Tensor
+    z_class: torch.Tensor
+
+
+def _group_args(groups, stand_in, anchors=True):
+    """The kernels' group mask arguments: GROUPS and the ids' pointers (``stand_in``'s, never
+    read, without groups); without ``anchors`` the contrast rows' only (a kernel of one set)."""
+    ids = (dict(z_group_ptr=stand_in, z_class_ptr=stand_in) if groups is None
+           else dict(z_group_ptr=groups.z_group, z_class_ptr=groups.z_class))
+    if anchors:
+        ids.update(dict(q_group_ptr=stand_in, q_class_ptr=stand_in) if groups is None
+                   else dict(q_group_ptr=groups.q_group, q_class_ptr=groups.q_class))
+    return dict(ids, GROUPS=groups is not None)
+
+
+def lse_plain(q, z, q_scale, z_scale, temperature, self_offset, groups=None):
     """float64 log-sum-exp per anchor with an online maximum (any layout, any scale);
     self_offset >= 0: anchor i never sees row self_offset + i of z; `temperature`: a
-    Temperature."""
+    Temperature; `groups`: a GroupMask, or None."""
     m, n = q.shape[0], z.shape[0]
     splits = _splits(q.device, n <= 64, lambda sms: column_splits(m, n, sms))
     part_max = uninitialized((splits, m), q.device)
@@ -462,7 +485,7 @@ def lse_plain(q, z, q_scale, z_scale, temperature, self_offset):
     args.update(_common(q, tma, m, output_chunks=False), rq_ptr=q_scale,
                 terms_ptr=column_terms(z_scale, temperature, 0.0), part_max_ptr=part_max,
                 part_sum_ptr=part_sum, M=m, N=n, self_offset=max(self_offset, 0),
-                num_splits=splits, SELF_COLUMN=self_offset >= 0)
+                num_splits=splits, SELF_COLUMN=self_offset >= 0, **_group_args(groups, q_scale))
     LSE_PLAIN(lambda meta: (cdiv(m, meta["BLOCK_M"]), splits), args)
     return merge_lse(part_max, part_sum, m, splits)  # -inf: an anchor with no column
 
@@ -486,9 +509,10 @@ def symmetric_grid(n, block, splits):
     return (cdiv(cdiv(n, block), 2), splits)
 
 
-def lse_symmetric(z, scale, temperature):
+def lse_symmetric(z, scale, temperature, groups=None):
     """float64 log-sum-exp per row of a single set with the fixed shift 1/t (unit rows only);
-    `temperature`: a Temperature on the host (the core reads t for this schedule)."""
+    `temperature`: a Temperature on the host (the core reads t for this schedule); `groups`: a
+    GroupMask (its contrast rows' ids serve both sides), or None."""
     n = z.shape[0]
     # Padded like the column terms, so that no tile's adds need a mask; the column terms'
     # kernel zeroes it.
@@ -501,7 +525,8 @@ def lse_symmetric(z, scale, temperature):
     z_desc, = _descriptors(z, 1) if tma else (None,)
     args = dict(_common(z, tma, n, output_chunks=False), z_desc=z_desc, z_ptr=z,
                 terms_ptr=column_terms(scale, temperature, -shift2, zeroed=row_sum),
-                row_sum_ptr=row_sum, N=n, num_splits=splits)
+                row_sum_ptr=row_sum, N=n, num_splits=splits,
+                **_group_args(groups, scale, anchors=False))
     LSE_SYMMETRIC(lambda meta: symmetric_grid(n, meta["BLOCK"], splits), args)
     return merge_lse(row_sum, row_sum, n, 1, fixed_shift=shift2)
 
@@ -515,10 +540,11 @@ def _base2_split(lse_hi, lse_lo):
 
 
 def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, temperature, self_offset,
-               deterministic):
+               deterministic, groups=None):
     """(dq, dz) softmax parts w.r.t. unit rows; coef_i = g_i / t. Without `deterministic`, the
     contrast side is added by atomics from the same tiles; with it, a second kernel recomputes
-    the tiles column-wise and no atomics are used. `temperature`: a Temperature."""
+    the tiles column-wise and no atomics are used. `temperature`: a Temperature; `groups`: a
+    GroupMask, or None."""
     m, n, d = q.shape[0], z.shape[0], q.shape[1]
     dq = torch.zeros(m, d, dtype=torch.float32, device=q.device)
     dz = torch.zeros(n, d, dtype=torch.float32, device=q.device)
@@ -530,7 +556,8 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, temperature, self_o
     shared.update(_common(q, tma, m), rq_ptr=q_scale,
                   terms_ptr=column_terms(z_scale, temperature, 0.0), lse2_hi_ptr=lse2_hi,
                   lse2_lo_ptr=lse2_lo, coef_ptr=coef, temperature=temperature.argument, M=m, N=n,
-                  self_offset=max(self_offset, 0), SELF_COLUMN=self_offset >= 0)
+                  self_offset=max(self_offset, 0), SELF_COLUMN=self_offset >= 0,
+                  **_group_args(groups, q_scale))
     rows = dict(shared, dq_ptr=dq, dz_ptr=dz, num_splits=splits, CONTRAST_SIDE=not deterministic,
                 SYMMETRIC=False)
     GRAD_PLAIN(lambda meta: (cdiv(m, meta["BLOCK_M"]), cdiv(d, meta["BLOCK_DO"]), splits), rows)
@@ -540,13 +567,16 @@ def grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, temperature, self_o
     return dq, dz
 
 
-def grad_symmetric(z, scale, coef, temperature, deterministic):
+def grad_symmetric(z, scale, coef, temperature, deterministic, groups=None):
     """Softmax part of the single-set gradient w.r.t. unit rows, both sides, each row block
     summing its full rows of (G + G^T) (kernels.grad_rows_kernel, SYMMETRIC);
     coef_i = g_i exp(1/t - lse_i) / t. Atomics only where the columns are split for small N:
     then the column terms' kernel zeroes dz first; one split stores every element.
-    `temperature`: a Temperature (on the host: the core reads t for this schedule)."""
+    `temperature`: a Temperature (on the host: the core reads t for this schedule); `groups`: a
+    GroupMask (its contrast rows' ids serve both sides), or None."""
     n, d = z.shape
+    if groups is not None:
+        groups = groups._replace(q_group=groups.z_group, q_class=groups.z_class)
     dz = torch.empty(n, d, dtype=torch.float32, device=z.device)
     splits = 1 if deterministic else _splits(z.device, n <= 64,
                                               lambda sms: column_splits(n, n, sms))
@@ -557,7 +587,8 @@ def grad_symmetric(z, scale, coef, temperature, deterministic):
                                        zeroed=dz if splits > 1 else None),
                 lse2_hi_ptr=coef, lse2_lo_ptr=coef, coef_ptr=coef, dq_ptr=dz, dz_ptr=dz,
                 temperature=temperature.argument, M=n, N=n, self_offset=0, num_splits=splits,
-                SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True)
+                SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True,
+                **_group_args(groups, scale))
     GRAD_SYMMETRIC(lambda meta: (cdiv(n, meta["BLOCK_M"]), cdiv(d, meta["BLOCK_DO"]), splits),
                    args)
     return dz

@@ -30,41 +30,57 @@ def _operands(q, z, q_inv_norm, z_inv_norm):
             kernel_scale(z_inv_norm))
 
 
+def group_mask(anchor_group, contrast_group, anchor_pair_class, contrast_pair_class):
+    """The tiles' launch.GroupMask from the ops' four optional int32 tensors (all or none given:
+    csrc/triton/stage_arguments.h), or None."""
+    if anchor_group is None:
+        return None
+    return launch.GroupMask(anchor_group.contiguous(), contrast_group.contiguous(),
+                            anchor_pair_class.contiguous(), contrast_pair_class.contiguous())
+
+
 def lse_tiles(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_memory, self_offset,
-              symmetric):
+              symmetric, anchor_group, contrast_group, anchor_pair_class, contrast_pair_class):
     """The op: the log-sum-exp per anchor (tile_lse), its temperature resolved once."""
     return tile_lse(q, z, q_inv_norm, z_inv_norm,
                     launch.temperature_of(temperature, temperature_in_memory), self_offset,
-                    symmetric)
+                    symmetric, group_mask(anchor_group, contrast_group, anchor_pair_class,
+                                          contrast_pair_class))
 
 
-def tile_lse(q, z, q_inv_norm, z_inv_norm, temperature, self_offset, symmetric):
-    """The log-sum-exp per anchor; `temperature`: the op call's launch.Temperature."""
+def tile_lse(q, z, q_inv_norm, z_inv_norm, temperature, self_offset, symmetric, groups):
+    """The log-sum-exp per anchor; `temperature`: the op call's launch.Temperature; `groups`: a
+    launch.GroupMask, or None."""
     z, z_scale = kernel_rows(z), kernel_scale(z_inv_norm)
     if symmetric:  # the anchors are the rows of z
-        return launch.lse_symmetric(z, z_scale, temperature)
+        return launch.lse_symmetric(z, z_scale, temperature, groups)
     q, q_scale = kernel_rows(q), kernel_scale(q_inv_norm)
-    return launch.lse_plain(q, z, q_scale, z_scale, temperature, self_offset)
+    return launch.lse_plain(q, z, q_scale, z_scale, temperature, self_offset, groups)
 
 
 def grad_tiles(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_memory, self_offset,
-               symmetric, deterministic, coef, lse_hi, lse_lo):
+               symmetric, anchor_group, contrast_group, anchor_pair_class, contrast_pair_class,
+               deterministic, coef, lse_hi, lse_lo):
     """The op: (dq, dz), dq empty for the symmetric schedule (whose dz holds both sides)."""
     dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm,
                             launch.temperature_of(temperature, temperature_in_memory),
-                            self_offset, symmetric, deterministic, coef, lse_hi, lse_lo)
+                            self_offset, symmetric,
+                            group_mask(anchor_group, contrast_group, anchor_pair_class,
+                                       contrast_pair_class),
+                            deterministic, coef, lse_hi, lse_lo)
     return dz.new_empty((0,)) if dq is None else dq, dz
 
 
-def tile_gradients(q, z, q_inv_norm, z_inv_norm, temperature, self_offset, symmetric,
+def tile_gradients(q, z, q_inv_norm, z_inv_norm, temperature, self_offset, symmetric, groups,
                    deterministic, coef, lse_hi, lse_lo):
     """(dq, dz) of the tiles, dq None for the symmetric schedule; lse_hi and lse_lo unread
-    there. `temperature`: the op call's launch.Temperature; `deterministic`: the plan's (no
-    atomics: the column split and the contrast side's adds are left out)."""
+    there. `temperature`: the op call's launch.Temperature; `groups`: a launch.GroupMask, or
+    None; `deterministic`: the plan's (no atomics: the column split and the contrast side's
+    adds are left out)."""
     z, z_scale = kernel_rows(z), kernel_scale(z_inv_norm)
     coef = kernel_scale(coef)
     if symmetric:  # the anchors are the rows of z
-        return None, launch.grad_symmetric(z, z_scale, coef, temperature, deterministic)
+        return None, launch.grad_symmetric(z, z_scale, coef, temperature, deterministic, groups)
     q, q_scale = kernel_rows(q), kernel_scale(q_inv_norm)
     return launch.grad_plain(q, z, q_scale, z_scale, coef, lse_hi, lse_lo, temperature,
-                             self_offset, deterministic)
+                             self_offset, deterministic, groups)
