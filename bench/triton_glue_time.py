@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import glob
 import importlib
+import inspect
 import json
 import os
 import statistics
@@ -52,6 +53,13 @@ LAUNCHERS = ("lse launcher (symmetric)", "grad launcher (symmetric)",
              "forward + backward of supcon_loss")
 REPLAYED = "forward + backward, stage ops replayed"
 CROSSINGS = "crossings into Python a step"
+
+
+def by_name(stage, **arguments):
+    """A stage op's Python function called with ``arguments`` by name, None for the parameters
+    it takes beyond them (a revision's may take more: the group mask's ids), so that one call
+    serves this checkout's launchers and a revision's."""
+    return stage(**{name: arguments.get(name) for name in inspect.signature(stage).parameters})
 
 
 def timings_per_call(fn, calls, repeats):
@@ -137,10 +145,13 @@ def measure(n, d, calls, repeats, replayed):
         timed = {REPLAYED: step}
     else:
         python_kernels = python_kernel_names()
+        symmetric_tiles = dict(q=x, z=x, q_inv_norm=inv_norm, z_inv_norm=inv_norm,
+                               temperature=host_temperature, temperature_in_memory=False,
+                               self_offset=0, symmetric=True)
         timed = dict(zip(LAUNCHERS, (
-            lambda: tiles.lse_tiles(x, x, inv_norm, inv_norm, host_temperature, False, 0, True),
-            lambda: tiles.grad_tiles(x, x, inv_norm, inv_norm, host_temperature, False, 0, True,
-                                     False, coef, coef, coef),
+            lambda: by_name(tiles.lse_tiles, **symmetric_tiles),
+            lambda: by_name(tiles.grad_tiles, **symmetric_tiles, deterministic=False, coef=coef,
+                            lse_hi=coef, lse_lo=coef),
             step)))
     original = interpreter.InterpretedFunction.run
     interpreter.InterpretedFunction.run = lambda self, *args, grid, warmup, **kwargs: None

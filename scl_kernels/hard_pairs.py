@@ -93,6 +93,9 @@ def hard_pairs(features: torch.Tensor, labels: torch.Tensor, *,
     check_inputs(features, labels)
     if labels is None:
         raise TypeError("labels must be a torch.Tensor, got NoneType")
+    if labels.dim() != 1:
+        raise ValueError(f"labels must be class ids of shape [N] (hard pairs of multi-hot labels "
+                         f"are not defined), got shape {tuple(labels.shape)}")
     if features.dim() != 2:
         raise ValueError(f"features must have shape [N, D], got {tuple(features.shape)}")
     check_normalize(normalize)

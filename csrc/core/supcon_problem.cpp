@@ -107,7 +107,9 @@ void check_arguments(const SupConArgs& a) {
                       " but features has ", a.features.size(1));
     check_label_rows(*a.contrast_labels, "contrast_labels", c, "contrast");
     const at::Tensor& cl = *a.contrast_labels;
-    TORCH_CHECK_VALUE(cl.dim() == a.labels.dim() && (cl.dim() == 1 || cl.size(1) == a.labels.size(1)),
+    const bool same_form =
+        cl.dim() == a.labels.dim() && (cl.dim() == 1 || cl.size(1) == a.labels.size(1));
+    TORCH_CHECK_VALUE(same_form,
                       "contrast_labels must take the form of labels (class ids, or multi-hot rows "
                       "of as many classes): labels has shape ", a.labels.sizes(),
                       ", contrast_labels ", cl.sizes());
@@ -221,7 +223,8 @@ void prepare_group_mask(SupConProblem& p, const SupConArgs& a, const at::Tensor&
   // A row without a class gets the pair class -2 - row: int32 holds it below 2^31 - 2 rows.
   TORCH_CHECK_VALUE(rows < std::numeric_limits<int32_t>::max() - 2, "groups: at most 2^31 - 3 ",
                     "rows, got ", rows);
-  const at::Tensor groups = as_type(all_rows(p, *a.groups, a.contrast_groups), at::kLong).clamp_min(-1);
+  const at::Tensor groups =
+      as_type(all_rows(p, *a.groups, a.contrast_groups), at::kLong).clamp_min(-1);
   const at::Tensor group = at::where(groups < 0, -1, class_ids_by_sorting(groups)).to(at::kInt);
   std::tie(p.anchor_group, p.contrast_group) = split_rows(p, group);
   if (p.multi_label != MultiLabelRule::kNone) return;
@@ -250,7 +253,9 @@ at::Tensor class_words_on_host(const at::Tensor& multi_hot, int64_t words) {
     at::parallel_for(0, rows, 256, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         for (int64_t c = 0; c < classes; ++c) {
-          if (values[r * classes + c] != scalar_t(0)) bits[r * words + c / 64] |= uint64_t{1} << (c % 64);
+          if (values[r * classes + c] != scalar_t(0)) {
+            bits[r * words + c / 64] |= uint64_t{1} << (c % 64);
+          }
         }
       }
     });
@@ -259,13 +264,15 @@ at::Tensor class_words_on_host(const at::Tensor& multi_hot, int64_t words) {
 }
 
 // Multi-hot rows [R, C] as ceil(C / 64) int64 words per row, bit c % 64 of word c / 64 for
-// class c. Without host reads (a device's rows), packed a byte at a time (a sum of distinct powers of two never carries), the eight
-// bytes of a word then read as one little-endian int64: byte traffic rather than int64's.
+// class c. Without host reads (a device's rows), packed a byte at a time (a sum of distinct
+// powers of two never carries), the eight bytes of a word then read as one little-endian int64:
+// byte traffic rather than int64's.
 at::Tensor class_words(const at::Tensor& multi_hot, bool without_host_reads) {
   const int64_t rows = multi_hot.size(0), classes = multi_hot.size(1);
   const int64_t words = (classes + 63) / 64;
   if (!without_host_reads) return class_words_on_host(multi_hot, words);
-  const at::Tensor bits = at::constant_pad_nd((multi_hot != 0).to(at::kByte), {0, words * 64 - classes});
+  const at::Tensor bits =
+      at::constant_pad_nd((multi_hot != 0).to(at::kByte), {0, words * 64 - classes});
   const at::Tensor shifts = at::arange(8, bits.options());
   const at::Tensor bytes =
       at::bitwise_left_shift(bits.view({rows, words, 8, 8}), shifts).sum(-1, false, at::kByte);
@@ -287,7 +294,8 @@ void prepare_multi_hot(SupConProblem& p, const SupConArgs& a, DeferredValueCheck
       TORCH_CHECK_VALUE(zero_or_one.item<bool>(), message);
     }
   }
-  std::tie(p.anchor_words, p.contrast_words) = split_rows(p, class_words(labels, without_host_reads));
+  std::tie(p.anchor_words, p.contrast_words) =
+      split_rows(p, class_words(labels, without_host_reads));
   p.anchor_class = at::zeros({p.m}, labels.options().dtype(at::kLong));
   p.contrast_class = at::zeros({p.n}, labels.options().dtype(at::kLong));
 }

@@ -69,9 +69,10 @@ struct GradCoefficients {
 //     dq_i = -(1/t) sum_p w_i hterm_ip z_p  and  dz_p = -(1/t) sum_i w_i hterm_ip q_i
 // in the kernels' compute dtype; the outputs not asked for are undefined or empty.
 //
-// With multi-hot labels (SupConProblem::multi_label) the pairs carry their weights w_ip (docs/MATH.md
-// section 11) and the sums above become sum_p w_ip (...), gamma may be 0 (the multi-label SupCon
-// loss itself: loss_sum_i = sum_p w_ip x_ip and hterm_ip = 1), and grad_weight_i is g_i / W_i.
+// With multi-hot labels (SupConProblem::multi_label) the pairs carry their weights w_ip
+// (docs/MATH.md section 11) and the sums above become sum_p w_ip (...), gamma may be 0 (the
+// multi-label SupCon loss itself: loss_sum_i = sum_p w_ip x_ip and hterm_ip = 1), and
+// grad_weight_i is g_i / W_i.
 struct PositiveWalkInputs {
   at::Tensor anchor_class;    // [m] int64 compact class id; -1: no positives, never walked
                               // (multi-label: only that mark; the classes are the problem's words)

@@ -190,8 +190,9 @@ Blocks walk_blocks(const ClassOrder& o) {
     out.anchor_starts.push_back(out.blocks.size());
     int64_t stop = std::min(i0 + kAnchorBlock, o.walked());
     int64_t cut = stop;
-    while (cut < o.walked() && cut > i0 + kAnchorBlockCut && classes[cut - 1] == classes[cut]) --cut;
-    if (cut < o.walked() && classes[cut - 1] != classes[cut]) stop = cut;
+    const auto same_class_across = [&](int64_t at) { return classes[at - 1] == classes[at]; };
+    while (cut < o.walked() && cut > i0 + kAnchorBlockCut && same_class_across(cut)) --cut;
+    if (cut < o.walked() && !same_class_across(cut)) stop = cut;
     rows = stop - i0;
     // Sorted anchors: the first one's class starts the span, the last one's ends it.
     const int64_t begin = o.first_column[i0], end = o.end_column[i0 + rows - 1];

@@ -265,6 +265,8 @@ def _bad_inputs():
         ("labels_none", dict(features=x, labels=None), TypeError, "labels must be a torch.Tensor"),
         ("labels_float", dict(features=x, labels=y.float()), TypeError, "labels must be an integer"),
         ("labels_length", dict(features=x, labels=y[:3]), ValueError, "labels has 3 entries"),
+        ("labels_multi_hot", dict(features=x, labels=torch.ones(4, 2, dtype=torch.bool)),
+         ValueError, r"labels must be class ids of shape \[N\]"),
         ("features_nan", dict(features=x.clone().index_fill_(0, torch.tensor([2]), float("nan")),
                               labels=y), ValueError, "features contains NaN or inf"),
         ("contrast_inf", dict(features=x, labels=y, contrast=c.clone().fill_(float("inf")),

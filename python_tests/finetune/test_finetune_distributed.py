@@ -115,6 +115,30 @@ def gradient_cache_matches_uncached_and_one_process(rank, world):
             _close(mean_over_ranks([loss.detach()])[0], want_loss, f"{what}: mean loss over ranks")
 
 
+@case
+def multi_label_targets_match_one_process(rank, world):
+    """BCE + multi-label SCL with distributed=True ("gather"): the loss's mean over the ranks
+    and the ranks' averaged gradients are one process's on the global batch, for both rules and
+    equal batches (CE's per-rank mean averages to the global one)."""
+    for rule in ("any", "jaccard"):
+        inputs, _ = _data(12, seed=len(rule))
+        generator = torch.Generator().manual_seed(7)
+        targets = (torch.rand(12, 3, generator=generator) < 0.45).double()
+        torch.manual_seed(0)
+        initial = Encoder().double()
+        single = copy.deepcopy(initial)
+        reference = SupConCrossEntropyLoss(0.6, 0.3, multi_label=rule)
+        want_loss = reference(*single(inputs), targets)
+        want_loss.backward()
+        criterion = SupConCrossEntropyLoss(0.6, 0.3, multi_label=rule, distributed=True)
+        model = copy.deepcopy(initial)
+        loss = criterion(*model(_local(inputs, [6, 6], rank)), _local(targets, [6, 6], rank))
+        loss.backward()
+        for got, want in zip(mean_over_ranks(_grads(model)), _grads(single)):
+            _close(got, want, f"{rule}: averaged gradient vs one process")
+        _close(mean_over_ranks([loss.detach()])[0], want_loss, f"{rule}: mean loss over ranks")
+
+
 def _count_all_reduces(model):
     """Registers a DDP communication hook (the default all-reduce) that counts its calls."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks

@@ -346,9 +346,10 @@ def resolve_backend(name: str, device: torch.device, focal_gamma: float = 0.0,
                     shape: Optional[CallShape] = None, groups: bool = False,
                     multi_label: bool = False) -> Backend:
     """The backend that runs ``name`` on ``device`` (with ``focal_gamma``, already checked, and
-    with or without ``groups`` and multi-hot labels; auto reads the call's ``shape`` where given), or an error that
-    says why none can, in one line that quotes the plan's ``cannot_run`` (:func:`refusal`): a
-    ValueError, or the loader's RuntimeError where the library is not loaded."""
+    with or without ``groups`` and multi-hot labels; auto reads the call's ``shape`` where
+    given), or an error that says why none can, in one line that quotes the plan's
+    ``cannot_run`` (:func:`refusal`): a ValueError, or the loader's RuntimeError where the
+    library is not loaded."""
     if name == "auto":
         return _auto(device, focal_gamma, shape, groups, multi_label)
     backend = get_backend(name)

@@ -43,15 +43,12 @@ def focal_options(gamma: float) -> FocalOptions:
     return {"focal_gamma": gamma} if gamma else {}
 
 
-def _check_multi_label_options(label_smoothing: float, distributed: bool) -> None:
-    """The options a multi-label call cannot take: raised by the constructor for
+def _check_multi_label_options(label_smoothing: float) -> None:
+    """The option a multi-label call cannot take: raised by the constructor for
     ``problem_type="multi_label_classification"``, by the call for multi-hot labels read as such."""
     if label_smoothing:
         raise ValueError("label_smoothing applies to single_label_classification (class indices); "
                          "binary cross-entropy of multi-hot targets has none")
-    if distributed:
-        raise ValueError("multi-label targets need distributed=False: this loss passes class "
-                         "indices only to the distributed SCL of the global batch")
 
 
 def _check_lam(lam: object) -> None:
@@ -180,8 +177,8 @@ class SupConCrossEntropyLoss(nn.Module):
                 indices single-label (cross-entropy), multi-hot ``[N, C]`` rows multi-label
                 (binary cross-entropy); ``"single_label_classification"`` or
                 ``"multi_label_classification"`` (Hugging Face's ``config.problem_type``) fixes it
-                and refuses the other form. Multi-label takes no ``label_smoothing`` and no
-                ``distributed``.
+                and refuses the other form. Multi-label takes no ``label_smoothing``; with
+                ``distributed``, the ``"gather"`` strategy.
             multi_label: how SCL weighs a pair of multi-hot rows, passed to
                 :func:`~scl_kernels.supcon_loss`: ``"any"`` (default; weight 1 when they share a
                 class) or ``"jaccard"`` (``|Y_i & Y_j| / |Y_i | Y_j|``). Unread for class indices.
@@ -228,7 +225,7 @@ class SupConCrossEntropyLoss(nn.Module):
             raise ValueError(f"problem_type must be None or one of {PROBLEM_TYPES}, got "
                              f"{problem_type!r}")
         if problem_type == MULTI_LABEL:
-            _check_multi_label_options(label_smoothing, distributed)
+            _check_multi_label_options(label_smoothing)
         check_multi_label(multi_label)
         # The attributes' types, declared (as the constructor's signature gives them).
         self.lam: float = float(lam)
@@ -258,7 +255,7 @@ class SupConCrossEntropyLoss(nn.Module):
                 raise ValueError(f"labels must have shape [N] (class indices), got "
                                  f"{tuple(labels.shape)}")
             return _Targets(problem_type, labels)
-        _check_multi_label_options(self.label_smoothing, self.distributed)
+        _check_multi_label_options(self.label_smoothing)
         return _Targets(problem_type, multi_hot_classes(labels))
 
     def _classification(self, logits: torch.Tensor, labels: torch.Tensor,
@@ -297,7 +294,8 @@ class SupConCrossEntropyLoss(nn.Module):
             return global_supcon_loss(embeddings, labels, self.temperature, normalize=self.normalize,
                                       reduction=self.scl_reduction, backend=self.backend,
                                       strategy=self.strategy, gradients_averaged=True,
-                                      group=self.group, memory=memory, groups=groups)
+                                      group=self.group, memory=memory, groups=groups,
+                                      multi_label=self.multi_label)
         if memory is not None:
             return supcon_loss_with_memory(embeddings, labels, memory, self.temperature,
                                            normalize=self.normalize, reduction=self.scl_reduction,

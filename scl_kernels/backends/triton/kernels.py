@@ -465,18 +465,18 @@ def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
     # Tiles before, on and after the self columns; only those on them are masked.
     dq = _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0, rows, rq,
                      coef, lse2_hi, lse2_lo, terms_ptr, dz_ptr, d0, col_begin, self_lo,
-                     M, N, D, stride, scale_log2, self_offset, q_group_ptr, q_class_ptr, z_group_ptr,
-                     z_class_ptr, False, CONTRAST_SIDE, SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
+                     M, N, D, stride, scale_log2, self_offset, q_group_ptr, q_class_ptr,
+                     z_group_ptr, z_class_ptr, False, CONTRAST_SIDE, SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
                      BLOCK_DO, RESIDENT, USE_TMA, PRECISION, GROUPS)
     dq = _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0, rows, rq,
                      coef, lse2_hi, lse2_lo, terms_ptr, dz_ptr, d0, self_lo, self_hi,
-                     M, N, D, stride, scale_log2, self_offset, q_group_ptr, q_class_ptr, z_group_ptr,
-                     z_class_ptr, True, CONTRAST_SIDE, SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
+                     M, N, D, stride, scale_log2, self_offset, q_group_ptr, q_class_ptr,
+                     z_group_ptr, z_class_ptr, True, CONTRAST_SIDE, SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
                      BLOCK_DO, RESIDENT, USE_TMA, PRECISION, GROUPS)
     dq = _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0, rows, rq,
                      coef, lse2_hi, lse2_lo, terms_ptr, dz_ptr, d0, self_hi, col_end,
-                     M, N, D, stride, scale_log2, self_offset, q_group_ptr, q_class_ptr, z_group_ptr,
-                     z_class_ptr, False, CONTRAST_SIDE, SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
+                     M, N, D, stride, scale_log2, self_offset, q_group_ptr, q_class_ptr,
+                     z_group_ptr, z_class_ptr, False, CONTRAST_SIDE, SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
                      BLOCK_DO, RESIDENT, USE_TMA, PRECISION, GROUPS)
     if not SYMMETRIC:
         dq = dq * (coef / scale_log2)[:, None]
