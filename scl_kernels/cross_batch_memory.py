@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from ._types import BackendName, ContrastMode, MultiLabel, Reduction, Temperature
-from ._validation import (check_focal_gamma, check_inputs, check_label_rows, check_multi_label,
-                          check_options, check_tensor, temperature_tensor)
+from ._validation import (check_focal_gamma, check_inputs, check_label_rows, check_multi_hot_values,
+                          check_multi_label, check_options, check_tensor, temperature_tensor)
 from .backends import resolve_backend
 from .functional import build_layout, reduce_per_anchor
 
@@ -213,9 +213,8 @@ class SupConMemory(nn.Module):
             raise ValueError("embeddings contains NaN or inf: the memory would keep it for "
                              f"{self.size} rows' worth of steps")
         # Stored as bool, a multi-hot 2 would silently become a class: refused as the loss does.
-        if (labels is not None and labels.dim() == 2 and labels.dtype != torch.bool
-                and not bool(((labels == 0) | (labels == 1)).all())):
-            raise ValueError("multi-hot labels must hold 0 or 1")
+        if labels is not None:
+            check_multi_hot_values(labels)
         count = min(embeddings.shape[0], self.size)
         if labels is None:
             labels = self.row_labels.new_full((count, *self.row_labels.shape[1:]),

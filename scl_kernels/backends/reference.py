@@ -29,11 +29,11 @@ def run_reference(*args: Any, **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor
             tensor = arguments[name]
             if tensor is not None and not bool(torch.isfinite(tensor).all()):
                 raise ValueError(f"{name} contains NaN or inf")
+        # Imported here: scl_kernels._validation imports this module.
+        from .._validation import check_multi_hot_values
         for name in ("labels", "contrast_labels"):
-            tensor = arguments[name]
-            if (tensor is not None and tensor.dim() == 2 and tensor.dtype != torch.bool
-                    and not bool(((tensor == 0) | (tensor == 1)).all())):
-                raise ValueError("multi-hot labels must hold 0 or 1")
+            if arguments[name] is not None:
+                check_multi_hot_values(arguments[name])
         value = float(arguments["temperature"].detach())
         if not (value > 0 and value != float("inf")):
             raise temperature_value_error(value)
