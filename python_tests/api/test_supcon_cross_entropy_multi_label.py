@@ -187,6 +187,8 @@ def test_a_memory_of_multi_hot_rows_takes_the_batch():
     ({"problem_type": "regression"}, "problem_type must be None or one of"),
     ({"multi_label": "all"}, "multi_label must be one of"),
     ({"problem_type": MULTI, "label_smoothing": 0.1}, "label_smoothing applies to single_label"),
+    ({"problem_type": MULTI, "distributed": True, "strategy": "ring"},
+     "distributed=True needs strategy='gather': the ring strategy refuses multi-hot labels"),
 ])
 def test_bad_multi_label_options_fail_in_the_constructor(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -1,6 +1,7 @@
 """The fine-tuning layer across processes: SupConCrossEntropyLoss(distributed=True) with the
-gradient cache, under DistributedDataParallel, SupConTrainer in a 2-process gloo job, and the
-command line under torchrun, each against one process training on the global batch.
+gradient cache, under DistributedDataParallel, SupConTrainer in a 2-process gloo job (class
+labels, and a multi-label model's multi-hot ones), and the command line under torchrun, each
+against one process training on the global batch.
 
 Two ranks are spawned once for the cases (``run_rank``); each case runs on both and records
 None or its traceback, and one test per case reads the records. float64 cases agree to 1e-10;
@@ -257,9 +258,10 @@ def _reference_training(initial, criterion, global_batches):
     return list(model.parameters()), losses
 
 
-def _train(initial, **options):
-    """Trains a copy of ``initial`` with SupConTrainer on this rank: SGD at a constant rate, no
-    clipping; (trainer, model, logged losses, DDP all-reduces counted)."""
+def _train(initial, examples=None, **options):
+    """Trains a copy of ``initial`` with SupConTrainer on this rank on ``examples`` (default: the
+    class labels TRAINER_LABELS'): SGD at a constant rate, no clipping; (trainer, model, logged
+    losses, DDP all-reduces counted)."""
     import transformers
     from scl_kernels.integrations import SupConTrainer, SupConTrainingArguments
 
@@ -280,7 +282,8 @@ def _train(initial, **options):
     optimiser = torch.optim.SGD(model.parameters(), lr=LR)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: 1.0)
     counter = CountAllReduces()
-    trainer = SupConTrainer(model=model, args=args, train_dataset=BatchRows(_examples(TRAINER_LABELS)),
+    examples = _examples(TRAINER_LABELS) if examples is None else examples
+    trainer = SupConTrainer(model=model, args=args, train_dataset=BatchRows(examples),
                             optimizers=(optimiser, schedule), callbacks=[counter])
     trainer.remove_callback(transformers.PrinterCallback)
     trainer.train()
@@ -359,6 +362,73 @@ def trainer_contrasts_the_global_batch(rank, world):
     for (name, got), p in zip(model.named_parameters(), reference.parameters()):
         _close(got, p - LR * p.grad, f"scl_global_batch=False: {name}", F32)
     assert abs(logged[0] - float(torch.stack(losses).mean())) <= 1e-5 * abs(logged[0])
+
+
+# A multi-label model: the token ids of TRAINER_LABELS' examples, multi-hot targets of 4 classes
+# with partial overlaps (where "any" and "jaccard" differ), positives across the ranks (row 3's
+# classes are on rank 1 only in step 0) and a row without a class.
+MULTI_HOT = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 0, 0], [0, 0, 1, 1],
+                          [0, 1, 1, 0], [1, 0, 0, 1], [0, 0, 0, 1], [0, 0, 0, 0],
+                          [1, 1, 1, 0], [0, 0, 1, 0], [1, 0, 0, 0], [0, 1, 0, 1],
+                          [0, 0, 1, 1], [1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 1]],
+                         dtype=torch.float32)
+MULTI_LABEL = "multi_label_classification"
+
+
+@case
+def trainer_contrasts_the_global_batch_of_a_multi_label_model(rank, world):
+    """A multi_label_classification model under the 2-process job: BCE + multi-label SCL of the
+    global batch ("gather"), 2 SGD steps equal to one process's on the global batches for both
+    rules; the SCL term is the global batch's under the Trainer's rule, which neither this
+    process's batch alone nor the other rule gives; the ring is refused at construction, and
+    at the first step where the config leaves the problem to the labels."""
+    from support.reference64 import supcon_reference64
+    from support.tiny_models import tiny_classifier
+
+    examples = {**_examples(TRAINER_LABELS), "labels": MULTI_HOT}
+    step_rows = PER_DEVICE * world
+    global_batches = [{k: v[s * step_rows:(s + 1) * step_rows] for k, v in examples.items()}
+                      for s in range(STEPS)]
+    initial = tiny_classifier("roberta", MULTI_HOT.shape[1], seed=0, problem_type=MULTI_LABEL)
+    for rule, other_rule in (("any", "jaccard"), ("jaccard", "any")):
+        reference = SupConCrossEntropyLoss(LAM, TEMPERATURE, multi_label=rule,
+                                           problem_type=MULTI_LABEL)
+        want, want_losses = _reference_training(initial, reference, global_batches)
+        trainer, model, logged, _ = _train(initial, examples, scl_multi_label=rule)
+        criterion = trainer.criterion
+        assert criterion.distributed and criterion.strategy == "gather", rule
+        assert (criterion.problem_type, criterion.multi_label) == (MULTI_LABEL, rule)
+        for (name, got), expected in zip(model.named_parameters(), want):
+            _close(got, expected, f"{rule}: {name}", F32)
+        assert len(logged) == STEPS and all(
+            abs(a - b) <= 1e-5 * abs(b) for a, b in zip(logged, want_losses)), (rule, logged,
+                                                                               want_losses)
+
+        # The trained model's SCL on this rank's examples is the float64 oracle's on both
+        # ranks' examples under the rule; this rank's batch alone, or the other rule, is not.
+        with torch.no_grad():
+            batch = global_batches[0]
+            local = {k: _local(v, [PER_DEVICE] * world, rank) for k, v in batch.items()}
+            local_logits, local_embeddings = _logits_and_first_token(model, local)
+            parts = criterion.parts(local_logits, local_embeddings, local["labels"])
+            _, embeddings = _logits_and_first_token(model, batch)
+            classes = batch["labels"].bool()
+            want_supcon = supcon_reference64(embeddings, classes, TEMPERATURE, multi_label=rule)
+            _close(parts.supcon, want_supcon, f"{rule}: global SCL", F32)
+            wrong = {"this process's batch alone": supcon_reference64(
+                         local_embeddings, local["labels"].bool(), TEMPERATURE, multi_label=rule),
+                     f"the rule {other_rule!r}": supcon_reference64(
+                         embeddings, classes, TEMPERATURE, multi_label=other_rule)}
+            for what, value in wrong.items():
+                assert abs(parts.supcon.item() - value.item()) > 1e-3, (rule, what, value.item())
+
+    # The ring cannot weigh multi-hot pairs: refused by name before any process communicates.
+    refusal = "scl_distributed_strategy='ring' cannot contrast the multi-hot labels"
+    with pytest.raises(ValueError, match=refusal):
+        _train(initial, examples, scl_distributed_strategy="ring")
+    unset = tiny_classifier("roberta", MULTI_HOT.shape[1], seed=0)  # problem_type None
+    with pytest.raises(ValueError, match=refusal):
+        _train(unset, examples, scl_distributed_strategy="ring")
 
 
 # ------------------------------------------------------------------------------------------

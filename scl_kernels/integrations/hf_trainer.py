@@ -90,11 +90,16 @@ class SupConTrainingArguments(TrainingArguments):
             processes together, ``per_device_train_batch_size * world_size`` examples, through
             [`scl_kernels.distributed.supcon_loss`]; the update then equals that of one process
             on the global batch. `False`: each process's batch is its own contrastive set.
-            Ignored in a single process.
+            Ignored in a single process. A multi-label model's multi-hot labels are gathered
+            with the embeddings, and the global batch's SCL weighs its pairs by
+            `scl_multi_label`, as one process would (the `"gather"` strategy).
         scl_distributed_strategy (`str`, *optional*, defaults to `"gather"`):
             How the global batch is contrasted: `"gather"` (each process gathers every
             process's embeddings) or `"ring"` (they pass around the processes in blocks; less
-            memory per process, more messages). See docs/DISTRIBUTED.md.
+            memory per process, more messages). The ring cannot weigh multi-hot labels: the
+            Trainer refuses it for a multi-label model at construction, or, where the config has
+            no ``problem_type``, at the first training step of multi-hot labels. See
+            docs/DISTRIBUTED.md.
         supcon_memory_size (`int`, *optional*, defaults to 0):
             Rows of a cross-batch memory ([`~scl_kernels.nn.SupConMemory`], XBM): SCL also
             contrasts each training batch against the last this many training embeddings (under
@@ -107,7 +112,8 @@ class SupConTrainingArguments(TrainingArguments):
             For a model with ``config.problem_type = "multi_label_classification"`` (multi-hot
             float labels, binary cross-entropy): how SCL weighs a pair of examples. `"any"`: a
             pair that shares a class is a positive; `"jaccard"`: weighted by the Jaccard
-            similarity of their label sets (docs/MATH.md section 11). Unread for class labels.
+            similarity of their label sets (docs/MATH.md section 11); under `scl_global_batch`,
+            over the pairs of the global batch. Unread for class labels.
     """
 
     scl_lambda: float = field(
@@ -238,8 +244,9 @@ class SupConTrainer(Trainer):
       positives weighed by ``args.scl_multi_label``; ``eval_loss`` is the BCE. As in Hugging
       Face's models, a config without a ``problem_type`` reads it from each batch: float
       ``[N, C]`` labels are multi-label, integer ``[N]`` ones single-label. The cross-batch
-      memory then keeps multi-hot rows; class-balanced batches (``samples_per_class``) and the
-      global batch of several processes need single labels; ``"regression"`` is refused.
+      memory then keeps multi-hot rows; class-balanced batches (``samples_per_class``) need
+      single labels; ``"regression"`` is refused. With several processes SCL contrasts the
+      global batch's multi-hot rows through the ``"gather"`` strategy (``"ring"`` is refused).
 
     Attributes:
         criterion ([`~scl_kernels.nn.SupConCrossEntropyLoss`]): the training objective.
@@ -275,7 +282,8 @@ class SupConTrainer(Trainer):
             TypeError: ``args`` is not a [`SupConTrainingArguments`].
             ValueError: ``compute_loss_func`` given, a gradient cache asked for with DeepSpeed,
                 a ``config.problem_type`` that is no classification, or a multi-label model with
-                an option that needs single labels.
+                an option that needs single labels (``samples_per_class``) or with the ring
+                strategy of the global batch.
         """
         if args is None:
             args = SupConTrainingArguments(output_dir="trainer_output")
@@ -293,10 +301,7 @@ class SupConTrainer(Trainer):
                              "pass also steps the optimizer")
         problem_type = self._problem_type()
         distributed = self._contrasts_global_batch()
-        if problem_type == MULTI_LABEL and distributed:
-            raise ValueError("a multi_label_classification model needs scl_global_batch=False in "
-                             "distributed training: the SCL of the global batch is computed for "
-                             "class labels only")
+        self._check_strategy_takes_labels(distributed, multi_hot=problem_type == MULTI_LABEL)
         self.criterion = SupConCrossEntropyLoss(
             lam=args.scl_lambda, temperature=args.scl_temperature, scl_reduction=args.scl_reduction,
             distributed=distributed,
@@ -352,6 +357,18 @@ class SupConTrainer(Trainer):
                              "which tensor / context / sequence parallelism replicates across ranks; "
                              "set scl_global_batch=False")
         return True
+
+    def _check_strategy_takes_labels(self, distributed: bool, multi_hot: bool) -> None:
+        """Refuses the ring strategy for multi-hot labels, before any process communicates: at
+        construction for a ``multi_label_classification`` model, at the first training step
+        where the config has no ``problem_type`` and the labels are multi-hot rows (every
+        process reads its own batch's labels, of one form in one data set)."""
+        if distributed and multi_hot and self.args.scl_distributed_strategy == "ring":
+            raise ValueError("scl_distributed_strategy='ring' cannot contrast the multi-hot labels "
+                             "of a multi-label model (the ring's blocks do not give multi-label "
+                             "pair weights, docs/DISTRIBUTED.md): use "
+                             "scl_distributed_strategy='gather' (the default) or "
+                             "scl_global_batch=False")
 
     @staticmethod
     def _pop_labels(inputs: Mapping[str, Any]) -> tuple[dict[str, Any], torch.Tensor]:
@@ -420,9 +437,13 @@ class SupConTrainer(Trainer):
         Raises:
             ValueError: a label is no class of the logits (outside ``[0, num_labels)`` and not
                 -100), naming its value and row, or a multi-hot value is neither 0 nor 1, as the
-                criterion says.
+                criterion says; multi-hot labels in a training step with the ring strategy of
+                the global batch (a config without a ``problem_type``).
         """
         inputs, labels = self._pop_labels(inputs)
+        if model.training and self.criterion.problem_type is None:  # the labels' form says
+            multi_hot = isinstance(labels, torch.Tensor) and labels.dim() == 2
+            self._check_strategy_takes_labels(self.criterion.distributed, multi_hot)
         if not model.training:
             logits = self._evaluation_logits(model, inputs)
             loss = self.criterion.classification_loss(logits, labels)

@@ -178,7 +178,8 @@ class SupConCrossEntropyLoss(nn.Module):
                 (binary cross-entropy); ``"single_label_classification"`` or
                 ``"multi_label_classification"`` (Hugging Face's ``config.problem_type``) fixes it
                 and refuses the other form. Multi-label takes no ``label_smoothing``; with
-                ``distributed``, the ``"gather"`` strategy.
+                ``distributed``, the ``"gather"`` strategy (``"ring"`` is refused here, and for
+                labels read as multi-hot by the distributed loss, on every rank at the call).
             multi_label: how SCL weighs a pair of multi-hot rows, passed to
                 :func:`~scl_kernels.supcon_loss`: ``"any"`` (default; weight 1 when they share a
                 class) or ``"jaccard"`` (``|Y_i & Y_j| / |Y_i | Y_j|``). Unread for class indices.
@@ -226,6 +227,10 @@ class SupConCrossEntropyLoss(nn.Module):
                              f"{problem_type!r}")
         if problem_type == MULTI_LABEL:
             _check_multi_label_options(label_smoothing)
+            if distributed and strategy == "ring":
+                raise ValueError("problem_type='multi_label_classification' with distributed=True "
+                                 "needs strategy='gather': the ring strategy refuses multi-hot "
+                                 "labels (docs/DISTRIBUTED.md)")
         check_multi_label(multi_label)
         # The attributes' types, declared (as the constructor's signature gives them).
         self.lam: float = float(lam)
