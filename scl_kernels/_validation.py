@@ -144,16 +144,6 @@ def check_label_rows(labels: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} as multi-hot rows must have at least one class")
 
 
-def check_multi_hot_values(labels: torch.Tensor) -> None:
-    """Multi-hot rows (a two-dimensional tensor that is not bool) hold only 0 and 1: the check the
-    fused ops make in their kernels, for the reference backend and the memory (stored as bool, a
-    2 would silently become a class). Class ids and bool rows pass; reads the values, so the
-    caller skips it where they cannot be read."""
-    if (labels.dim() == 2 and labels.dtype != torch.bool
-            and not bool(((labels == 0) | (labels == 1)).all())):
-        raise ValueError("multi-hot labels must hold 0 or 1")
-
-
 def check_inputs(features: torch.Tensor, labels: Optional[torch.Tensor],
                  groups: Optional[torch.Tensor] = None) -> None:
     """Types, devices and shapes of features and of its per-sample labels (class ids or

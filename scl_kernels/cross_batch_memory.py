@@ -10,9 +10,10 @@ import torch
 from torch import nn
 
 from ._types import BackendName, ContrastMode, MultiLabel, Reduction, Temperature
-from ._validation import (check_focal_gamma, check_inputs, check_label_rows, check_multi_hot_values,
-                          check_multi_label, check_options, check_tensor, temperature_tensor)
+from ._validation import (check_focal_gamma, check_inputs, check_label_rows, check_multi_label,
+                          check_options, check_tensor, temperature_tensor)
 from .backends import resolve_backend
+from .backends.reference import check_multi_hot_values
 from .functional import build_layout, reduce_per_anchor
 
 

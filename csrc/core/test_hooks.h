@@ -23,6 +23,9 @@
 //       (call_plan.h), so that one process tests and times every walk.
 //   blas_missing   the CPU kernels see no BLAS, as in a PyTorch build that exports none: the plan
 //       refuses.
+//   multi_label_positives   how the CPU weighs multi-hot positives: "pair_walk" (the walk,
+//       csrc/cpu/positive_walk.cpp) or "class_subsets" (csrc/cpu/class_subset_sums.h; an error
+//       where the rows do not fit them) in place of the choice by the rows' class counts.
 // Each row is X(C++ type, name, schema declaration with the zero value as its default).
 #pragma once
 
@@ -38,7 +41,8 @@
   X(std::string, cpu_capability, "str cpu_capability=\"\"")            \
   X(std::string, value_checks, "str value_checks=\"\"")                \
   X(std::string, symmetric_backward_walk, "str symmetric_backward_walk=\"\"") \
-  X(bool, blas_missing, "bool blas_missing=False")
+  X(bool, blas_missing, "bool blas_missing=False")                     \
+  X(std::string, multi_label_positives, "str multi_label_positives=\"\"")
 
 namespace scl {
 

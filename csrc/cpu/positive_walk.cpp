@@ -13,10 +13,13 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "../core/supcon_problem.h"
+#include "../core/test_hooks.h"
 #include "blas.h"
+#include "class_subset_sums.h"
 
 namespace scl::cpu {
 namespace {
@@ -378,9 +381,22 @@ void walk_grads(const ClassOrder& o, const Blocks& walk, double inv_t, double ga
       });
 }
 
+// Multi-hot rows of few classes take sums over class subsets (class_subset_sums.h) in place of
+// the pairs, where the terms are not per pair (the focal loss's are).
+bool by_class_subsets(const SupConProblem& p) {
+  const std::string& forced = test_hooks().multi_label_positives;
+  if (forced == "pair_walk") return false;
+  const bool fits = fits_class_subsets(p);
+  TORCH_CHECK(fits || forced != "class_subsets",
+              "the test hook multi_label_positives=\"class_subsets\" was set, but the rows hold "
+              "too many classes for sums over class subsets");
+  return fits;
+}
+
 }  // namespace
 
 PositiveWalkOutputs positive_walk(const SupConProblem& p, const PositiveWalkInputs& walk) {
+  if (walk.gamma == 0 && by_class_subsets(p)) return subset_walk(p, walk);
   const at::ScalarType ct = walk.lse_hi.scalar_type();
   const at::TensorOptions options = walk.lse_hi.options();
   const bool forward_only = walk.grad_weight.numel() == 0;
@@ -415,6 +431,7 @@ PositiveWalkOutputs positive_walk(const SupConProblem& p, const PositiveWalkInpu
 }
 
 MultiLabelPositives multi_label_positives(const SupConProblem& p) {
+  if (by_class_subsets(p)) return subset_positives(p);
   const at::TensorOptions options = p.z.options();
   MultiLabelPositives out{at::zeros({p.m}, options.dtype(at::kLong)),
                           at::zeros({p.m}, options.dtype(at::kDouble))};

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import scl_kernels
+from scl_kernels._testing import test_hooks
 from support.capability_plans import capability_in_plan
 from support.layouts import make_layout
 from support.reference64 import check_backend_against_reference
@@ -87,6 +88,41 @@ def test_rows_without_a_class_and_one_class_for_all(backend, layout, rule, randn
         kw["contrast_labels"] = torch.zeros(kw["contrast"].shape[0], 4, dtype=torch.bool)
         kw["contrast_labels"][:, 2] = True
     check_backend_against_reference(backend, kw, gen, temperature=0.1, reduction="none", multi_label=rule)
+
+
+def _few_classes(randint, rows, classes):
+    """Rows of 1 or 2 classes, every fifth without one, and one row each of 7 and 8 classes
+    (the most that sums over class subsets take)."""
+    hot = _multi_hot(randint, rows, classes, per_row=2)
+    hot[1:3] = False
+    hot[1, :8] = True
+    hot[2, 1:8] = True
+    return hot
+
+
+@pytest.mark.matrix(layout=LABELLED, rule=RULES, way=["pair_walk", "class_subsets"])
+def test_cpu_pair_walk_and_class_subsets(backend, layout, rule, way, randn, randint, gen):
+    """The CPU weighs multi-hot positives by sums over class subsets where the rows hold few
+    classes (csrc/cpu/class_subset_sums.h) and by the pair walk otherwise: each way, forced by
+    the test hook (which fails where the rows do not fit the sums), on every labelled layout."""
+    if backend.name != "cpu":
+        pytest.skip("the CPU backend's two ways")
+    kw = make_layout(layout, randn, randint, n=45, d=37)
+    kw["labels"] = _few_classes(randint, kw["features"].shape[0], 11)
+    if kw["contrast"] is not None:
+        kw["contrast_labels"] = _few_classes(randint, kw["contrast"].shape[0], 11)
+    with test_hooks(multi_label_positives=way):
+        check_backend_against_reference(backend, kw, gen, temperature=0.1, multi_label=rule)
+
+
+def test_class_subsets_take_rows_of_at_most_eight_classes():
+    kw = dict(features=torch.randn(40, 5), labels=torch.zeros(40, 12, dtype=torch.bool))
+    kw["labels"][:, 0] = True
+    with test_hooks(multi_label_positives="class_subsets"):
+        scl_kernels.supcon_loss(**kw, backend="cpu")
+        kw["labels"][3, :9] = True
+        with pytest.raises(RuntimeError, match="too many classes for sums over class subsets"):
+            scl_kernels.supcon_loss(**kw, backend="cpu")
 
 
 @pytest.mark.matrix(layout=["single_all", "multiview_one", "cross_labels"], rule=RULES)

@@ -17,6 +17,16 @@ def temperature_value_error(value: float) -> ValueError:
     return ValueError(f"temperature must be positive and finite, got {value:g}")
 
 
+def check_multi_hot_values(labels: torch.Tensor) -> None:
+    """Multi-hot rows (a two-dimensional tensor that is not bool) hold only 0 and 1: the check the
+    fused ops make in their kernels, for the reference backend and the memory (stored as bool, a
+    2 would silently become a class). Class ids and bool rows pass; reads the values, so the
+    caller skips it where they cannot be read."""
+    if (labels.dim() == 2 and labels.dtype != torch.bool
+            and not bool(((labels == 0) | (labels == 1)).all())):
+        raise ValueError("multi-hot labels must hold 0 or 1")
+
+
 def run_reference(*args: Any, **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
     """supcon_reference after the value checks that the fused ops make inside their kernels:
     NaN / inf in the rows, a temperature that is not positive and finite. The arguments are the
@@ -29,8 +39,6 @@ def run_reference(*args: Any, **kwargs: Any) -> Tuple[torch.Tensor, torch.Tensor
             tensor = arguments[name]
             if tensor is not None and not bool(torch.isfinite(tensor).all()):
                 raise ValueError(f"{name} contains NaN or inf")
-        # Imported here: scl_kernels._validation imports this module.
-        from .._validation import check_multi_hot_values
         for name in ("labels", "contrast_labels"):
             if arguments[name] is not None:
                 check_multi_hot_values(arguments[name])
