@@ -50,6 +50,9 @@ TORCH_LIBRARY(scl, m) {
                          "(Tensor dq, Tensor dz)"));
   m.def(SCL_STAGE_SCHEMA("supcon_triton_positive_walk", SCL_TRITON_POSITIVE_WALK_ARGUMENTS,
                          "(Tensor loss_sum, Tensor hterm_sum, Tensor dq, Tensor dz)"));
+  m.def(SCL_STAGE_SCHEMA("supcon_triton_multi_label_positives",
+                         SCL_TRITON_MULTI_LABEL_POSITIVES_ARGUMENTS,
+                         "(Tensor num_positives, Tensor weight_sum)"));
   m.def(SCL_STAGE_SCHEMA("supcon_triton_lse_and_losses", SCL_TRITON_LSE_AND_LOSSES_ARGUMENTS,
                          "(Tensor lse, Tensor loss)"));
   m.def(SCL_STAGE_SCHEMA("supcon_triton_assemble_backward",

@@ -152,7 +152,8 @@ def compile_fused_stages():
     terms (kernels.column_terms_kernel; the coefficient form of the symmetric backward and the
     bias form, each zeroing its tile kernel's accumulator), the forward's per-anchor losses
     (anchor_losses.anchor_losses_kernel, bf16 rows, single set), the backward's assembly, the
-    preparation, the backward's per-anchor weights and the log-sum-exp's merge."""
+    preparation, the backward's per-anchor weights, the log-sum-exp's merge and the positive
+    walk with its multi-hot positives' count."""
     from scl_kernels.backends.triton import anchor_losses
     records = []
     kernel = kernels.column_terms_kernel
@@ -176,6 +177,7 @@ def compile_fused_stages():
     records.append(_compile_row_preparation())
     records.extend(_compile_anchor_weights())
     records.extend(_compile_lse_merge())
+    records.extend(_compile_positive_walks())
     return records
 
 
@@ -198,6 +200,77 @@ def _stage_records(kernel, use, dtype, pointers, floats, forms):
         compiled = _compile(kernel, signature, constexprs, [], 4, 1)
         records.append(_single_config_record(use, dtype, compiled, tile_text))
     return records
+
+
+# The positive walk's pointers that are not fp32 (positive_walk.py): the sorted positions' rows
+# and slots, the classes (int64), the class words (int32 halves), the class counts.
+WALK_POINTERS = {"anchor_row_ptr": "*i32", "contrast_row_ptr": "*i32", "anchor_class_ptr": "*i64",
+                 "contrast_class_ptr": "*i64", "segment_lo_ptr": "*i32", "segment_hi_ptr": "*i32",
+                 "slot_ptr": "*i32", "anchor_words_ptr": "*i32", "contrast_words_ptr": "*i32",
+                 "anchor_count_ptr": "*i32", "contrast_count_ptr": "*i32",
+                 "positives_ptr": "*i32", "weight_sum_ptr": "*fp64"}
+WALK_DIMS = (64, 128, 256, 768)  # resident rows of either dtype, and streamed ones
+
+
+def _compile_positive_walks():
+    """The positive walk of multi-hot labels (positive_walk.py, MULTI_LABEL) with its tiles on
+    Hopper, single set, rows through tensor descriptors at every D of WALK_DIMS, bf16 and fp32:
+    the anchors' walk forward and backward and the contrast rows' walk, under either rule; then
+    the multi-hot positives' count (count_positives_kernel) under either rule. The class ids'
+    walk (the focal loss's) is not held to it: triton 3.9 spills a few bytes of its backward."""
+    from scl_kernels.backends.triton import positive_walk
+    anchor_tile, contrast_tile = positive_walk.walk_tiles(multi_label=True)
+    records = []
+    for dtype in ("bf16", "fp32"):
+        for d in WALK_DIMS:
+            width = positive_walk.walk_width(d, ELEMENT_SIZE[dtype], multi_label=True)
+            for kernel, tile, backward in ((positive_walk.walk_anchors_kernel, anchor_tile, False),
+                                           (positive_walk.walk_anchors_kernel, anchor_tile, True),
+                                           (positive_walk.walk_contrast_kernel, contrast_tile,
+                                            True)):
+                for jaccard in (False, True):
+                    records.append(_compile_walk(kernel, tile, width, dtype, d, backward,
+                                                 jaccard))
+    for jaccard in (False, True):
+        constexprs = {"SELF_COLUMN": True, "JACCARD": jaccard, "BLOCK_M": anchor_tile.block_m,
+                      "BLOCK_N": anchor_tile.block_n}
+        kernel = positive_walk.count_positives_kernel
+        signature = _stage_signature(kernel, constexprs, WALK_POINTERS, ())
+        compiled = _compile(kernel, signature, constexprs,
+                            [n for n in kernel.arg_names if n.endswith("_ptr")],
+                            anchor_tile.warps, 1)
+        records.append(_single_config_record(
+            "multi_label_positives", "-", compiled,
+            f"{anchor_tile.block_m}x{anchor_tile.block_n} w{anchor_tile.warps}, "
+            f"{'jaccard' if jaccard else 'any'}"))
+    return records
+
+
+def _compile_walk(kernel, tile, width, dtype, d, backward, jaccard):
+    """One multi-hot form of a walk kernel, specialised as the JIT specialises its launch."""
+    constexprs = {**tile.meta(kernel), **width.meta(), "SELF_COLUMN": True, "MULTI_LABEL": True,
+                  "JACCARD": jaccard, "USE_TMA": True, "PRECISION": _precision(dtype)}
+    if "BACKWARD" in kernel.arg_names:
+        constexprs["BACKWARD"] = backward
+    blocks = {"BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, **width.meta()}
+    signature = _stage_signature(kernel, constexprs,
+                                 {"q_ptr": f"*{dtype}", "z_ptr": f"*{dtype}", **WALK_POINTERS},
+                                 ("scale_log2", "gamma"))
+    for name in kernel.arg_names:
+        if name.endswith("_desc"):
+            rows, cols = launch.DESCRIPTOR_BLOCKS[name]
+            signature[name] = f"tensordesc<{dtype}{[blocks[rows], blocks[cols]]}>"
+    compiled = _compile(kernel, signature, constexprs,
+                        [n for n in kernel.arg_names if n.endswith("_ptr")], tile.warps,
+                        tile.stages)
+    use = "walk_anchors" if kernel.__name__ == "walk_anchors_kernel" else "walk_contrast"
+    record = _single_config_record(
+        use, dtype, compiled,
+        f"{tile_text(asdict(tile))}, D={d}, {'backward' if backward else 'forward'}, "
+        f"{'jaccard' if jaccard else 'any'}")
+    record["hgmma"] = any(i.base.startswith("HGMMA")
+                          for i in sass.disassemble(compiled.asm["cubin"])[0])
+    return record
 
 
 def _compile_row_preparation():

@@ -164,16 +164,20 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
     # One configuration each: hard-pair mining per dtype, the launchers' column terms (two forms),
     # the forward's per-anchor losses (with and without their mean), the backward's assembly,
     # the preparation, the backward's per-anchor weights (one per schedule with the weighted
-    # class sums, one without them) and the log-sum-exp's merge (one per form).
+    # class sums, one without them), the log-sum-exp's merge (one per form), the multi-hot
+    # positive walk (per dtype and D of WALK_DIMS, per rule: the anchors' forward and backward,
+    # the contrast rows' backward, on tensor cores) and its positives' count (one per rule).
+    from bench.static.triton_kernels import WALK_DIMS
     single = report["single_config"]
-    assert sorted(r["use"] for r in single) == ["anchor_losses", "anchor_losses",
-                                                "anchor_weights", "anchor_weights",
-                                                "anchor_weights", "backward_assembly",
-                                                "column_terms", "column_terms", "hard_pairs",
-                                                "hard_pairs", "lse_merge", "lse_merge",
-                                                "row_preparation"]
+    forms = 2 * len(WALK_DIMS) * 2
+    assert sorted(r["use"] for r in single) == sorted(
+        ["anchor_losses", "anchor_losses", "anchor_weights", "anchor_weights", "anchor_weights",
+         "backward_assembly", "column_terms", "column_terms", "hard_pairs", "hard_pairs",
+         "lse_merge", "lse_merge", "row_preparation", "multi_label_positives",
+         "multi_label_positives"] + ["walk_anchors"] * 2 * forms + ["walk_contrast"] * forms)
     for r in single:
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
+        assert r.get("hgmma", True), r
     lines = run.stdout.strip().splitlines()
     assert any(line.startswith("predicted fwd+bwd N=65536 D=128 bf16: ") and "floor" in line
                for line in lines)

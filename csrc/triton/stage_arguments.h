@@ -12,8 +12,10 @@
 // row says so: a term left out is an empty tensor.
 #pragma once
 
-// The tiles' inputs, shared by the ops that walk the tiles; the group mask's int32 ids where the
-// call has groups (SupConProblem::anchor_group and the rest), all four or none.
+// The tiles' inputs, shared by the ops that walk the tiles; the group mask's ids where the call
+// has groups (SupConProblem::anchor_group and the rest): the int32 group ids with the int32 pair
+// classes or, for multi-hot labels, the rows' int64 class words in their place (given whenever
+// the call has multi-hot labels, read only with groups).
 #define SCL_TRITON_TILE_ARGUMENTS(FIRST, NEXT)                                                    \
   FIRST(const at::Tensor&, q, "Tensor q", p.q)                                                    \
   NEXT(const at::Tensor&, z, "Tensor z", p.z)                                                     \
@@ -31,7 +33,11 @@
   NEXT(const std::optional<at::Tensor>&, anchor_pair_class, "Tensor? anchor_pair_class",         \
        present(p.anchor_pair_class))                                                              \
   NEXT(const std::optional<at::Tensor>&, contrast_pair_class, "Tensor? contrast_pair_class",     \
-       present(p.contrast_pair_class))
+       present(p.contrast_pair_class))                                                            \
+  NEXT(const std::optional<at::Tensor>&, anchor_words, "Tensor? anchor_words",                   \
+       present(p.anchor_words))                                                                   \
+  NEXT(const std::optional<at::Tensor>&, contrast_words, "Tensor? contrast_words",               \
+       present(p.contrast_words))
 
 // The log-sum-exp per anchor -> Tensor lse.
 #define SCL_TRITON_LSE_TILES_ARGUMENTS(FIRST, NEXT) SCL_TRITON_TILE_ARGUMENTS(FIRST, NEXT)
@@ -45,9 +51,10 @@
   NEXT(const at::Tensor&, lse_hi, "Tensor lse_hi", symmetric ? none : c.lse_hi)                   \
   NEXT(const at::Tensor&, lse_lo, "Tensor lse_lo", symmetric ? none : c.lse_lo)
 
-// The focal loss's walk over positive pairs (scl::PositiveWalkInputs `walk`; an empty
-// grad_weight asks for the forward only) -> (Tensor loss_sum, Tensor hterm_sum, Tensor dq,
-// Tensor dz). The focal loss reads t on the host.
+// The walk over positive pairs of the focal loss and of multi-hot labels (scl::PositiveWalkInputs
+// `walk`; an empty grad_weight asks for the forward only; the class words given for multi-hot
+// labels, whose pairs `jaccard` weighs by that rule, else by "any") -> (Tensor loss_sum,
+// Tensor hterm_sum, Tensor dq, Tensor dz). The walk reads t on the host.
 #define SCL_TRITON_POSITIVE_WALK_ARGUMENTS(FIRST, NEXT)                                           \
   FIRST(const at::Tensor&, q, "Tensor q", p.q)                                                    \
   NEXT(const at::Tensor&, z, "Tensor z", p.z)                                                     \
@@ -60,7 +67,20 @@
   NEXT(const at::Tensor&, lse_hi, "Tensor lse_hi", walk.lse_hi)                                   \
   NEXT(const at::Tensor&, lse_lo, "Tensor lse_lo", walk.lse_lo)                                   \
   NEXT(double, gamma, "float gamma", walk.gamma)                                                  \
-  NEXT(const at::Tensor&, grad_weight, "Tensor grad_weight", walk.grad_weight)
+  NEXT(const at::Tensor&, grad_weight, "Tensor grad_weight", walk.grad_weight)                    \
+  NEXT(const std::optional<at::Tensor>&, anchor_words, "Tensor? anchor_words",                   \
+       present(p.anchor_words))                                                                   \
+  NEXT(const std::optional<at::Tensor>&, contrast_words, "Tensor? contrast_words",               \
+       present(p.contrast_words))                                                                 \
+  NEXT(bool, jaccard, "bool jaccard", p.multi_label == MultiLabelRule::kJaccard)
+
+// The positives of multi-hot labels (scl::MultiLabelPositives), from the pairs the walk above
+// weighs -> (Tensor num_positives, Tensor weight_sum).
+#define SCL_TRITON_MULTI_LABEL_POSITIVES_ARGUMENTS(FIRST, NEXT)                                   \
+  FIRST(const at::Tensor&, anchor_words, "Tensor anchor_words", p.anchor_words)                   \
+  NEXT(const at::Tensor&, contrast_words, "Tensor contrast_words", p.contrast_words)              \
+  NEXT(int64_t, self_offset, "int self_offset", p.self_offset())                                  \
+  NEXT(bool, jaccard, "bool jaccard", p.multi_label == MultiLabelRule::kJaccard)
 
 // The forward's tiles and its per-anchor losses in one op (scl::AnchorLossInputs `finish`): the
 // log-sum-exp as lse_tiles gives it, and the losses from it in one kernel, or, given the mean's

@@ -1,9 +1,9 @@
 // scl::supcon_triton: the shared core (csrc/core) with tile kernels written in Triton. Triton
-// launches from Python, so the tiles and the fused stages (the focal loss's positive walk, the
-// preparation, the backward's assembly) are the ops
-// scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk,assemble_backward,prepare_rows}, whose
-// kernels scl_kernels/backends/triton registers; this file calls them through the dispatcher,
-// their arguments listed in stage_arguments.h.
+// launches from Python, so the tiles and the fused stages (the positive walk of the focal loss and
+// of multi-hot labels, with the latter's positives, the preparation, the backward's assembly) are
+// the ops scl::supcon_triton_{lse_tiles,grad_tiles,positive_walk,multi_label_positives,
+// assemble_backward,prepare_rows}, whose kernels scl_kernels/backends/triton registers; this file
+// calls them through the dispatcher, their arguments listed in stage_arguments.h.
 // Each call is a crossing into Python, so the stages that run back to back go as one op, the
 // grouped forms of TileKernels: scl::supcon_triton_lse_and_losses (the tiles and the fused
 // losses) and scl::supcon_triton_weights_grads_and_assembly (the anchor weights, the gradient
@@ -67,6 +67,17 @@ PositiveWalkOutputs positive_walk(const SupConProblem& p, const PositiveWalkInpu
   auto [loss_sum, hterm_sum, dq, dz] =
       op.call(SCL_STAGE_VALUES(SCL_TRITON_POSITIVE_WALK_ARGUMENTS));
   return {loss_sum, hterm_sum, dq, dz};
+}
+
+MultiLabelPositives multi_label_positives(const SupConProblem& p) {
+  static const auto op =
+      stage_op<std::tuple<at::Tensor, at::Tensor>(
+          SCL_STAGE_TYPES(SCL_TRITON_MULTI_LABEL_POSITIVES_ARGUMENTS))>(
+          "scl::supcon_triton_multi_label_positives");
+  require_tile_kernel("scl::supcon_triton_multi_label_positives", p.z);
+  auto [num_positives, weight_sum] =
+      op.call(SCL_STAGE_VALUES(SCL_TRITON_MULTI_LABEL_POSITIVES_ARGUMENTS));
+  return {num_positives, weight_sum};
 }
 
 // The forward's tiles and fused losses in one crossing (TileKernels::lse_and_anchor_losses).
@@ -149,7 +160,7 @@ const TileKernels& triton_kernels() {
                                    grad_tiles, host_may_wait, positive_walk,
                                    /*anchor_losses=*/{}, assemble_backward, prepare_rows,
                                    /*anchor_weights=*/{}, lse_and_anchor_losses,
-                                   weights_grads_and_assembly};
+                                   weights_grads_and_assembly, multi_label_positives};
   return kernels;
 }
 

@@ -89,7 +89,8 @@ def test_deterministic_mode_reaches_the_launchers_from_the_plan(deterministic, r
     ones = torch.ones(40)
     t = torch.tensor([0.1], dtype=torch.float64)  # a host value: 1/t = 10
     torch.ops.scl.supcon_triton_grad_tiles(unit, unit, ones, ones, t, False, 0, True, None,
-                                           None, None, None, deterministic, ones, ones, ones)
+                                           None, None, None, None, None, deterministic, ones,
+                                           ones, ones)
     assert seen == [deterministic]
 
 

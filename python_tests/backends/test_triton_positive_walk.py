@@ -1,6 +1,7 @@
-"""The Triton positive walk of the focal loss (scl_kernels/backends/triton/positive_walk.py)
-against a dense float64 brute force written from the walk's definition (docs/MATH.md, "The
-positive walk"): every pair built explicitly, at sizes around the interpreter's 16-wide tiles.
+"""The Triton positive walk of the focal loss and of multi-hot labels
+(scl_kernels/backends/triton/positive_walk.py) against a dense float64 brute force written from
+the walk's definition (docs/MATH.md, "The positive walk" and section 11): every pair and its
+weight built explicitly, at sizes around the interpreter's 16-wide tiles.
 Runs in Triton's interpreter on CPU tensors (TRITON_INTERPRET=1, set by support/backend_matrix.py
 without CUDA), or on a GPU."""
 import math
@@ -38,11 +39,34 @@ def _logits(case):
     return unit_q, unit_z, unit_q @ unit_z.T * case["inv_t"]
 
 
+def _multi_hot_weights(anchor_hot, contrast_hot, rule):
+    """[m, n] float64 w_ij of multi-hot rows (docs/MATH.md section 11)."""
+    ours, theirs = anchor_hot.double(), contrast_hot.double()
+    shared = ours @ theirs.T
+    if rule == "any":
+        return (shared > 0).double()
+    return shared / (ours.sum(1)[:, None] + theirs.sum(1)[None, :] - shared).clamp_min(1)
+
+
+def _weights(case):
+    """[m, n] float64 weights of the positive pairs (0 elsewhere): 1 for class ids, the rule's
+    for multi-hot rows (case["rule"]), whose walked anchors are those of class >= 0."""
+    m, n = case["q"].shape[0], case["z"].shape[0]
+    if "rule" not in case:
+        return _pairs(m, n, case["anchor_class"], case["contrast_class"],
+                      case["self_offset"]).double()
+    weights = _multi_hot_weights(case["anchor_hot"], case["contrast_hot"], case["rule"])
+    weights[case["anchor_class"] < 0] = 0
+    if case["self_offset"] >= 0:
+        weights[torch.arange(m), torch.arange(m) + case["self_offset"]] = 0
+    return weights
+
+
 def brute_force(case, backward):
     """(loss_sum, hterm_sum, dq, dz) in float64 from the dense pair matrix."""
     unit_q, unit_z, s = _logits(case)
-    m, n = s.shape
-    pairs = _pairs(m, n, case["anchor_class"], case["contrast_class"], case["self_offset"])
+    weights = _weights(case)
+    pairs = weights > 0
     lse = case["lse_hi"].double() + case["lse_lo"].double()
     x = torch.where(pairs, lse[:, None] - s, 0.0)
     pi = torch.exp(-x)
@@ -50,9 +74,9 @@ def brute_force(case, backward):
     gamma = case["gamma"]
     u_gamma = u ** gamma  # torch: 0 ** 0 == 1
     if not backward:
-        return torch.where(pairs, u_gamma * x, 0.0).sum(1), None, None, None
+        return torch.where(pairs, weights * u_gamma * x, 0.0).sum(1), None, None, None
     r = torch.where(u > 0, x / torch.where(u > 0, u, 1.0), 1.0)
-    hterm = torch.where(pairs, u_gamma * (1 + gamma * pi * r), 0.0)
+    hterm = torch.where(pairs, weights * u_gamma * (1 + gamma * pi * r), 0.0)
     weights = case["grad_weight"].double()[:, None] * hterm
     return None, hterm.sum(1), -case["inv_t"] * weights @ unit_z, -case["inv_t"] * weights.T @ unit_q
 
@@ -97,7 +121,8 @@ def run_walk(case, backward):
     outputs = positive_walk.positive_walk(
         put["q"], put["z"], put["q_inv_norm"], put["z_inv_norm"], put["inv_t"],
         put["self_offset"], put["anchor_class"], put["contrast_class"], put["lse_hi"],
-        put["lse_lo"], put["gamma"], grad_weight)
+        put["lse_lo"], put["gamma"], grad_weight, put.get("anchor_words"),
+        put.get("contrast_words"), put.get("rule") == "jaccard")
     return tuple(o.cpu() for o in outputs)
 
 
@@ -184,6 +209,116 @@ def test_anchors_without_positives_get_zeros(gen, poisoned):
     assert loss[without_pairs].eq(0).all() and hterm[without_pairs].eq(0).all()
     assert dq[without_pairs].eq(0).all()
     assert dz[[20, 22, 23]].eq(0).all() and dz[21].ne(0).all()
+
+
+def class_words(hot):
+    """[rows, ceil(C / 64)] int64 class words of multi-hot rows, bit c % 64 of word c // 64 for
+    class c (csrc/core/supcon_problem.h), set bit by bit."""
+    rows, classes = hot.shape
+    words = torch.zeros(rows, (classes + 63) // 64, dtype=torch.int64)
+    for c in range(classes):
+        bit = 1 << (c % 64)
+        words[:, c // 64] |= torch.where(hot[:, c], bit - (bit >> 63 << 64), 0)
+    return words
+
+
+def make_multi_hot_case(gen, m, n, d, classes, per_row, self_offset, temperature, gamma, rule,
+                        unwalked):
+    """make_case's rows with multi-hot classes, about `per_row` a row: every fifth contrast row
+    without a class, every sixth holding the last class (the last word's last bit where C = 64),
+    the first `unwalked` anchors marked left out (class -1)."""
+    walked = torch.where(torch.arange(m) < unwalked, -1, 0)
+    case = make_case(gen, m, n, d, 1, self_offset, temperature, gamma, anchor_classes=walked)
+    contrast_hot = torch.rand(n, classes, generator=gen) < per_row / classes
+    contrast_hot[::5] = False
+    contrast_hot[1::6, classes - 1] = True
+    if self_offset >= 0:
+        anchor_hot = contrast_hot[self_offset:self_offset + m]
+    else:
+        anchor_hot = torch.rand(m, classes, generator=gen) < per_row / classes
+    case.update(anchor_hot=anchor_hot, contrast_hot=contrast_hot, rule=rule,
+                anchor_words=class_words(anchor_hot), contrast_words=class_words(contrast_hot))
+    return case
+
+
+# (m, n, d, classes, classes a row, self_offset, temperature, anchors left out): two words with a
+# class in each; one full word; a slice of the contrast set; few classes and many a row, so that
+# most pairs share several and count under the lowest only; a cross set.
+MULTI_HOT_SHAPES = {
+    "two_words": (37, 37, 21, 70, 3, 0, 0.1, 4),
+    "one_word": (19, 26, 5, 64, 4, -1, 0.5, 2),
+    "slice_of_contrast": (20, 45, 40, 5, 2, 10, 0.1, 0),
+    "shared_classes": (20, 20, 9, 3, 2, 0, 0.07, 0),
+}
+
+
+@pytest.mark.parametrize("gamma", [0.0, 2.0])
+@pytest.mark.parametrize("rule", ["any", "jaccard"])
+@pytest.mark.parametrize("shape", MULTI_HOT_SHAPES)
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_multi_hot_walk_matches_brute_force(shape, rule, gamma, backward, gen, poisoned):
+    m, n, d, classes, per_row, self_offset, temperature, unwalked = MULTI_HOT_SHAPES[shape]
+    case = make_multi_hot_case(gen, m, n, d, classes, per_row, self_offset, temperature, gamma,
+                               rule, unwalked)
+    weights = _weights(case)
+    assert (weights > 0).any() and (rule == "any" or ((weights > 0) & (weights < 1)).any())
+    loss, hterm, dq, dz = run_walk(case, backward)
+    want_loss, want_hterm, want_dq, want_dz = brute_force(case, backward)
+    if not backward:
+        assert loss.shape == (m,)
+        _close(loss, want_loss, want_loss.abs().max(), "loss_sum")
+        return
+    assert hterm.shape == (m,) and dq.shape == (m, d) and dz.shape == (n, d)
+    _close(hterm, want_hterm, want_hterm.abs().max(), "hterm_sum")
+    _close(dq, want_dq, want_dq.abs().max(), "dq")
+    _close(dz, want_dz, want_dz.abs().max(), "dz")
+
+
+@pytest.mark.parametrize("rule", ["any", "jaccard"])
+@pytest.mark.parametrize("shape", MULTI_HOT_SHAPES)
+def test_multi_hot_positives_are_the_walks_pairs(shape, rule, gen):
+    """|P(i)| and W_i (positive_walk.multi_label_positives) for every anchor: the pairs' count
+    exactly, the weights' float64 sum to rounding."""
+    m, n, d, classes, per_row, self_offset, temperature, _ = MULTI_HOT_SHAPES[shape]
+    case = make_multi_hot_case(gen, m, n, d, classes, per_row, self_offset, temperature, 0.0,
+                               rule, 0)
+    weights = _weights(case)
+    positives, weight_sum = positive_walk.multi_label_positives(
+        case["anchor_words"].to(DEVICE), case["contrast_words"].to(DEVICE), self_offset,
+        rule == "jaccard")
+    assert positives.dtype == torch.int64 and weight_sum.dtype == torch.float64
+    assert torch.equal(positives.cpu(), (weights > 0).sum(1))
+    torch.testing.assert_close(weight_sum.cpu(), weights.sum(1), rtol=1e-14, atol=0.0)
+
+
+def test_multi_hot_rows_without_entries_get_zeros(gen, poisoned):
+    """No anchor holds a class (or none is walked): zeros from both steps, no kernel launched
+    on an empty side."""
+    case = make_multi_hot_case(gen, 6, 6, 4, 3, 1, 0, 0.1, 0.5, "any", 0)
+    case["anchor_words"] = case["contrast_words"] = torch.zeros(6, 1, dtype=torch.int64)
+    case["anchor_hot"] = case["contrast_hot"] = torch.zeros(6, 3, dtype=torch.bool)
+    loss, *_ = run_walk(case, backward=False)
+    _, hterm, dq, dz = run_walk(case, backward=True)
+    assert not loss.any() and not hterm.any() and not dq.any() and not dz.any()
+    positives, weight_sum = positive_walk.multi_label_positives(
+        case["anchor_words"].to(DEVICE), case["contrast_words"].to(DEVICE), 0, False)
+    assert not positives.any() and not weight_sum.any()
+
+
+def test_popcount_counts_every_bit_of_an_int32():
+    """positive_walk._popcount on halves with the sign bit set too (arithmetic shifts)."""
+    values = [0, 1, -1, -2**31, 2**31 - 1, 0x55555555, -0x55555556, 123456789, -987654321]
+    x = torch.tensor(values, dtype=torch.int32, device=DEVICE)
+    out = torch.empty(len(values), dtype=torch.int32, device=DEVICE)
+    _popcount_kernel[(1,)](x, out, len(values), BLOCK=16)
+    assert out.cpu().tolist() == [bin(v & (2**32 - 1)).count("1") for v in values]
+
+
+@triton.jit
+def _popcount_kernel(x_ptr, out_ptr, count, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offsets, mask=offsets < count, other=0)
+    tl.store(out_ptr + offsets, positive_walk._popcount(x), mask=offsets < count)
 
 
 @triton.jit

@@ -157,7 +157,7 @@ REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (
             and (device.type == "cuda" or triton_interpreter_enabled()),
             prepare=load_triton_backend, float64_kernels=False,
             hard_pairs_op_name="hard_pairs_triton", low_precision_gradient_weights=True,
-            groups=True),
+            groups=True, multi_label=True),
     # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
     # scl::supcon's CUDA key. auto takes them only by the size rule measured on an H100
     # (auto_rule.py): a call whose shape it rules, on sm_90. No focal loss: its kernels have no

@@ -3,7 +3,8 @@ the shared core (csrc/core/tile_kernels.h). kernels.py holds the tile kernels, l
 (tiles, grids, the temperature's two forms, the autotuner's choices and compiled kernels kept per
 key), tiles.py serves the two tiled steps (the log-sum-exp and the softmax part of the gradient)
 from it; row_preparation.py, anchor_losses.py, anchor_weights.py, backward_assembly.py and
-positive_walk.py are the O(N D) stages and the focal loss's positive walk, one kernel each;
+positive_walk.py are the O(N D) stages and the positive walk (of the focal loss and of multi-hot
+labels, with the latter's positives), one kernel each;
 grouped_stages.py runs the stages that follow each other as one op each way (one crossing from
 the shared core instead of one a stage); hard_pairs.py is scl::hard_pairs_triton;
 registration.py registers them all as the ops' kernels.

@@ -14,15 +14,15 @@ from .tiles import group_mask, tile_gradients, tile_lse
 
 def lse_and_losses(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_memory,
                    self_offset, symmetric, anchor_group, contrast_group, anchor_pair_class,
-                   contrast_pair_class, class_sums, anchor_class, num_positives, single_set,
-                   mean_sums):
+                   contrast_pair_class, anchor_words, contrast_words, class_sums, anchor_class,
+                   num_positives, single_set, mean_sums):
     """(lse, loss): lse_tiles's log-sum-exp, and the per-anchor losses from it, or with
     mean_sums (else None) their mean (anchor_losses.py); the arguments:
     csrc/triton/stage_arguments.h."""
     resolved = temperature_of(temperature, temperature_in_memory)  # once per op call
     lse = tile_lse(q, z, q_inv_norm, z_inv_norm, resolved, self_offset, symmetric,
                    group_mask(anchor_group, contrast_group, anchor_pair_class,
-                              contrast_pair_class))
+                              contrast_pair_class, anchor_words, contrast_words))
     return lse, anchor_losses(q, q_inv_norm, class_sums, anchor_class, num_positives, lse,
                               resolved, single_set, mean_sums)
 
@@ -30,10 +30,10 @@ def lse_and_losses(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_mem
 def weights_grads_and_assembly(grad_loss, anchors_with_positives, lse, q, z, q_inv_norm,
                                z_inv_norm, temperature, temperature_in_memory, self_offset,
                                symmetric, anchor_group, contrast_group, anchor_pair_class,
-                               contrast_pair_class, deterministic, num_positives, anchor_class,
-                               contrast_class, class_sums, single_set, anchor_offset,
-                               class_shares_weight, normalize, max_inv_norm, features_dtype,
-                               contrast_dtype):
+                               contrast_pair_class, anchor_words, contrast_words, deterministic,
+                               num_positives, anchor_class, contrast_class, class_sums,
+                               single_set, anchor_offset, class_shares_weight, normalize,
+                               max_inv_norm, features_dtype, contrast_dtype):
     """(grad_features, unit_dot_features, grad_contrast, unit_dot_contrast), the contrast's
     empty in single set: the anchor weights (anchor_weights.py), the gradient tiles from their
     coefficients (tiles.py) and each output's assembly (backward_assembly.py), as the shared
@@ -45,7 +45,7 @@ def weights_grads_and_assembly(grad_loss, anchors_with_positives, lse, q, z, q_i
         classes, resolved, symmetric)
     dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm, resolved, self_offset, symmetric,
                             group_mask(anchor_group, contrast_group, anchor_pair_class,
-                                       contrast_pair_class),
+                                       contrast_pair_class, anchor_words, contrast_words),
                             deterministic, coef, lse_hi, lse_lo)
     if single_set:
         # One output, the contrast rows: the anchors' side is added at their rows, and the

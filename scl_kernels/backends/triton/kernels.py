@@ -181,26 +181,39 @@ def _unmask_self(s2, rows, cols, self_offset, MASKED: tl.constexpr):
 
 
 @triton.jit
-def _group_pairs(a, b, a_group_ptr, a_class_ptr, a_count, b_group_ptr, b_class_ptr, b_count):
+def _group_pairs(a, b, a_group_ptr, a_class_ptr, a_count, b_group_ptr, b_class_ptr, b_count,
+                 GROUP_WORDS: tl.constexpr):
     """[A, B] True where row a and row b are in one group (id >= 0) without being a positive
-    pair (their pair classes differ): the pairs that known false negatives take out of the
-    denominator (docs/MATH.md section 11). Rows past the ends are in no group."""
+    pair: the pairs that known false negatives take out of the denominator (docs/MATH.md section
+    11). Their pair classes differ or, with GROUP_WORDS > 0 (multi-hot labels, whose positive
+    pairs are no equivalence: *_class_ptr hold each row's GROUP_WORDS int32 words of its classes
+    numbered within its group, multi_hot.group_class_words), they share no class. Rows past the
+    ends are in no group."""
     group_a = tl.load(a_group_ptr + a, mask=a < a_count, other=-1)
-    class_a = tl.load(a_class_ptr + a, mask=a < a_count, other=0)
     group_b = tl.load(b_group_ptr + b, mask=b < b_count, other=-1)
-    class_b = tl.load(b_class_ptr + b, mask=b < b_count, other=0)
-    return ((group_a[:, None] == group_b[None, :]) & (group_a[:, None] >= 0)
-            & (class_a[:, None] != class_b[None, :]))
+    if GROUP_WORDS == 0:
+        class_a = tl.load(a_class_ptr + a, mask=a < a_count, other=0)
+        class_b = tl.load(b_class_ptr + b, mask=b < b_count, other=0)
+        unrelated = class_a[:, None] != class_b[None, :]
+    else:
+        a_words = a_class_ptr + a.to(tl.int64) * GROUP_WORDS
+        b_words = b_class_ptr + b.to(tl.int64) * GROUP_WORDS
+        unrelated = (tl.load(a_words, mask=a < a_count, other=0)[:, None]
+                     & tl.load(b_words, mask=b < b_count, other=0)[None, :]) == 0
+        for w in tl.static_range(1, GROUP_WORDS):
+            unrelated &= (tl.load(a_words + w, mask=a < a_count, other=0)[:, None]
+                          & tl.load(b_words + w, mask=b < b_count, other=0)[None, :]) == 0
+    return (group_a[:, None] == group_b[None, :]) & (group_a[:, None] >= 0) & unrelated
 
 
 @triton.jit
 def _unmask_groups(s2, rows, cols, q_group_ptr, q_class_ptr, M, z_group_ptr, z_class_ptr, N,
-                   GROUPS: tl.constexpr):
+                   GROUPS: tl.constexpr, GROUP_WORDS: tl.constexpr):
     """-inf on the pairs of rows x cols that groups take out (_group_pairs), where the call has
     groups; every tile is masked then, not only those of the self columns."""
     if GROUPS:
         return tl.where(_group_pairs(rows, cols, q_group_ptr, q_class_ptr, M, z_group_ptr,
-                                     z_class_ptr, N), float("-inf"), s2)
+                                     z_class_ptr, N, GROUP_WORDS), float("-inf"), s2)
     return s2
 
 
@@ -232,7 +245,7 @@ def _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr, terms_ptr,
                 q_class_ptr, z_group_ptr, z_class_ptr,
                 MASKED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, RESIDENT: tl.constexpr, USE_TMA: tl.constexpr,
-                PRECISION: tl.constexpr, GROUPS: tl.constexpr):
+                PRECISION: tl.constexpr, GROUPS: tl.constexpr, GROUP_WORDS: tl.constexpr):
     """Online base-2 (max, sum) of the rows over the column tiles c_lo, c_lo + BLOCK_N, ...
     before c_hi."""
     for c0 in range(c_lo, c_hi, BLOCK_N):
@@ -242,7 +255,7 @@ def _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr, terms_ptr,
         s2 = tl.fma(dots * rz_scaled[None, :], rq[:, None], bias[None, :])
         s2 = _unmask_self(s2, rows, cols, self_offset, MASKED)
         s2 = _unmask_groups(s2, rows, cols, q_group_ptr, q_class_ptr, M, z_group_ptr, z_class_ptr,
-                            N, GROUPS)
+                            N, GROUPS, GROUP_WORDS)
         new_max = tl.maximum(run_max, tl.max(s2, axis=1))
         # A row whose columns are all masked so far keeps max -inf; shift it by 0 instead.
         shift = tl.where(new_max == float("-inf"), 0.0, new_max)
@@ -257,12 +270,12 @@ def lse_plain_kernel(q_desc, z_desc, q_ptr, z_ptr, rq_ptr, terms_ptr, part_max_p
                      stride, n_bucket, self_offset, num_splits, SELF_COLUMN: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      RESIDENT: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr,
-                     GROUPS: tl.constexpr):
+                     GROUPS: tl.constexpr, GROUP_WORDS: tl.constexpr):
     """Online base-2 log-sum-exp of one row block over one split of the columns.
 
     Writes the running (max, sum) pair of each row to its split's slot; splitting the columns is
-    what keeps the GPU busy when there are few row blocks. GROUPS: the group mask's int32 ids
-    (_group_pairs) at q_group_ptr and the rest."""
+    what keeps the GPU busy when there are few row blocks. GROUPS: the group mask's ids
+    (_group_pairs, with GROUP_WORDS) at q_group_ptr and the rest."""
     pid_m = tl.program_id(0)
     split = tl.program_id(1)
     row0 = pid_m * BLOCK_M
@@ -280,17 +293,17 @@ def lse_plain_kernel(q_desc, z_desc, q_ptr, z_ptr, rq_ptr, terms_ptr, part_max_p
                                    terms_ptr, col_begin, self_lo, run_max, run_sum, M, N,
                                    D, stride, self_offset, q_group_ptr, q_class_ptr,
                                    z_group_ptr, z_class_ptr, False, BLOCK_M, BLOCK_N, BLOCK_K,
-                                   RESIDENT, USE_TMA, PRECISION, GROUPS)
+                                   RESIDENT, USE_TMA, PRECISION, GROUPS, GROUP_WORDS)
     run_max, run_sum = _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr,
                                    terms_ptr, self_lo, self_hi, run_max, run_sum, M, N,
                                    D, stride, self_offset, q_group_ptr, q_class_ptr,
                                    z_group_ptr, z_class_ptr, True, BLOCK_M, BLOCK_N, BLOCK_K,
-                                   RESIDENT, USE_TMA, PRECISION, GROUPS)
+                                   RESIDENT, USE_TMA, PRECISION, GROUPS, GROUP_WORDS)
     run_max, run_sum = _online_lse(q_res, q_desc, q_ptr, row0, rows, rq, z_desc, z_ptr,
                                    terms_ptr, self_hi, col_end, run_max, run_sum,
                                    M, N, D, stride, self_offset, q_group_ptr, q_class_ptr,
                                    z_group_ptr, z_class_ptr, False, BLOCK_M, BLOCK_N, BLOCK_K,
-                                   RESIDENT, USE_TMA, PRECISION, GROUPS)
+                                   RESIDENT, USE_TMA, PRECISION, GROUPS, GROUP_WORDS)
     tl.store(part_max_ptr + split * M + rows, run_max, mask=row_mask)
     tl.store(part_sum_ptr + split * M + rows, run_sum, mask=row_mask)
 
@@ -299,7 +312,7 @@ def lse_plain_kernel(q_desc, z_desc, q_ptr, z_ptr, rq_ptr, terms_ptr, part_max_p
 def _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, z_group_ptr, z_class_ptr, bi,
                          j_lo, j_hi, N, D, stride, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr,
                          RESIDENT: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr,
-                         GROUPS: tl.constexpr):
+                         GROUPS: tl.constexpr, GROUP_WORDS: tl.constexpr):
     """Column blocks j_lo <= J < j_hi (all >= bi) of row block bi. Tiles are computed transposed,
     E^T = 2^(s2 - log2(e)/t) with rows J and columns I: the sums of block J (flushed every tile)
     are then row sums, which stay inside groups of 4 threads, and the sums of block I
@@ -317,7 +330,7 @@ def _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, z_group_ptr, z_c
                      BLOCK_K, RESIDENT, True, USE_TMA, PRECISION)
         s2 = tl.fma(dots * rj_scaled[:, None], ri[None, :], bias[:, None])
         e = tl.exp2(_unmask_groups(s2, rows_j, cols_i, z_group_ptr, z_class_ptr, N, z_group_ptr,
-                                   z_class_ptr, N, GROUPS))
+                                   z_class_ptr, N, GROUPS, GROUP_WORDS))
         acc_i += e
         tl.atomic_add(row_sum_ptr + rows_j, tl.sum(e, axis=1), sem="relaxed")
     if j_lo <= bi and bi < j_hi:  # the diagonal tile: its own rows only, self excluded
@@ -326,7 +339,7 @@ def _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, z_group_ptr, z_c
                      BLOCK_K, RESIDENT, True, USE_TMA, PRECISION)
         s2 = tl.fma(dots * ri_scaled[:, None], ri[None, :], bias[:, None])
         s2 = _unmask_groups(s2, cols_i, cols_i, z_group_ptr, z_class_ptr, N, z_group_ptr,
-                            z_class_ptr, N, GROUPS)
+                            z_class_ptr, N, GROUPS, GROUP_WORDS)
         acc_i += tl.exp2(_unmask_self(s2, cols_i, cols_i, 0, True))
     # Columns past N collect terms too, in row_sum's padding, which the launcher drops.
     tl.atomic_add(row_sum_ptr + cols_i, tl.sum(acc_i, axis=0), sem="relaxed")
@@ -336,7 +349,7 @@ def _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, z_group_ptr, z_c
 def lse_symmetric_kernel(z_desc, z_ptr, terms_ptr, row_sum_ptr, z_group_ptr, z_class_ptr, N, D,
                          stride, n_bucket, num_splits, BLOCK: tl.constexpr, BLOCK_K: tl.constexpr,
                          RESIDENT: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr,
-                         GROUPS: tl.constexpr):
+                         GROUPS: tl.constexpr, GROUP_WORDS: tl.constexpr):
     """Row sums of exp2(s2 - log2(e)/t) from the upper-triangle tiles I <= J of Z Z^T.
 
     The fixed shift (s <= 1/t for unit rows) makes the terms of row i and of column j the same
@@ -352,13 +365,13 @@ def lse_symmetric_kernel(z_desc, z_ptr, terms_ptr, row_sum_ptr, z_group_ptr, z_c
     first = nb - pair  # tiles of row block `pair`: J = pair .. nb - 1
     _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, z_group_ptr, z_class_ptr, pair,
                          pair + t_lo, pair + tl.minimum(t_hi, first), N, D, stride, BLOCK,
-                         BLOCK_K, RESIDENT, USE_TMA, PRECISION, GROUPS)
+                         BLOCK_K, RESIDENT, USE_TMA, PRECISION, GROUPS, GROUP_WORDS)
     partner = nb - 1 - pair
     if partner != pair and t_hi > first:
         _symmetric_row_block(z_desc, z_ptr, terms_ptr, row_sum_ptr, z_group_ptr, z_class_ptr,
                              partner, partner + tl.maximum(t_lo - first, 0),
                              tl.minimum(partner + t_hi - first, nb), N, D, stride, BLOCK, BLOCK_K,
-                             RESIDENT, USE_TMA, PRECISION, GROUPS)
+                             RESIDENT, USE_TMA, PRECISION, GROUPS, GROUP_WORDS)
 
 
 @triton.jit
@@ -369,7 +382,7 @@ def _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0,
                 CONTRAST_SIDE: tl.constexpr, SYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr,
                 RESIDENT: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr,
-                GROUPS: tl.constexpr):
+                GROUPS: tl.constexpr, GROUP_WORDS: tl.constexpr):
     """dq += G~ Z over the column tiles c_lo, c_lo + BLOCK_N, ... < c_hi (grad_rows_kernel)."""
     douts = d0 + tl.arange(0, BLOCK_DO)
     for c0 in range(c_lo, c_hi, BLOCK_N):
@@ -393,7 +406,7 @@ def _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0,
         # Masked (-inf) before exp2: the self logit may exceed lse, which leaves it out.
         s2 = _unmask_self(s2, rows, cols, self_offset, MASKED)
         s2 = _unmask_groups(s2, rows, cols, q_group_ptr, q_class_ptr, M, z_group_ptr, z_class_ptr,
-                            N, GROUPS)
+                            N, GROUPS, GROUP_WORDS)
         if SYMMETRIC:
             # coef_i r_j + coef_j r_j, with `coef` = coef_i t / log2(e) against r_j log2(e) / t
             g = tl.exp2(s2) * tl.fma(coef[:, None], rz_scaled[None, :], second[None, :])
@@ -417,7 +430,7 @@ def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
                      CONTRAST_SIDE: tl.constexpr, SYMMETRIC: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr,
                      RESIDENT: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr,
-                     GROUPS: tl.constexpr):
+                     GROUPS: tl.constexpr, GROUP_WORDS: tl.constexpr):
     """Softmax part of the gradient for one row block, one chunk of output columns and one split
     of the contrast columns, from tiles G that live only in registers.
 
@@ -467,17 +480,17 @@ def grad_rows_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
                      coef, lse2_hi, lse2_lo, terms_ptr, dz_ptr, d0, col_begin, self_lo,
                      M, N, D, stride, scale_log2, self_offset, q_group_ptr, q_class_ptr,
                      z_group_ptr, z_class_ptr, False, CONTRAST_SIDE, SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
-                     BLOCK_DO, RESIDENT, USE_TMA, PRECISION, GROUPS)
+                     BLOCK_DO, RESIDENT, USE_TMA, PRECISION, GROUPS, GROUP_WORDS)
     dq = _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0, rows, rq,
                      coef, lse2_hi, lse2_lo, terms_ptr, dz_ptr, d0, self_lo, self_hi,
                      M, N, D, stride, scale_log2, self_offset, q_group_ptr, q_class_ptr,
                      z_group_ptr, z_class_ptr, True, CONTRAST_SIDE, SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
-                     BLOCK_DO, RESIDENT, USE_TMA, PRECISION, GROUPS)
+                     BLOCK_DO, RESIDENT, USE_TMA, PRECISION, GROUPS, GROUP_WORDS)
     dq = _grad_tiles(dq, q_res, q_chunk, q_desc, z_desc, zo_desc, q_ptr, z_ptr, row0, rows, rq,
                      coef, lse2_hi, lse2_lo, terms_ptr, dz_ptr, d0, self_hi, col_end,
                      M, N, D, stride, scale_log2, self_offset, q_group_ptr, q_class_ptr,
                      z_group_ptr, z_class_ptr, False, CONTRAST_SIDE, SYMMETRIC, BLOCK_M, BLOCK_N, BLOCK_K,
-                     BLOCK_DO, RESIDENT, USE_TMA, PRECISION, GROUPS)
+                     BLOCK_DO, RESIDENT, USE_TMA, PRECISION, GROUPS, GROUP_WORDS)
     if not SYMMETRIC:
         dq = dq * (coef / scale_log2)[:, None]
     dq_ptrs = dq_ptr + rows[:, None] * D + douts[None, :]
@@ -495,7 +508,7 @@ def grad_cols_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
                      self_offset, SELF_COLUMN: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DO: tl.constexpr,
                      RESIDENT: tl.constexpr, USE_TMA: tl.constexpr, PRECISION: tl.constexpr,
-                     GROUPS: tl.constexpr):
+                     GROUPS: tl.constexpr, GROUP_WORDS: tl.constexpr):
     """Contrast side without atomics (deterministic mode): one column block owns its dz rows
     and recomputes the transposed tiles of every row block. Anchors past M have coef 0 and
     lse +inf, so they add exact zeros. log2(e)/t: logit_scale of `temperature`."""
@@ -524,7 +537,7 @@ def grad_cols_kernel(q_desc, z_desc, qo_desc, zo_desc, q_ptr, z_ptr, rq_ptr, ter
         if SELF_COLUMN:  # column j meets anchor i where j == i + self_offset
             s2_t = _unmask_self(s2_t, cols, rows, -self_offset, True)
         s2_t = _unmask_groups(s2_t, cols, rows, z_group_ptr, z_class_ptr, N, q_group_ptr,
-                              q_class_ptr, M, GROUPS)
+                              q_class_ptr, M, GROUPS, GROUP_WORDS)
         g_t = tl.exp2((s2_t - lse2_hi[None, :]) - lse2_lo[None, :]) * (coef * rq)[None, :]
         q_chunk = _block(qo_desc, q_ptr, r0, d0, M, D, stride, BLOCK_M, BLOCK_DO, USE_TMA)
         dz = tl.dot(g_t.to(q_chunk.dtype), q_chunk, dz, input_precision=PRECISION)

@@ -119,27 +119,29 @@ class KernelUse:
 
 
 KERNEL_USES = {
-    "lse_plain": KernelUse(kernels.lse_plain_kernel, dict(SELF_COLUMN=True, GROUPS=False), {
+    "lse_plain": KernelUse(kernels.lse_plain_kernel,
+                           dict(SELF_COLUMN=True, GROUPS=False, GROUP_WORDS=0), {
         2: [Tile(128, 128, 8, 3), Tile(64, 128, 4, 3), Tile(64, 64, 4, 2)],
         4: [Tile(128, 64, 8, 2), Tile(64, 64, 4, 2), Tile(64, 32, 4, 2)]}),
-    "lse_symmetric": KernelUse(kernels.lse_symmetric_kernel, dict(GROUPS=False), {
+    "lse_symmetric": KernelUse(kernels.lse_symmetric_kernel, dict(GROUPS=False, GROUP_WORDS=0), {
         2: [Tile(128, 128, 8, 3), Tile(128, 128, 8, 2), Tile(64, 64, 4, 3), Tile(64, 64, 4, 2)],
         4: [Tile(64, 64, 4, 2)]}, spills_under={
         (2, Tile(128, 128, 8, 3)): {(3, 9)}, (2, Tile(128, 128, 8, 2)): {(3, 9)}}),
     "grad_plain": KernelUse(kernels.grad_rows_kernel,
                             dict(SELF_COLUMN=True, CONTRAST_SIDE=True, SYMMETRIC=False,
-                                 GROUPS=False), {
+                                 GROUPS=False, GROUP_WORDS=0), {
         2: [Tile(128, 32, 8, 2)],
         4: [Tile(64, 32, 4, 2), Tile(64, 16, 4, 2)]}, spills_under={
         (4, Tile(64, 32, 4, 2)): {(3, 8), (3, 9)}}),
     "grad_symmetric": KernelUse(kernels.grad_rows_kernel,
                                 dict(SELF_COLUMN=True, CONTRAST_SIDE=False, SYMMETRIC=True,
-                                     GROUPS=False), {
+                                     GROUPS=False, GROUP_WORDS=0), {
         2: [Tile(128, 128, 8, 2), Tile(128, 64, 8, 3), Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)],
         4: [Tile(128, 64, 8, 2), Tile(64, 32, 4, 2)]}, spills_under={
         (2, Tile(128, 128, 8, 2)): {(3, 7), (3, 9)}}),
     # Its tiles are transposed (column block first): 64 columns at least, for wgmma.
-    "grad_columns": KernelUse(kernels.grad_cols_kernel, dict(SELF_COLUMN=True, GROUPS=False), {
+    "grad_columns": KernelUse(kernels.grad_cols_kernel,
+                              dict(SELF_COLUMN=True, GROUPS=False, GROUP_WORDS=0), {
         2: [Tile(64, 64, 4, 3), Tile(64, 64, 4, 2)],
         4: [Tile(64, 64, 4, 2), Tile(32, 64, 4, 2)]}, spills_under={
         (4, Tile(64, 64, 4, 2)): {(3, 8)}}),
@@ -454,22 +456,28 @@ def _row_constants(d, stride, dtype, tma, rows, output_chunks, interpret):
 class GroupMask(NamedTuple):
     """The tiles' group mask (csrc/core/supcon_problem.h, SupConProblem::anchor_group and the
     rest): per anchor row and per contrast row the int32 compact group id (-1: none) and pair
-    class; a pair of one group whose pair classes differ leaves the denominator."""
+    class; a pair of one group whose pair classes differ leaves the denominator. For multi-hot
+    labels (`words` > 0) int32 words of each row's classes numbered within its group ([rows,
+    words], multi_hot.group_class_words) stand in for the pair classes, and a pair of one group
+    that shares no class leaves."""
     q_group: torch.Tensor
     z_group: torch.Tensor
     q_class: torch.Tensor
     z_class: torch.Tensor
+    words: int = 0
 
 
 def _group_args(groups, stand_in, anchors=True):
-    """The kernels' group mask arguments: GROUPS and the ids' pointers (``stand_in``'s, never
-    read, without groups); without ``anchors`` the contrast rows' only (a kernel of one set)."""
+    """The kernels' group mask arguments: GROUPS, GROUP_WORDS and the ids' pointers
+    (``stand_in``'s, never read, without groups); without ``anchors`` the contrast rows' only (a
+    kernel of one set)."""
     ids = (dict(z_group_ptr=stand_in, z_class_ptr=stand_in) if groups is None
            else dict(z_group_ptr=groups.z_group, z_class_ptr=groups.z_class))
     if anchors:
         ids.update(dict(q_group_ptr=stand_in, q_class_ptr=stand_in) if groups is None
                    else dict(q_group_ptr=groups.q_group, q_class_ptr=groups.q_class))
-    return dict(ids, GROUPS=groups is not None)
+    return dict(ids, GROUPS=groups is not None,
+                GROUP_WORDS=0 if groups is None else groups.words)
 
 
 def lse_plain(q, z, q_scale, z_scale, temperature, self_offset, groups=None):

@@ -1,7 +1,7 @@
-"""Registers the Triton tile kernels (the focal loss's positive walk, the forward's tiles with
-its per-anchor losses, the backward's weights with its tiles and assembly, the preparation) as the
-CUDA (and, under Triton's interpreter, CPU) kernels of the ops that csrc/triton/supcon_triton.cpp
-calls. Importing it is
+"""Registers the Triton tile kernels (the positive walk of the focal loss and of multi-hot labels
+with the latter's positives, the forward's tiles with its per-anchor losses, the backward's
+weights with its tiles and assembly, the preparation) as the CUDA (and, under Triton's
+interpreter, CPU) kernels of the ops that csrc/triton/supcon_triton.cpp calls. Importing it is
 what makes torch.ops.scl.supcon_triton runnable: scl_kernels.backends.triton.load_triton_backend
 does."""
 import torch
@@ -11,7 +11,7 @@ from . import TRITON_CPU_NEEDS_INTERPRETER, triton_interpreter_enabled
 from .backward_assembly import assemble_backward
 from .grouped_stages import lse_and_losses, weights_grads_and_assembly
 from .hard_pairs import hard_pairs
-from .positive_walk import positive_walk
+from .positive_walk import multi_label_positives, positive_walk
 from .row_preparation import prepare_rows
 from .tiles import grad_tiles, lse_tiles
 
@@ -37,6 +37,7 @@ STAGE_OPS = {
     "supcon_triton_grad_tiles": grad_tiles,
     "hard_pairs_triton": hard_pairs,
     "supcon_triton_positive_walk": positive_walk,
+    "supcon_triton_multi_label_positives": multi_label_positives,
     "supcon_triton_lse_and_losses": lse_and_losses,
     "supcon_triton_weights_grads_and_assembly": weights_grads_and_assembly,
     "supcon_triton_assemble_backward": assemble_backward,

@@ -7,7 +7,7 @@ fused stages around them in one op each way. The other O(N D) stages are the oth
 """
 import torch
 
-from . import launch
+from . import launch, multi_hot
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -30,22 +30,32 @@ def _operands(q, z, q_inv_norm, z_inv_norm):
             kernel_scale(z_inv_norm))
 
 
-def group_mask(anchor_group, contrast_group, anchor_pair_class, contrast_pair_class):
-    """The tiles' launch.GroupMask from the ops' four optional int32 tensors (all or none given:
-    csrc/triton/stage_arguments.h), or None."""
+def group_mask(anchor_group, contrast_group, anchor_pair_class, contrast_pair_class,
+               anchor_words, contrast_words):
+    """The tiles' launch.GroupMask from the ops' optional tensors (csrc/triton/stage_arguments.h:
+    the group ids with the pair classes, or with the class words of multi-hot labels, which
+    become the classes numbered within each group, multi_hot.group_class_words), or None without
+    groups."""
     if anchor_group is None:
         return None
+    if anchor_words is not None:
+        m = anchor_group.shape[0]
+        local = multi_hot.group_class_words(torch.cat([anchor_group, contrast_group]),
+                                            torch.cat([anchor_words, contrast_words]))
+        return launch.GroupMask(anchor_group.contiguous(), contrast_group.contiguous(),
+                                local[:m].contiguous(), local[m:].contiguous(), local.shape[1])
     return launch.GroupMask(anchor_group.contiguous(), contrast_group.contiguous(),
                             anchor_pair_class.contiguous(), contrast_pair_class.contiguous())
 
 
 def lse_tiles(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_memory, self_offset,
-              symmetric, anchor_group, contrast_group, anchor_pair_class, contrast_pair_class):
+              symmetric, anchor_group, contrast_group, anchor_pair_class, contrast_pair_class,
+              anchor_words, contrast_words):
     """The op: the log-sum-exp per anchor (tile_lse), its temperature resolved once."""
     return tile_lse(q, z, q_inv_norm, z_inv_norm,
                     launch.temperature_of(temperature, temperature_in_memory), self_offset,
                     symmetric, group_mask(anchor_group, contrast_group, anchor_pair_class,
-                                          contrast_pair_class))
+                                          contrast_pair_class, anchor_words, contrast_words))
 
 
 def tile_lse(q, z, q_inv_norm, z_inv_norm, temperature, self_offset, symmetric, groups):
@@ -60,13 +70,13 @@ def tile_lse(q, z, q_inv_norm, z_inv_norm, temperature, self_offset, symmetric, 
 
 def grad_tiles(q, z, q_inv_norm, z_inv_norm, temperature, temperature_in_memory, self_offset,
                symmetric, anchor_group, contrast_group, anchor_pair_class, contrast_pair_class,
-               deterministic, coef, lse_hi, lse_lo):
+               anchor_words, contrast_words, deterministic, coef, lse_hi, lse_lo):
     """The op: (dq, dz), dq empty for the symmetric schedule (whose dz holds both sides)."""
     dq, dz = tile_gradients(q, z, q_inv_norm, z_inv_norm,
                             launch.temperature_of(temperature, temperature_in_memory),
                             self_offset, symmetric,
                             group_mask(anchor_group, contrast_group, anchor_pair_class,
-                                       contrast_pair_class),
+                                       contrast_pair_class, anchor_words, contrast_words),
                             deterministic, coef, lse_hi, lse_lo)
     return dz.new_empty((0,)) if dq is None else dq, dz
 
