@@ -124,7 +124,8 @@ def parse_resources(text):
 
 def kernel_name(mangled):
     """'sm90 walk_kernel<bf16, kLseSymmetric, 128>' from the mangled name (the sm90 kernels' last
-    argument is their resident row width); 'row_stages prepare_rows' for a fused stage's."""
+    argument is their resident row width), ending in ', groups' for a kernel compiled with the
+    group mask (its bool argument true); 'row_stages prepare_rows' for a fused stage's."""
     if "row_stages" in mangled:
         stage = next((v for f, v in ROW_STAGES.items() if re.search(rf"\d{f}E", mangled)), "unknown")
         return f"row_stages {stage}"
@@ -133,7 +134,8 @@ def kernel_name(mangled):
     dtype = ("bf16" if "bfloat16" in mangled else "fp16" if "half_t" in mangled else "fp32")
     walk = re.search(r"WalkE(\d)", mangled)
     width = re.search(r"ELi(\d+)E", mangled)
-    args = dtype + (f", {WALKS[int(walk.group(1))]}" if walk else "") + (f", {width.group(1)}" if width else "")
+    args = (dtype + (f", {WALKS[int(walk.group(1))]}" if walk else "")
+            + (f", {width.group(1)}" if width else "") + (", groups" if "Lb1E" in mangled else ""))
     return f"{family} {kernel}<{args}>"
 
 

@@ -185,18 +185,19 @@ def test_every_kept_tile_compiles_for_hopper_without_spilling(tmp_path):
     if cuda_static.toolchain()[0] is None:
         assert not report["cuda"] and "CUDA C++ kernels not checked" in run.stdout
         return
-    # The CUDA C++ kernels: 15 mma.sync kernels for each of sm_80 and sm_90a, 24 wgmma ones
-    # (5 walks x 2 types x 2 resident widths, and the triangle backward's two exchanges x 2 types
-    # at width 128).
+    # The CUDA C++ kernels, each with and without the group mask: 15 mma.sync kernels for each of
+    # sm_80 and sm_90a, 24 wgmma ones (5 walks x 2 types x 2 resident widths, and the triangle
+    # backward's two exchanges x 2 types at width 128).
     kernels = report["cuda"]
-    assert sum(r["kernel"].startswith("sm80") for r in kernels) == 30
-    assert sum(r["kernel"].startswith("sm90") for r in kernels) == 24
+    assert sum(r["kernel"].startswith("sm80") for r in kernels) == 2 * 30
+    assert sum(r["kernel"].startswith("sm90") for r in kernels) == 2 * 24
+    assert sum(r["kernel"].endswith(", groups>") for r in kernels) == 30 + 24
     # The fused O(N*D) stages (row_stages.cu): seven kernels for each architecture.
     stages = sorted(r["kernel"] for r in kernels if r["kernel"].startswith("row_stages"))
     assert stages == sorted([f"row_stages {s}" for s in cuda_static.ROW_STAGES.values()] * 2)
     assert {r["kernel"] for r in kernels if "kGradTriangle" in r["kernel"]} == {
-        f"sm90 walk_kernel<{t}, {w}, 128>" for t in ("bf16", "fp16")
-        for w in ("kGradTriangle", "kGradTriangleAsync")}
+        f"sm90 walk_kernel<{t}, {w}, 128{groups}>" for t in ("bf16", "fp16")
+        for w in ("kGradTriangle", "kGradTriangleAsync") for groups in ("", ", groups")}
     for r in kernels:
         assert r["spill_bytes"] == 0 and r["spill_instructions"] == 0, r
         if r["kernel"].startswith("sm90"):
@@ -231,6 +232,13 @@ def test_cuda_listings_are_read_per_kernel():
     assert resources[names[0]] == (195, 8, 0, 4)
     assert cuda_static.kernel_name("_ZN3scl4cuda4sm9011walk_kernelIN7cutlass10bfloat16_tELNS0_4WalkE6ELi128EE"
                                    "EvNS1_6ParamsIT_XT1_EEE") == "sm90 walk_kernel<bf16, kGradTriangleAsync, 128>"
+    # A kernel compiled with the group mask (its bool argument true), of either family.
+    assert cuda_static.kernel_name("_ZN3scl4cuda4sm9011walk_kernelIN7cutlass6half_tELNS0_4WalkE4ELi256ELb1EEEvN"
+                                   "S1_6ParamsIT_XT1_EEE") == "sm90 walk_kernel<fp16, kGradColumns, 256, groups>"
+    assert cuda_static.kernel_name("_ZN3scl4cuda4sm8011walk_kernelIfLNS0_4WalkE4ELb0EEEvNS0_11TileProblemENS0_11"
+                                   "WalkOutputsE") == "sm80 walk_kernel<fp32, kGradColumns>"
+    assert cuda_static.kernel_name("_ZN3scl4cuda4sm8020lse_symmetric_kernelIfLb1EEEvNS0_11TileProblemEPfi") == \
+        "sm80 lse_symmetric_kernel<fp32, groups>"
     listing = ("\t\tFunction : first\n /*0000*/ HMMA.16816.F32.BF16 R0, R2, R4, R0 ;\n"
                "\t\tFunction : second\n /*0000*/ EXIT ;\n")
     functions = cuda_static.split_functions(listing)

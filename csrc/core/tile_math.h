@@ -136,6 +136,19 @@ SCL_HOST_DEVICE bool tile_holds_self_column(int64_t r0, int64_t block_m, int64_t
   return first < c0 + block_n && last >= c0;
 }
 
+// A row's ids for the group mask (SupConProblem::anchor_group and the rest): its compact group
+// (-1: none) and its pair class, equal for two rows exactly when they are a positive pair. 8
+// bytes, so that a kernel reads a row's in one load.
+struct alignas(8) GroupId {
+  int32_t group, pair_class;
+};
+// Whether the group mask takes pair (i, j) out of the denominator, as the self column is
+// (docs/MATH.md section 11): one group, not a positive pair. Symmetric in i and j, so the
+// symmetric schedule's tile serves both of its sides.
+SCL_HOST_DEVICE bool group_masks_pair(GroupId i, GroupId j) {
+  return i.group >= 0 && i.group == j.group && i.pair_class != j.pair_class;
+}
+
 // [begin, end) of one split's share of `tiles` tiles (in whole tiles; end <= tiles).
 struct TileRange {
   int64_t begin, end;

@@ -226,7 +226,7 @@ __device__ __forceinline__ void weight_product(const Pipeline<T>& pipe, Acc& acc
   shared_product<T, typename C::Op::LoadMN>(sW, sO(_, _, stage), acc);
 }
 
-template <class T, Walk kWalk>
+template <class T, Walk kWalk, bool kGroups>
 __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const TileProblem p, const WalkOutputs out) {
   using C = Config<T>;
   using Smem = typename C::Smem;
@@ -255,13 +255,15 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const TileProblem p, 
   constexpr int kRows = size<0>(decltype(acc_rc.layout()){});
   constexpr int kCols = size<1>(decltype(acc_rc.layout()){});
 
-  // Per own row: its terms, and for the forward its running log-sum-exp.
+  // Per own row: its terms, its group ids, and for the forward its running log-sum-exp.
   RowTerms own[kRows];
+  RowGroup<kGroups> own_group[kRows];
   tm::RunningLse2 running[kRows];
   CUTE_UNROLL
   for (int r = 0; r < kRows; ++r) {
     const int64_t row = row0 + get<0>(coords_rc(r, 0));
     own[r] = row < p.own.rows ? p.own_terms[row] : RowTerms{0.f, INFINITY, 0.f, 0.f};
+    own_group[r] = RowGroup<kGroups>::load(p.own_groups, row);
   }
 
   const RowMatrix& out_rows = p.streamed;
@@ -296,6 +298,8 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const TileProblem p, 
       const int64_t c0 = tile * kBlockN;
       const bool masked = walk_tile_holds_self_column<kWalk>(row0, kBlockM, c0, kBlockN, p.self_offset);
       const int parity = int(tile & 1);
+      const GroupMask<kGroups, kRows, kCols> group_masked(
+          own_group, p.streamed_groups, [&](int c) { return c0 + get<1>(coords_rc(0, c)); });
       tile_epilogue<kWalk, kRows, kCols>(
           acc_rc, coords_rc, [&](int r) { return own[r]; },
           [&](int c) { return shared_terms(pipe.streamed_terms + parity * kBlockN + c); },
@@ -303,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const TileProblem p, 
             const int64_t row = row0 + get<0>(coords_rc(r, c)), col = c0 + get<1>(coords_rc(r, c));
             return masked && (kColumns ? row == col + p.self_offset : col == row + p.self_offset);
           },
-          running);
+          group_masked, running);
       if constexpr (!kLse) {
         store_tile_shared(pipe.weights, typename C::WeightLayout{}, acc, coords);
         __syncthreads();
@@ -346,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const TileProblem p, 
 // transposed: a tile's rows are column block J (streamed), its columns row block I, so the sums
 // of J are row sums within quads, flushed by atomics every tile, and the sums of I add up
 // element-wise in registers until the program moves to its second row block or ends.
-template <class T>
+template <class T, bool kGroups>
 __global__ void __launch_bounds__(kThreads, 1)
     lse_symmetric_kernel(const TileProblem p, float* row_sum, int num_splits) {
   static_assert(kBlockM == kBlockN);
@@ -413,6 +417,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int64_t j0 = tile.column_block * kBlockN, i0 = tile.row_block * kBlockN;
       const bool diagonal = j0 == i0;
       const int parity = int((step / chunks) & 1);
+      RowGroup<kGroups> group_j[kRows];
+      CUTE_UNROLL
+      for (int r = 0; r < kRows; ++r) group_j[r] = RowGroup<kGroups>::load(p.own_groups, j0 + get<0>(coords_rc(r, 0)));
+      const GroupMask<kGroups, kRows, kCols> group_masked(
+          group_j, p.streamed_groups, [&](int c) { return i0 + get<1>(coords_rc(0, c)); });
       CUTE_UNROLL
       for (int r = 0; r < kRows; ++r) {
         const int64_t j = j0 + get<0>(coords_rc(r, 0));
@@ -424,6 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const auto row_i = ContrastTerms::of(shared_terms(pipe.streamed_terms + parity * kBlockN + get<1>(coords_rc(r, c))));
           float s2 = WalkTerms<Walk::kLseSymmetric>::logit2(acc_rc(r, c), row_i, row_j);
           if (diagonal && i == j) s2 = -INFINITY;
+          if (group_masked(r, c)) s2 = -INFINITY;
           const float e = tm::exp2_approx(s2);
           sums_rc(r, c) += e;
           sum_j += e;

@@ -75,7 +75,7 @@ struct OwnRowsGradient {
 
 // Every gradient row is written by one program (no atomics): the walk's sum over all streamed
 // tiles, scaled in the plain rows walk by the anchor's coef.
-template <Walk kWalk, class T, class Mainloop, class Schedule>
+template <Walk kWalk, class T, class Mainloop, class Schedule, bool kGroups>
 struct GradRowsEpilogue {
   static_assert(kWalk == Walk::kGradRowsPlain || kWalk == Walk::kGradRowsSymmetric || kWalk == Walk::kGradColumns);
   static constexpr bool kTransposedLogits = false;
@@ -86,13 +86,14 @@ struct GradRowsEpilogue {
   const TileProblem& p;
   const WalkOutputs& out;
   OwnRowsGradient<T, Mainloop> own_rows;
+  OwnGroups<kGroups, Mainloop> own_groups;
 
   __device__ __forceinline__ GradRowsEpilogue(Mainloop& mainloop, const Schedule& s, const TileProblem& problem,
                                               const WalkOutputs& o)
-      : m(mainloop), schedule(s), p(problem), out(o), own_rows(mainloop.thread) {}
+      : m(mainloop), schedule(s), p(problem), out(o), own_rows(mainloop.thread), own_groups(mainloop, problem) {}
 
   __device__ __forceinline__ void tile(int64_t t, int stage, std::false_type) {
-    tile_values<kWalk>(m, schedule, p, t, stage, nullptr);
+    tile_values<kWalk>(m, schedule, p, own_groups, t, stage, nullptr);
     own_rows.add_tile(m, stage, schedule.grad_chunk, [] {});
     m.release(stage);
   }

@@ -11,10 +11,25 @@
 
 namespace scl::cuda::sm90 {
 
+// The group ids of the consumer's own rows (RowGroup), read once, when the walk starts.
+template <bool kGroups, class Mainloop>
+struct OwnGroups {
+  RowGroup<kGroups> row[Mainloop::kRows];
+
+  __device__ __forceinline__ OwnGroups(const Mainloop& m, const TileProblem& p) {
+    const auto coords_rc = m.coords_rc();
+    CUTE_UNROLL
+    for (int r = 0; r < Mainloop::kRows; ++r) {
+      row[r] = RowGroup<kGroups>::load(p.own_groups, m.first_row + get<0>(coords_rc(r, 0)));
+    }
+  }
+};
+
 // `running`: the rows' running LSE in the forward (kLsePlain), unused by the backward walks.
-template <Walk kWalk, class Mainloop, class Schedule>
+template <Walk kWalk, bool kGroups, class Mainloop, class Schedule>
 __device__ __forceinline__ void tile_values(Mainloop& m, const Schedule& schedule, const TileProblem& p,
-                                            int64_t t, int stage, tile_math::RunningLse2* running) {
+                                            const OwnGroups<kGroups, Mainloop>& own_groups, int64_t t,
+                                            int stage, tile_math::RunningLse2* running) {
   const int64_t c0 = schedule.streamed_block(t) * kBlock;
   const bool masked = walk_tile_holds_self_column<kWalk>(schedule.row0, kBlock, c0, kBlock, p.self_offset);
   // In a masked tile the self column lies within a tile's width of the diagonal, so one
@@ -25,11 +40,13 @@ __device__ __forceinline__ void tile_values(Mainloop& m, const Schedule& schedul
                                                        : int(m.first_row + p.self_offset - c0);
   auto acc_rc = m.acc_rc();
   const auto coords_rc = m.coords_rc();
+  const GroupMask<kGroups, Mainloop::kRows, Mainloop::kCols> group_masked(
+      own_groups.row, p.streamed_groups, [&](int c) { return c0 + get<1>(coords_rc(0, c)); });
   tile_epilogue<kWalk, Mainloop::kRows, Mainloop::kCols>(
       acc_rc, coords_rc, [&](int r) { return m.acc_row_terms(r); },
       [&](int c) { return m.streamed_row_terms(stage, c); },
       [&](int r, int c) { return masked && get<1>(coords_rc(r, c)) == get<0>(coords_rc(r, c)) + self_delta; },
-      running);
+      group_masked, running);
 }
 
 }  // namespace scl::cuda::sm90

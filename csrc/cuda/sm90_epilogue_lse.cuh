@@ -10,7 +10,7 @@
 
 namespace scl::cuda::sm90 {
 
-template <class Mainloop, class Schedule>
+template <class Mainloop, class Schedule, bool kGroups>
 struct LsePlainEpilogue {
   static constexpr bool kTransposedLogits = false;
   using EpilogueStorage = NoEpilogueStorage;
@@ -20,13 +20,14 @@ struct LsePlainEpilogue {
   const Schedule& schedule;
   const TileProblem& p;
   const WalkOutputs& out;
+  OwnGroups<kGroups, Mainloop> own_groups;
 
   __device__ __forceinline__ LsePlainEpilogue(Mainloop& mainloop, const Schedule& s, const TileProblem& problem,
                                               const WalkOutputs& o)
-      : m(mainloop), schedule(s), p(problem), out(o) {}
+      : m(mainloop), schedule(s), p(problem), out(o), own_groups(mainloop, problem) {}
 
   __device__ __forceinline__ void tile(int64_t t, int stage, std::false_type) {
-    tile_values<Walk::kLsePlain>(m, schedule, p, t, stage, running);
+    tile_values<Walk::kLsePlain>(m, schedule, p, own_groups, t, stage, running);
     m.release(stage);
   }
   __device__ __forceinline__ void finish_walk() {}

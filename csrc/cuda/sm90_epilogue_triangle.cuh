@@ -186,7 +186,7 @@ __device__ __forceinline__ void add_half_by_quads(float* grad, int64_t row0, int
   __syncwarp();  // before the scratch is written again
 }
 
-template <class T, class Mainloop, class Schedule, class Exchange>
+template <class T, class Mainloop, class Schedule, class Exchange, bool kGroups>
 struct TriangleEpilogue {
   static constexpr bool kTransposedLogits = false;
   using EpilogueStorage = TriangleStorage<T, Exchange>;
@@ -204,6 +204,7 @@ struct TriangleEpilogue {
   const WalkOutputs& out;
   EpilogueStorage& mine;
   OwnRowsGradient<T, Mainloop> own_rows;
+  OwnGroups<kGroups, Mainloop> own_groups;
   // The column side: dZ_J += H^T Z_I, with H_ij r_i = W_ij r_i / r_j the weight of own row i in
   // streamed row j's gradient. Both consumers store their rows of the tile's weights so scaled,
   // transposed, into shared memory; each then multiplies 64 of the tile's rows j by all 128 own
@@ -222,13 +223,14 @@ struct TriangleEpilogue {
         out(o),
         mine(mainloop.shared.epilogue),
         own_rows(mainloop.thread),
+        own_groups(mainloop, problem),
         column_mma(make_tiled_mma(typename Atoms<T>::Columns{})),
         column_thr(column_mma.get_thread_slice(mainloop.thread)),
         column(partition_fragment_C(column_mma, Tile{})),
         column_coords(column_thr.partition_C(make_identity_tensor(Tile{}))) {}
 
   __device__ __forceinline__ void tile(int64_t t, int stage, std::false_type) {
-    tile_values<Walk::kGradTriangle>(m, schedule, p, t, stage, nullptr);
+    tile_values<Walk::kGradTriangle>(m, schedule, p, own_groups, t, stage, nullptr);
     const bool column_side = schedule.has_column_side(t);
     // Stored before the weights are rounded, while the registers of acc are still needed.
     if (column_side) store_column_weights(stage, mine.weights[column_tiles & 1]);

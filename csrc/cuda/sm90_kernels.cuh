@@ -25,32 +25,32 @@ namespace scl::cuda::sm90 {
 template <Walk kWalk, class T>
 struct WalkPieces {  // the full-row backward walks
   using Schedule = FullRowSchedule;
-  template <class Mainloop>
-  using Epilogue = GradRowsEpilogue<kWalk, T, Mainloop, Schedule>;
+  template <class Mainloop, bool kGroups>
+  using Epilogue = GradRowsEpilogue<kWalk, T, Mainloop, Schedule, kGroups>;
   using EpilogueStorage = NoEpilogueStorage;
   static constexpr bool kLongTiles = false;  // see ring_stages
 };
 template <class T>
 struct WalkPieces<Walk::kLsePlain, T> {
   using Schedule = SplitSchedule</*kUpper=*/false>;
-  template <class Mainloop>
-  using Epilogue = LsePlainEpilogue<Mainloop, Schedule>;
+  template <class Mainloop, bool kGroups>
+  using Epilogue = LsePlainEpilogue<Mainloop, Schedule, kGroups>;
   using EpilogueStorage = NoEpilogueStorage;
   static constexpr bool kLongTiles = false;
 };
 template <class T>
 struct WalkPieces<Walk::kLseSymmetric, T> {
   using Schedule = SplitSchedule</*kUpper=*/true>;
-  template <class Mainloop>
-  using Epilogue = LseSymmetricEpilogue<Mainloop, Schedule>;
+  template <class Mainloop, bool kGroups>
+  using Epilogue = LseSymmetricEpilogue<Mainloop, Schedule, kGroups>;
   using EpilogueStorage = NoEpilogueStorage;
   static constexpr bool kLongTiles = false;
 };
 template <class T, class Exchange>
 struct TrianglePieces {
   using Schedule = PairTriangleSchedule;
-  template <class Mainloop>
-  using Epilogue = TriangleEpilogue<T, Mainloop, Schedule, Exchange>;
+  template <class Mainloop, bool kGroups>
+  using Epilogue = TriangleEpilogue<T, Mainloop, Schedule, Exchange, kGroups>;
   using EpilogueStorage = TriangleStorage<T, Exchange>;
   static constexpr bool kLongTiles = true;
 };
@@ -63,7 +63,8 @@ template <class T, Walk kWalk, int kWidth>
 using WalkStorage = SharedStorage<T, kWidth, ring_stages(kWidth, WalkPieces<kWalk, T>::kLongTiles),
                                   typename WalkPieces<kWalk, T>::EpilogueStorage>;
 
-template <class T, Walk kWalk, int kWidth>
+// kGroups: compiled with the group mask (a call with groups).
+template <class T, Walk kWalk, int kWidth, bool kGroups>
 __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant__ Params<T, kWidth> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Pieces = WalkPieces<kWalk, T>;
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kThreads, 1) walk_kernel(const __grid_constant
 
   cutlass::arch::warpgroup_reg_alloc<232>();
   Mainloop mainloop(shared, warpgroup - 1, schedule.row0);
-  typename Pieces::template Epilogue<Mainloop> epilogue(mainloop, schedule, params.p, params.out);
+  typename Pieces::template Epilogue<Mainloop, kGroups> epilogue(mainloop, schedule, params.p, params.out);
   mainloop.wait_for_own_block();
   mainloop.walk(schedule, epilogue);
   epilogue.store();

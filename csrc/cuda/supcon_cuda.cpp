@@ -87,14 +87,36 @@ void write_row_terms(KernelTemperature temperature, const row_stages::TermsArray
   check_launch();
 }
 
+// The group mask's ids of one side's rows as the kernels read them (TileProblem::own_groups):
+// [rows padded like the terms, 2] int32, (group, pair class) per row, the padding in no group, so
+// that the kernels read a tile's without bounds. Undefined for a call without groups.
+at::Tensor group_ids(const at::Tensor& group, const at::Tensor& pair_class) {
+  if (!group.defined()) return at::Tensor();
+  // Multi-hot labels leave the pair classes undefined; the plan refuses them here.
+  TORCH_INTERNAL_ASSERT(pair_class.defined());
+  const int64_t rows = group.size(0);
+  const int64_t padded = (rows + kTermsPadding - 1) / kTermsPadding * kTermsPadding;
+  at::Tensor ids = at::full({padded, 2}, -1, group.options().dtype(at::kInt));
+  ids.narrow(0, 0, rows).select(1, 0).copy_(group);
+  ids.narrow(0, 0, rows).select(1, 1).copy_(pair_class);
+  return ids;
+}
+
+const tile_math::GroupId* group_ids_ptr(const at::Tensor& ids) {
+  return ids.defined() ? reinterpret_cast<const tile_math::GroupId*>(ids.data_ptr<int32_t>()) : nullptr;
+}
+
 // The operands of one call: rows in the kernels' form, the anchors a view of the contrast rows
-// in the single set, and the inverse norms in fp32.
+// in the single set, the inverse norms in fp32, and the group mask's ids where the call has
+// groups.
 struct Operands {
-  at::Tensor q, z, rq, rz;
+  at::Tensor q, z, rq, rz, q_groups, z_groups;
   TileProblem problem(const at::Tensor& own, const at::Tensor& streamed, const at::Tensor& own_terms,
-                      const at::Tensor& streamed_terms, int64_t self_offset) const {
+                      const at::Tensor& streamed_terms, int64_t self_offset,
+                      const at::Tensor& own_groups, const at::Tensor& streamed_groups) const {
     return {element_type(z.scalar_type()), z.size(1), row_matrix(own), row_matrix(streamed),
-            terms_ptr(own_terms), terms_ptr(streamed_terms), self_offset};
+            terms_ptr(own_terms), terms_ptr(streamed_terms), self_offset,
+            group_ids_ptr(own_groups), group_ids_ptr(streamed_groups)};
   }
 };
 
@@ -104,6 +126,8 @@ Operands operands(const SupConProblem& p) {
   o.q = p.single_set ? o.z.narrow(0, p.anchor_offset, p.q.size(0)) : kernel_rows(p.q);
   o.rq = p.q_inv_norm.to(at::kFloat).contiguous();
   o.rz = p.z_inv_norm.to(at::kFloat).contiguous();
+  o.q_groups = group_ids(p.anchor_group, p.anchor_pair_class);
+  o.z_groups = group_ids(p.contrast_group, p.contrast_pair_class);
   return o;
 }
 
@@ -127,7 +151,8 @@ at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
     write_row_terms(temperature,
                     terms_array(TermsKind::kContrast, o.rz, terms, nullptr, nullptr, nullptr, -shift2),
                     kNoTerms, device, row_sum);
-    lse_symmetric(o.problem(o.z, o.z, terms, terms, 0), row_sum.data_ptr<float>(), device);
+    lse_symmetric(o.problem(o.z, o.z, terms, terms, 0, o.z_groups, o.z_groups), row_sum.data_ptr<float>(),
+                  device);
     check_launch();
     row_stages::lse_merge({nullptr, row_sum.data_ptr<float>(), n, 1, temperature, lse.data_ptr<double>()},
                           device);
@@ -137,7 +162,7 @@ at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
   const at::Tensor own = terms_buffer(m, o.rq.options()), streamed = terms_buffer(n, o.rz.options());
   write_row_terms(temperature, terms_array(TermsKind::kLseAnchor, o.rq, own),
                   terms_array(TermsKind::kContrast, o.rz, streamed), device);
-  const TileProblem tiles = o.problem(o.q, o.z, own, streamed, p.self_offset());
+  const TileProblem tiles = o.problem(o.q, o.z, own, streamed, p.self_offset(), o.q_groups, o.z_groups);
   const int splits = lse_plain_splits(tiles, device);
   at::Tensor part_max = at::empty({splits, m}, o.rq.options());
   at::Tensor part_sum = at::empty({splits, m}, o.rq.options());
@@ -178,7 +203,7 @@ TileGrads grad_tiles(const SupConProblem& p, Schedule schedule, const GradCoeffi
     // Own and streamed rows are the same set: coef_i t / log2(e) meets r_j log2(e) / t; the
     // triangle's column side scales by r_i / r_j.
     const at::Tensor own = terms_buffer(n, fp32), streamed = terms_buffer(n, fp32);
-    const TileProblem problem = o.problem(o.z, o.z, own, streamed, 0);
+    const TileProblem problem = o.problem(o.z, o.z, own, streamed, 0, o.z_groups, o.z_groups);
     const std::optional<TriangleExchange> exchange = triangle_exchange(p.symmetric_backward_walk);
     const bool triangle = exchange && symmetric_triangle_supported(problem, device);
     // The triangle adds whole 16-byte vectors into a padded buffer, zeroed by the row terms'
@@ -215,14 +240,15 @@ TileGrads grad_tiles(const SupConProblem& p, Schedule schedule, const GradCoeffi
                   kNoTerms, device);
   out.dq = at::empty({m, d}, fp32);
   if (m > 0) {
-    grad(GradWalk::kRowsPlain, o.problem(o.q, o.z, anchors, columns, p.self_offset()),
+    grad(GradWalk::kRowsPlain, o.problem(o.q, o.z, anchors, columns, p.self_offset(), o.q_groups, o.z_groups),
          out.dq.data_ptr<float>(), d, device);
     check_launch();
   }
   // The contrast side: column blocks own their rows and walk the anchors (no atomics).
   out.dz = at::zeros({n, d}, fp32);
   if (m > 0) {
-    grad(GradWalk::kColumns, o.problem(o.z, o.q, columns, anchors_streamed, p.self_offset()),
+    grad(GradWalk::kColumns,
+         o.problem(o.z, o.q, columns, anchors_streamed, p.self_offset(), o.z_groups, o.q_groups),
          out.dz.data_ptr<float>(), d, device);
     check_launch();
   }
@@ -364,12 +390,13 @@ const TileKernels& cuda_kernels() {
   // The symmetric forward adds a row's tiles by atomics: not reproducible. The symmetric
   // backward's triangle does too, so the plan takes the full-row walk in deterministic mode
   // (triangle_exchange above); the other backward walks write every element once. No focal
-  // loss (no positive walk yet); the O(N*D) stages are fused (row_stages.h).
+  // loss (no positive walk yet); the O(N*D) stages are fused (row_stages.h). Groups run the
+  // kernels compiled with the group mask (TileProblem::own_groups); multi-hot labels are refused.
   static const TileKernels kernels{compute_type,
                                    /*symmetric_forward_is_deterministic=*/false,
                                    /*reads_temperature=*/true,
                                    /*walks_triangle=*/true,
-                                   /*masks_groups=*/false,
+                                   /*masks_groups=*/true,
                                    /*max_rows_elements=*/0,
                                    /*blas_missing=*/{},
                                    lse_tiles,

@@ -1,5 +1,7 @@
 // Host launchers of the mma.sync family (sm80_kernels.cuh): one instantiation per input type and
 // walk, compiled for every architecture of the build.
+#include <type_traits>
+
 #include "families.h"
 #include "sm80_kernels.cuh"
 
@@ -21,11 +23,24 @@ void by_type(ElementType type, F&& f) {
   }
 }
 
+// A call with groups (its ids given) runs the kernels compiled with the group mask.
+template <class F>
+void by_groups(const TileProblem& p, F&& f) {
+  if (p.own_groups != nullptr) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 template <class T, Walk kWalk>
 void walk(const TileProblem& p, const WalkOutputs& out, dim3 grid, cudaStream_t stream) {
   constexpr int bytes = Config<T>::kSharedBytes;
-  allow_shared(walk_kernel<T, kWalk>, bytes);
-  walk_kernel<T, kWalk><<<grid, kThreads, bytes, stream>>>(p, out);
+  by_groups(p, [&](auto groups) {
+    const auto kernel = walk_kernel<T, kWalk, decltype(groups)::value>;
+    allow_shared(kernel, bytes);
+    kernel<<<grid, kThreads, bytes, stream>>>(p, out);
+  });
 }
 
 unsigned blocks(int64_t rows, int64_t block) { return unsigned((rows + block - 1) / block); }
@@ -45,8 +60,11 @@ void lse_symmetric(const TileProblem& p, float* row_sum, int num_splits, cudaStr
   by_type(p.type, [&](auto t) {
     using T = decltype(t);
     constexpr int bytes = Config<T>::kSharedBytes;
-    allow_shared(lse_symmetric_kernel<T>, bytes);
-    lse_symmetric_kernel<T><<<grid, kThreads, bytes, stream>>>(p, row_sum, num_splits);
+    by_groups(p, [&](auto groups) {
+      const auto kernel = lse_symmetric_kernel<T, decltype(groups)::value>;
+      allow_shared(kernel, bytes);
+      kernel<<<grid, kThreads, bytes, stream>>>(p, row_sum, num_splits);
+    });
   });
 }
 

@@ -1,6 +1,8 @@
 // Host launchers of the wgmma + TMA family (sm90_kernels.cuh). The kernels are compiled for
 // every architecture of the build but have bodies only for sm_90a; launch.cpp calls them only
 // on a compute capability 9.0 device.
+#include <type_traits>
+
 #include "families.h"
 #include "sm90_kernels.cuh"
 
@@ -11,7 +13,7 @@ unsigned blocks(int64_t rows) { return unsigned((rows + kBlock - 1) / kBlock); }
 
 constexpr bool is_triangle(Walk walk) { return walk == Walk::kGradTriangle || walk == Walk::kGradTriangleAsync; }
 
-template <class T, Walk kWalk, int kWidth>
+template <class T, Walk kWalk, int kWidth, bool kGroups>
 void launch(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
   constexpr bool triangle = is_triangle(kWalk);
   constexpr int bytes = int(sizeof(WalkStorage<T, kWalk, kWidth>));
@@ -23,26 +25,35 @@ void launch(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
                                      : unsigned((o.grad_columns + kGradWidth - 1) / kGradWidth);
   const unsigned x = triangle ? 2 * ((blocks(p.own.rows) + 1) / 2) : blocks(p.own.rows);
   const Params<T, kWidth> params{p, make_block_tma<T, kWidth>(p.own, p.d), make_block_tma<T, kWidth>(p.streamed, p.d), o};
-  cudaFuncSetAttribute(walk_kernel<T, kWalk, kWidth>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  const auto kernel = walk_kernel<T, kWalk, kWidth, kGroups>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   // The triangle's programs run in clusters of two (cluster_pair.cuh); the others alone.
   cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = 2;
   cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
   cudaLaunchConfig_t config{dim3(x, y), dim3(kThreads), size_t(bytes), stream, &cluster, triangle ? 1u : 0u};
-  cudaLaunchKernelEx(&config, walk_kernel<T, kWalk, kWidth>, params);
+  cudaLaunchKernelEx(&config, kernel, params);
 }
 
 template <Walk kWalk>
 void run(const TileProblem& p, const WalkOutputs& o, cudaStream_t stream) {
-  auto with_width = [&](auto t) {
+  // A call with groups (its ids given) runs the kernels compiled with the group mask.
+  auto with_groups = [&](auto t, auto width) {
     using T = decltype(t);
-    if constexpr (is_triangle(kWalk)) {
-      launch<T, kWalk, 128>(p, o, stream);  // supports_triangle: D within 128
-    } else if (resident_width(p.d) == 128) {
-      launch<T, kWalk, 128>(p, o, stream);
+    if (p.own_groups != nullptr) {
+      launch<T, kWalk, decltype(width)::value, true>(p, o, stream);
     } else {
-      launch<T, kWalk, kMaxWidth>(p, o, stream);
+      launch<T, kWalk, decltype(width)::value, false>(p, o, stream);
+    }
+  };
+  auto with_width = [&](auto t) {
+    if constexpr (is_triangle(kWalk)) {
+      with_groups(t, std::integral_constant<int, 128>{});  // supports_triangle: D within 128
+    } else if (resident_width(p.d) == 128) {
+      with_groups(t, std::integral_constant<int, 128>{});
+    } else {
+      with_groups(t, std::integral_constant<int, kMaxWidth>{});
     }
   };
   if (p.type == ElementType::kBFloat16) {

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "../core/tile_math.h"
+
 namespace scl::cuda {
 
 enum class ElementType { kBFloat16, kFloat16, kFloat32 };
@@ -39,6 +41,11 @@ struct TileProblem {
   // Anchor i's self column is column i + self_offset (masked); < 0: none. Own rows are the
   // anchors, except in grad_cols, whose own rows are columns and whose streamed rows are anchors.
   int64_t self_offset;
+  // The group mask's ids of the own and streamed rows (tile_math::GroupId), padded like the
+  // terms with rows of no group; both null for a call without groups, whose kernels are the ones
+  // compiled without the mask.
+  const tile_math::GroupId* own_groups;
+  const tile_math::GroupId* streamed_groups;
 };
 
 // Two 128-row blocks: the symmetric backward's cluster pairs an odd last block with a block of

@@ -42,6 +42,12 @@ bool self_pair(const TileProblem& p, int64_t anchor, int64_t column) {
   return p.self_offset >= 0 && column == anchor + p.self_offset;
 }
 
+// Whether the group mask takes own row `own` and streamed row `streamed` out of the denominator
+// (TileProblem::own_groups), by the kernels' test.
+bool group_pair(const TileProblem& p, int64_t own, int64_t streamed) {
+  return p.own_groups != nullptr && tile_math::group_masks_pair(p.own_groups[own], p.streamed_groups[streamed]);
+}
+
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // The plain forward: each anchor's base-2 (max, sum) in split 0, the other splits empty.
@@ -54,7 +60,7 @@ void emulate_lse_plain(const TileProblem& p, float* part_max, float* part_sum, i
     logits.clear();
     float top = -kInf;
     for (int64_t j = 0; j < p.streamed.rows; ++j) {
-      if (self_pair(p, i, j)) continue;
+      if (self_pair(p, i, j) || group_pair(p, i, j)) continue;
       logits.push_back(W::logit2(row_dot(p, i, j), anchor, W::Streamed::of(p.streamed_terms[j])));
       top = std::fmax(top, logits.back());
     }
@@ -76,7 +82,7 @@ void emulate_lse_symmetric(const TileProblem& p, float* row_sum) {
     const W::Own row = W::Own::of(p.own_terms[i]);
     double sum = 0.0;
     for (int64_t j = 0; j < p.streamed.rows; ++j) {
-      if (j != i) sum += std::exp2(double(W::logit2(row_dot(p, i, j), row, W::Streamed::of(p.streamed_terms[j]))));
+      if (j != i && !group_pair(p, i, j)) sum += std::exp2(double(W::logit2(row_dot(p, i, j), row, W::Streamed::of(p.streamed_terms[j]))));
     }
     row_sum[i] += float(sum);
   }
@@ -93,10 +99,10 @@ void emulate_grad(const TileProblem& p, float* grad, int64_t columns, int64_t st
     const typename W::Own own = W::Own::of(p.own_terms[i]);
     std::fill(sums.begin(), sums.end(), 0.0);
     for (int64_t j = 0; j < p.streamed.rows; ++j) {
-      const bool masked = kWalk == Walk::kGradRowsPlain ? self_pair(p, i, j)
-                          : kWalk == Walk::kGradColumns ? self_pair(p, j, i)
-                                                        : i == j;
-      if (masked) continue;
+      const bool self = kWalk == Walk::kGradRowsPlain ? self_pair(p, i, j)
+                        : kWalk == Walk::kGradColumns ? self_pair(p, j, i)
+                                                      : i == j;
+      if (self || group_pair(p, i, j)) continue;
       const typename W::Streamed streamed = W::Streamed::of(p.streamed_terms[j]);
       const double w = W::weight(W::logit2(row_dot(p, i, j), own, streamed), own, streamed);
       for (int64_t k = 0; k < columns; ++k) sums[k] += w * element(p, p.streamed, j, k);

@@ -217,3 +217,43 @@ def test_the_symmetric_backward_walk_is_checked(randn, randint):
         with pytest.raises(ValueError, match='the test hook symmetric_backward_walk must be '
                                              '"triangle", "triangle-async" or "rows", got "async"'):
             torch.ops.scl.supcon_cuda_dry_run(*args)
+
+
+# Known false negatives (groups=, docs/MATH.md section 11): every walk's group mask, by the
+# kernels' own test (tile_math::group_masks_pair), against the float64 reference. The
+# conformance suite runs supcon_loss's backends, which the dry run is not one of.
+def _group_args(case, dtype, temperature, randn, randint):
+    n, m, d = 150, 130, 37
+    ids = {"groups": randint(-1, 8, (n,))}
+    contrast = contrast_labels = None
+    num_anchors, offset = n, None
+    if case == "anchor-block":
+        num_anchors, offset = 60, 45
+    elif case == "cross":
+        contrast, contrast_labels = randn(m, d, dtype=dtype), randint(0, 6, (m,))
+        ids["contrast_groups"] = randint(-1, 8, (m,))
+    args = (randn(n, d, dtype=dtype), randint(0, 6, (n,)), contrast, contrast_labels,
+            torch.tensor(temperature, dtype=torch.float64), num_anchors, True)
+    return args, offset, ids
+
+
+@pytest.mark.parametrize("case", ["single", "anchor-block", "cross"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("temperature", [0.02, 0.1])  # 0.1: the symmetric schedule, single set
+def test_groups(case, dtype, temperature, randn, randint, gen):
+    args, offset, ids = _group_args(case, dtype, temperature, randn, randint)
+    ref = check(args, gen, anchor_offset=offset, **ids).ref.ref
+    # The groups took pairs out: the loss is not the one without them.
+    assert not torch.equal(ref.allowed, ~torch.eye(*ref.allowed.shape, dtype=torch.bool)
+                           if ref.single_set else torch.ones_like(ref.allowed))
+
+
+@pytest.mark.parametrize("walk", list(SYMMETRIC_BACKWARDS), ids=lambda walk: walk or "default")
+@pytest.mark.parametrize("n,groups", [(300, 20), (129, 1), (1, 1)])
+def test_groups_in_the_symmetric_backward_walks(walk, n, groups, randn, randint, gen):
+    """Every symmetric backward walk with groups (the triangle masks a tile once for both of
+    its sides), one group for all (anchors without positives have no column left)."""
+    args = (randn(n, 64, dtype=torch.bfloat16), randint(0, 9, (n,)), None, None,
+            torch.tensor(0.1), n, True)
+    with test_hooks(symmetric_backward_walk=walk):
+        check(args, gen, groups=randint(-1 if groups > 1 else 0, groups, (n,)))

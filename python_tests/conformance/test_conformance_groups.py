@@ -9,7 +9,7 @@ import torch
 
 import scl_kernels
 from support.capability_plans import capability_in_plan
-from support.layouts import LAYOUTS, make_layout
+from support.layouts import LAYOUTS, make_layout, with_groups
 from support.reference64 import check_backend_against_reference
 
 FLOATS = [torch.float32, torch.float64]
@@ -26,21 +26,11 @@ def _needs_group_mask(backend):
         pytest.skip(f"{backend}'s tiles have no group mask (test_backends_without_it_refuse)")
 
 
-def _with_groups(kw, randint, group_count):
-    """kw with group ids for its samples and contrast rows: some negative (no group), the rest
-    drawn from ``group_count`` ids, so that groups hold positives and non-positives alike."""
-    kw = dict(kw)
-    kw["groups"] = randint(-1, group_count, (kw["features"].shape[0],))
-    if kw["contrast"] is not None:
-        kw["contrast_groups"] = randint(-1, group_count, (kw["contrast"].shape[0],))
-    return kw
-
-
 # 0.02 takes the running-max ("plain") path in fp32; 0.1 the symmetric one for single-set "all".
 @pytest.mark.matrix(layout=LAYOUTS, dtype=FLOATS, temperature=[0.02, 0.1], quick="each")
 def test_layouts(backend, layout, dtype, temperature, randn, randint, gen):
     _needs_group_mask(backend)
-    kw = _with_groups(make_layout(layout, randn, randint, dtype=dtype, n=45, d=37), randint, 6)
+    kw = with_groups(make_layout(layout, randn, randint, dtype=dtype, n=45, d=37), randint, 6)
     res = check_backend_against_reference(backend, kw, gen, temperature=temperature)
     # The groups took pairs out: the loss is not the one without them.
     assert not torch.equal(res.ref.allowed, ~torch.eye(*res.ref.allowed.shape, dtype=torch.bool)
@@ -50,7 +40,7 @@ def test_layouts(backend, layout, dtype, temperature, randn, randint, gen):
 @pytest.mark.matrix(n=[1, 2, 7, 130, 300], d=[1, 64], temperature=[0.02, 0.1])
 def test_awkward_shapes(backend, n, d, temperature, randn, randint, gen):
     _needs_group_mask(backend)
-    kw = _with_groups(make_layout("single_all", randn, randint, n=n, d=d), randint, max(1, n // 4))
+    kw = with_groups(make_layout("single_all", randn, randint, n=n, d=d), randint, max(1, n // 4))
     check_backend_against_reference(backend, kw, gen, temperature=torch.tensor(temperature, requires_grad=True),
          reduction="none")
 
@@ -61,7 +51,7 @@ def test_focal_loss(backend, layout, focal_gamma, randn, randint, gen):
     _needs_group_mask(backend)
     if not backend.info.runs(focal_gamma):
         pytest.skip(f"{backend} does not implement focal_gamma (Backend.focal)")
-    kw = _with_groups(make_layout(layout, randn, randint, n=40, d=9), randint, 5)
+    kw = with_groups(make_layout(layout, randn, randint, n=40, d=9), randint, 5)
     check_backend_against_reference(backend, kw, gen, temperature=0.1, focal_gamma=focal_gamma)
 
 
@@ -69,7 +59,7 @@ def test_focal_loss(backend, layout, focal_gamma, randn, randint, gen):
                     dtype=[torch.bfloat16])
 def test_half_precision(backend, layout, temperature, dtype, randn, randint, gen):
     _needs_group_mask(backend)
-    kw = _with_groups(make_layout(layout, randn, randint, dtype=dtype, n=45, d=37), randint, 6)
+    kw = with_groups(make_layout(layout, randn, randint, dtype=dtype, n=45, d=37), randint, 6)
     check_backend_against_reference(backend, kw, gen, temperature=temperature)
 
 
@@ -128,7 +118,8 @@ def test_backends_without_it_refuse(backend, randn):
     features = backend.put(randn(6, 4))
     labels, groups = backend.put(torch.tensor([0, 0, 1, 1, 2, 2])), backend.put(torch.zeros(6).long())
     with pytest.raises(ValueError, match="with groups: the plan's line 'cannot_run: no group "
-                                         r"mask' refuses it.*\['cpu', 'triton', 'reference'\]"):
+                                         r"mask' refuses it.*\['cpu', 'triton', 'cuda', "
+                                         r"'reference'\]"):
         scl_kernels.supcon_loss(features, labels, groups=groups, backend=backend.name)
     with pytest.raises(NotImplementedError, match="groups=.*'cannot_run: no group mask' refuses "
                                                   "it.*group_backends\\(\\) lists"):

@@ -48,6 +48,17 @@ def make_layout(layout, randn, randint, *, dtype=torch.float32, n=24, d=9, class
     return kw
 
 
+
+def with_groups(kw, randint, group_count):
+    """kw with group ids for its samples and contrast rows: some negative (no group), the rest
+    drawn from ``group_count`` ids, so that groups hold positives and non-positives alike."""
+    kw = dict(kw)
+    kw["groups"] = randint(-1, group_count, (kw["features"].shape[0],))
+    if kw["contrast"] is not None:
+        kw["contrast_groups"] = randint(-1, group_count, (kw["contrast"].shape[0],))
+    return kw
+
+
 def num_anchor_rows(kw):
     """How many anchors supcon_loss(reduction='none') returns for these kwargs."""
     f = kw["features"]

@@ -160,11 +160,11 @@ REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (
             groups=True, multi_label=True),
     # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
     # scl::supcon's CUDA key. auto takes them only by the size rule measured on an H100
-    # (auto_rule.py): a call whose shape it rules, on sm_90. No focal loss: its kernels have no
-    # positive walk yet.
+    # (auto_rule.py): a call whose shape it rules, on sm_90. No focal loss and no multi-hot
+    # labels: its kernels have no positive walk yet.
     Backend("cuda", ("cuda",), "supcon", lambda device: cuda_kernels_built(),
             float64_kernels=False, auto_eligible=False, focal=False,
-            low_precision_gradient_weights=True),
+            low_precision_gradient_weights=True, groups=True),
     # dense PyTorch: the whole N x N logit matrix, for tests and tiny batches
     Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True, groups=True,
             multi_label=True),
