@@ -46,9 +46,10 @@ enum class Refusal {
   kNone,
   kNoBlas,                 // TileKernels::blas_missing: this PyTorch build exports no BLAS
   kTooManyElements,        // a rows tensor past TileKernels::max_rows_elements
-  kNoFocalWalk,            // focal_gamma > 0 without TileKernels::positive_walk
+  kNoFocalWalk,            // focal_gamma > 0 without TileKernels::positive_walk, walks_focal
   kNoGroupMask,            // groups without TileKernels::masks_groups
   kNoPairWeights,          // multi-hot labels without TileKernels::multi_label_positives
+  kNoMultiHotGroupMask,    // groups and multi-hot labels without masks_multi_hot_groups
   kTemperatureUnreadable,  // a GPU temperature that must be read while a CUDA graph is captured
 };
 

@@ -259,8 +259,8 @@ struct TileKernels {
   // says no while the current stream captures a CUDA graph: the forward then leaves out its
   // NaN / inf check, which a replay on new values would not repeat anyway.
   std::function<bool(const at::Tensor& like)> host_may_wait;
-  // The focal loss's positive walk (empty: this backend has no focal loss, and focal_gamma != 0
-  // is refused).
+  // The positive walk of the focal loss and of multi-hot labels (empty: this backend has
+  // neither, and focal_gamma != 0 is refused; see walks_focal).
   std::function<PositiveWalkOutputs(const SupConProblem&, const PositiveWalkInputs&)>
       positive_walk;
   // The per-anchor losses in one fused step, for float32 compute, and their mean where asked
@@ -296,6 +296,11 @@ struct TileKernels {
   // walk, which then walks multi-label calls too (empty: its walk has no pair weights, and
   // multi-hot labels are refused).
   std::function<MultiLabelPositives(const SupConProblem&)> multi_label_positives;
+  // Whether positive_walk takes the focal loss (gamma > 0) too, not only the multi-label SupCon
+  // loss, and whether the group mask compares multi-hot rows' classes (the mask of class ids
+  // alone cannot tell a multi-hot pair's): the plan refuses those calls where not.
+  bool walks_focal = true;
+  bool masks_multi_hot_groups = true;
 };
 
 }  // namespace scl

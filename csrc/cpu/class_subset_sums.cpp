@@ -1,195 +1,53 @@
-// Multi-hot positives through sums over class subsets on the CPU. A pair's weight depends on its
-// rows only through a = |Y_i & Y_j|, n = |Y_i| and m = |Y_j|: h(a) = [a > 0] ("any") or
-// a / (n + m - a) ("jaccard"), h(0) = 0. Written as a sum over the non-empty subsets T of the
-// shared classes, h(a) = sum_T c_|T|(n, m) with c the inverse binomial transform of h, so that
-//   sum_j w_ij u_j = sum_{T in Y_i, T != {}} sum_m c_|T|(n_i, m) S(T, m),
-// S(T, m) the sum of u_j over the rows j of m classes that hold T; W_i and |P(i)| are the same
-// sums over row counts, and the contrast rows' side is the transpose, summed over the anchors.
-// The sums are per (subset, class count) key: every row adds itself to the keys of its 2^k - 1
-// subsets, in row order, so results do not depend on the thread count. In float64: the
-// alternating coefficients subtract sums of overlapping sets.
+// Multi-hot positives through sums over class subsets on the CPU: the keys are
+// class_subsets.h's; each side's rows are summed per key in float64 (the alternating
+// coefficients subtract sums of overlapping sets), every row added in row order, so results do
+// not depend on the thread count.
 #include "class_subset_sums.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include <array>
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "../core/class_subsets.h"
 #include "../core/supcon_problem.h"
 
 namespace scl::cpu {
 namespace {
 
-constexpr int kMaxRowClasses = 8;
-constexpr int64_t kSubsetsPerRow = 8;
+using class_subsets::RowClasses;
+using class_subsets::SubsetCoefficients;
+using class_subsets::SubsetIndex;
+using class_subsets::for_each_match;
+using class_subsets::row_classes;
+
 // Columns of the sums a thread takes: the sums are added row by row, each thread over its own
 // columns.
 constexpr int64_t kColumnGrain = 16;
-
-// The classes of each row, ascending: row r's are classes[start[r] .. start[r + 1]).
-struct RowClasses {
-  std::vector<int64_t> start{0};
-  std::vector<int64_t> classes;
-
-  int count(int64_t r) const { return static_cast<int>(start[r + 1] - start[r]); }
-  const int64_t* of(int64_t r) const { return classes.data() + start[r]; }
-};
-
-const uint64_t* bits_of(const at::Tensor& words) {
-  return reinterpret_cast<const uint64_t*>(words.const_data_ptr<int64_t>());
-}
-
-RowClasses row_classes(const at::Tensor& words) {
-  const at::Tensor w = words.contiguous();
-  const int64_t rows = w.size(0), k = w.size(1);
-  const uint64_t* bits = bits_of(w);
-  RowClasses out;
-  out.start.reserve(rows + 1);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < k; ++i) {
-      for (uint64_t b = bits[r * k + i]; b != 0; b &= b - 1) {
-        out.classes.push_back(i * 64 + __builtin_ctzll(b));
-      }
-    }
-    out.start.push_back(static_cast<int64_t>(out.classes.size()));
-  }
-  return out;
-}
-
-// Whether one side's rows fit: none over kMaxRowClasses classes, their subsets within
-// kSubsetsPerRow a row, besides two rows of kMaxRowClasses (a small batch may hold any).
-bool side_fits(const at::Tensor& words) {
-  const at::Tensor w = words.contiguous();
-  const int64_t rows = w.size(0), k = w.size(1);
-  const uint64_t* bits = bits_of(w);
-  int64_t subsets = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    int classes = 0;
-    for (int64_t i = 0; i < k; ++i) classes += __builtin_popcountll(bits[r * k + i]);
-    if (classes > kMaxRowClasses) return false;
-    subsets += (int64_t{1} << classes) - 1;
-  }
-  return subsets <= kSubsetsPerRow * rows + (int64_t{2} << kMaxRowClasses);
-}
-
-// A subset T of a row's classes and the number of classes of the rows summed under it.
-struct SubsetKey {
-  std::array<int64_t, kMaxRowClasses> classes;  // T ascending, then -1
-  int size = 0;
-  int row_classes = 0;
-
-  bool operator==(const SubsetKey& other) const {
-    return size == other.size && row_classes == other.row_classes && classes == other.classes;
-  }
-};
-
-uint64_t hash_of(const SubsetKey& key) {
-  uint64_t h = 0xcbf29ce484222325ULL ^ static_cast<uint64_t>(key.row_classes);
-  for (int i = 0; i < key.size; ++i) {
-    h = (h ^ static_cast<uint64_t>(key.classes[i])) * 0x100000001b3ULL;
-  }
-  return h ^ (h >> 29);
-}
-
-// Key ids by open addressing: a flat table, no allocation per key (a node-based map spends more
-// on its nodes than the sums on their rows).
-class SubsetIds {
- public:
-  explicit SubsetIds(int64_t most_keys) {
-    int64_t slots = 16;
-    while (slots < 2 * most_keys) slots *= 2;
-    slot_ids_.assign(slots, -1);
-    mask_ = static_cast<uint64_t>(slots - 1);
-  }
-
-  // The key's id, a new one if it has none.
-  int64_t add(const SubsetKey& key) {
-    int64_t& id = slot_ids_[slot(key)];
-    if (id < 0) {
-      id = static_cast<int64_t>(keys_.size());
-      keys_.push_back(key);
-    }
-    return id;
-  }
-
-  // The key's id, or -1.
-  int64_t find(const SubsetKey& key) const { return slot_ids_[slot(key)]; }
-
-  int64_t size() const { return static_cast<int64_t>(keys_.size()); }
-
- private:
-  // The key's slot, or the empty slot where it would go.
-  uint64_t slot(const SubsetKey& key) const {
-    uint64_t s = hash_of(key) & mask_;
-    while (slot_ids_[s] >= 0 && !(keys_[slot_ids_[s]] == key)) s = (s + 1) & mask_;
-    return s;
-  }
-
-  std::vector<int64_t> slot_ids_;
-  std::vector<SubsetKey> keys_;
-  uint64_t mask_ = 0;
-};
-
-// visit(key) for every non-empty subset of row r's classes, key.row_classes left to the visitor.
-template <typename Visit>
-void for_each_subset(const RowClasses& rows, int64_t r, Visit&& visit) {
-  const int k = rows.count(r);
-  const int64_t* classes = rows.of(r);
-  SubsetKey key;
-  for (uint32_t mask = 1; mask < (1u << k); ++mask) {
-    key.size = 0;
-    for (int b = 0; b < k; ++b) {
-      if ((mask >> b) & 1) key.classes[key.size++] = classes[b];
-    }
-    for (int b = key.size; b < kMaxRowClasses; ++b) key.classes[b] = -1;
-    visit(key);
-  }
-}
 
 // One side's rows summed per (subset, class count) key. A key that one row holds keeps that row
 // in place of a copy: with many classes most keys are one row's, and the sums would otherwise
 // take a few times the rows' memory.
 class SubsetSums {
  public:
-  // rows: [R, d] float64, contiguous (undefined: counts only); weight: [R] or nullptr for 1.
+  // rows: [R, d] float64, contiguous; weight: [R] or nullptr for 1.
   // by_class_count: keys tell the rows' class counts apart (the weight depends on them).
   SubsetSums(const RowClasses& classes, int64_t count, bool by_class_count,
              const at::Tensor& rows, const double* weight)
-      : weight_(weight) {
-    int64_t subsets = 0;
-    for (int64_t r = 0; r < count; ++r) subsets += (int64_t{1} << classes.count(r)) - 1;
-    ids_ = SubsetIds(subsets);
-    std::vector<std::pair<int64_t, int64_t>> entries;  // (row, key), in row order
-    entries.reserve(subsets);
-    for (int64_t r = 0; r < count; ++r) {
-      const int k = classes.count(r);
-      if (k == 0) continue;
-      class_counts_ |= 1u << (by_class_count ? k : 0);
-      for_each_subset(classes, r, [&](SubsetKey& key) {
-        key.row_classes = by_class_count ? k : 0;
-        const int64_t id = ids_.add(key);
-        if (id == static_cast<int64_t>(rows_holding_.size())) {
-          rows_holding_.push_back(0);
-          first_row_.push_back(r);
-        }
-        ++rows_holding_[id];
-        entries.emplace_back(r, id);
-      });
-    }
-    if (!rows.defined()) return;
-    d_ = rows.size(1);
-    rows_ = rows.const_data_ptr<double>();
+      : index_(classes, count, by_class_count),
+        rows_(rows.const_data_ptr<double>()),
+        weight_(weight),
+        d_(rows.size(1)) {
     int64_t summed = 0;
-    sum_row_.assign(rows_holding_.size(), -1);
-    for (size_t id = 0; id < rows_holding_.size(); ++id) {
-      if (rows_holding_[id] > 1) sum_row_[id] = summed++;
+    sum_row_.assign(index_.keys(), -1);
+    for (int64_t id = 0; id < index_.keys(); ++id) {
+      if (index_.rows_holding(id) > 1) sum_row_[id] = summed++;
     }
     sums_.assign(summed * d_, 0.0);
     at::parallel_for(0, d_, kColumnGrain, [&](int64_t c0, int64_t c1) {
-      for (const auto& [r, id] : entries) {
+      for (const auto& [r, id] : index_.entries()) {
         if (sum_row_[id] < 0) continue;
         const double w = weight_ ? weight_[r] : 1.0;
         double* sum = sums_.data() + sum_row_[id] * d_;
@@ -199,9 +57,7 @@ class SubsetSums {
     });
   }
 
-  int64_t find(const SubsetKey& key) const { return ids_.find(key); }
-  bool has_class_count(int m) const { return ((class_counts_ >> m) & 1) != 0; }
-  int64_t rows_holding(int64_t id) const { return rows_holding_[id]; }
+  const SubsetIndex& index() const { return index_; }
 
   // into += c * (key id's sum)
   void add_to(int64_t id, double c, double* into) const {
@@ -213,69 +69,17 @@ class SubsetSums {
   // The key's sum, or its one row, whose weight then joins c.
   const double* sum_of(int64_t id, double& c) const {
     if (sum_row_[id] >= 0) return sums_.data() + sum_row_[id] * d_;
-    const int64_t r = first_row_[id];
+    const int64_t r = index_.first_row(id);
     if (weight_) c *= weight_[r];
     return rows_ + r * d_;
   }
 
-  SubsetIds ids_{0};
-  std::vector<int64_t> rows_holding_;  // per key: how many rows hold it
-  std::vector<int64_t> first_row_;     // per key: the first of them
-  std::vector<int64_t> sum_row_;       // per key: its row of sums_, -1 for a key of one row
-  std::vector<double> sums_;           // sum of weight_r x_r per key of several rows
-  uint32_t class_counts_ = 0;          // bit m: a summed row holds m classes
-  const double* rows_ = nullptr;
-  const double* weight_ = nullptr;
-  int64_t d_ = 0;
-};
-
-// visit(key id, |T|, m) for every key of `sums` that row r of `rows` matches: each non-empty
-// subset T of its classes, with each class count m that a summed row holds (m = 0 where the
-// keys do not tell class counts apart).
-template <typename Visit>
-void for_each_match(const SubsetSums& sums, const RowClasses& rows, int64_t r, Visit&& visit) {
-  for_each_subset(rows, r, [&](SubsetKey& key) {
-    for (int m = 0; m <= kMaxRowClasses; ++m) {
-      if (!sums.has_class_count(m) || (m > 0 && m < key.size)) continue;
-      key.row_classes = m;
-      const int64_t id = sums.find(key);
-      if (id >= 0) visit(id, key.size, m);
-    }
-  });
-}
-
-// c_t(n, m), what a shared subset of t classes adds to the weight of a pair of rows of n and m
-// classes: for "any" (-1)^(t+1), which also counts the pairs; for "jaccard"
-// sum_{s=1..t} (-1)^(t-s) C(t, s) s / (n + m - s).
-class SubsetCoefficients {
- public:
-  explicit SubsetCoefficients(MultiLabelRule rule) : by_class_count_(rule == MultiLabelRule::kJaccard) {
-    double binomial[kMaxRowClasses + 1][kMaxRowClasses + 1] = {};
-    for (int t = 0; t <= kMaxRowClasses; ++t) {
-      binomial[t][0] = 1;
-      for (int s = 1; s <= t; ++s) binomial[t][s] = binomial[t - 1][s - 1] + binomial[t - 1][s];
-    }
-    for (int t = 1; t <= kMaxRowClasses; ++t) {
-      for (int n = t; n <= kMaxRowClasses; ++n) {
-        for (int m = t; m <= kMaxRowClasses; ++m) {
-          double c = 0;
-          for (int s = 1; s <= t; ++s) {
-            c += ((t - s) % 2 ? -1.0 : 1.0) * binomial[t][s] * s / (n + m - s);
-          }
-          jaccard_[t][n][m] = c;
-        }
-      }
-    }
-  }
-
-  static double sign(int t) { return t % 2 ? 1.0 : -1.0; }
-  // Whether the weight depends on the class counts: then the sums' keys tell them apart.
-  bool by_class_count() const { return by_class_count_; }
-  double weight(int t, int n, int m) const { return by_class_count_ ? jaccard_[t][n][m] : sign(t); }
-
- private:
-  bool by_class_count_;
-  double jaccard_[kMaxRowClasses + 1][kMaxRowClasses + 1][kMaxRowClasses + 1] = {};
+  SubsetIndex index_;
+  std::vector<int64_t> sum_row_;  // per key: its row of sums_, -1 for a key of one row
+  std::vector<double> sums_;      // sum of weight_r x_r per key of several rows
+  const double* rows_;
+  const double* weight_;
+  int64_t d_;
 };
 
 double dot(const double* a, const double* b, int64_t d) {
@@ -291,16 +95,10 @@ at::Tensor unit_rows64(const SupConProblem& p, Rows which, int64_t count) {
 
 }  // namespace
 
-bool fits_class_subsets(const SupConProblem& p) {
-  return p.multi_label != MultiLabelRule::kNone && side_fits(p.anchor_words) &&
-         side_fits(p.contrast_words);
-}
-
 MultiLabelPositives subset_positives(const SupConProblem& p) {
   const RowClasses anchors = row_classes(p.anchor_words);
   const SubsetCoefficients coefficients(p.multi_label);
-  const SubsetSums columns(row_classes(p.contrast_words), p.n, coefficients.by_class_count(), {},
-                           nullptr);
+  const SubsetIndex columns(row_classes(p.contrast_words), p.n, coefficients.by_class_count());
   const at::TensorOptions options = p.z.options();
   MultiLabelPositives out{at::zeros({p.m}, options.dtype(at::kLong)),
                           at::zeros({p.m}, options.dtype(at::kDouble))};
@@ -344,7 +142,7 @@ PositiveWalkOutputs subset_walk(const SupConProblem& p, const PositiveWalkInputs
   const auto positive_sum = [&](int64_t i, double* into) {
     std::fill(into, into + d, 0.0);
     const int classes = anchors.count(i);
-    for_each_match(column_sums, anchors, i, [&](int64_t id, int t, int mc) {
+    for_each_match(column_sums.index(), anchors, i, [&](int64_t id, int t, int mc) {
       column_sums.add_to(id, coefficients.weight(t, classes, mc), into);
     });
     if (p.single_set) {
@@ -395,7 +193,7 @@ PositiveWalkOutputs subset_walk(const SupConProblem& p, const PositiveWalkInputs
       const int classes = columns.count(j);
       if (classes == 0) continue;
       double* row = dz_data + j * d;
-      for_each_match(anchor_sums, columns, j, [&](int64_t id, int t, int ma) {
+      for_each_match(anchor_sums.index(), columns, j, [&](int64_t id, int t, int ma) {
         anchor_sums.add_to(id, coefficients.weight(t, ma, classes), row);
       });
       const int64_t own = j - p.anchor_offset;

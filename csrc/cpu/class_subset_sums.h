@@ -3,17 +3,12 @@
 // positive pairs, W_i, |P(i)|, sum_j w_ij u_j and its transpose, from per-subset sums of rows,
 // O((m + n) 2^k d) for rows of k classes in place of the pair walk's O(sum_c n_c^2 d). The
 // walk's outputs, TileKernels::positive_walk and TileKernels::multi_label_positives
-// (csrc/core/tile_kernels.h), for calls whose rows hold few classes.
+// (csrc/core/tile_kernels.h), for calls whose rows hold few classes (class_subsets::fits).
 #pragma once
 
 #include "../core/tile_kernels.h"
 
 namespace scl::cpu {
-
-// Whether the call has multi-hot labels whose rows are few-classed enough for the sums: every
-// row at most 8 classes, and on each side at most 8 subsets a row on average (the work of the
-// sums, and their memory, stay within a few passes over the rows).
-bool fits_class_subsets(const SupConProblem& p);
 
 MultiLabelPositives subset_positives(const SupConProblem& p);
 

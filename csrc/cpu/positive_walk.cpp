@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../core/class_subsets.h"
 #include "../core/supcon_problem.h"
 #include "../core/test_hooks.h"
 #include "blas.h"
@@ -386,7 +387,7 @@ void walk_grads(const ClassOrder& o, const Blocks& walk, double inv_t, double ga
 bool by_class_subsets(const SupConProblem& p) {
   const std::string& forced = test_hooks().multi_label_positives;
   if (forced == "pair_walk") return false;
-  const bool fits = fits_class_subsets(p);
+  const bool fits = class_subsets::fits(p);
   TORCH_CHECK(fits || forced != "class_subsets",
               "the test hook multi_label_positives=\"class_subsets\" was set, but the rows hold "
               "too many classes for sums over class subsets");

@@ -14,6 +14,7 @@
 #include <limits>
 #include <optional>
 
+#include "../core/class_subset_gathers.h"
 #include "../core/supcon_orchestration.h"
 #include "../core/tile_math.h"
 #include "device_runtime.h"
@@ -386,27 +387,55 @@ BackwardAssembly assemble_backward(const SupConProblem& p, const BackwardAssembl
 // False while the current stream captures a CUDA graph: nothing may wait for the device then.
 bool host_may_wait(const at::Tensor& like) { return !stream_is_capturing(like); }
 
-const TileKernels& cuda_kernels() {
+// Multi-hot positives: the sums over class subsets as gathers on the device (no positive walk
+// of CUDA C++ kernels yet), for rows of at most 8 classes. Their keys are built from the class
+// words on the host, which a captured stream cannot wait for.
+void require_eager_multi_hot(const SupConProblem& p) {
+  TORCH_CHECK(host_may_wait(p.z),
+              "backend='cuda' builds the keys of multi-hot labels' sums over class subsets on "
+              "the host, which a CUDA graph capture cannot wait for: run such calls eagerly");
+}
+
+MultiLabelPositives multi_label_positives(const SupConProblem& p) {
+  require_eager_multi_hot(p);
+  return class_subsets::positives_by_gathers(p, "cuda");
+}
+
+PositiveWalkOutputs multi_label_walk(const SupConProblem& p, const PositiveWalkInputs& walk) {
+  require_eager_multi_hot(p);
+  return class_subsets::walk_by_gathers(p, walk);
+}
+
+TileKernels make_cuda_kernels() {
   // The symmetric forward adds a row's tiles by atomics: not reproducible. The symmetric
   // backward's triangle does too, so the plan takes the full-row walk in deterministic mode
-  // (triangle_exchange above); the other backward walks write every element once. No focal
-  // loss (no positive walk yet); the O(N*D) stages are fused (row_stages.h). Groups run the
-  // kernels compiled with the group mask (TileProblem::own_groups); multi-hot labels are refused.
-  static const TileKernels kernels{compute_type,
-                                   /*symmetric_forward_is_deterministic=*/false,
-                                   /*reads_temperature=*/true,
-                                   /*walks_triangle=*/true,
-                                   /*masks_groups=*/true,
-                                   /*max_rows_elements=*/0,
-                                   /*blas_missing=*/{},
-                                   lse_tiles,
-                                   grad_tiles,
-                                   host_may_wait,
-                                   /*positive_walk=*/{},
-                                   anchor_losses,
-                                   assemble_backward,
-                                   prepare_rows,
-                                   anchor_weights};
+  // (triangle_exchange above); the other backward walks write every element once. The O(N*D)
+  // stages are fused (row_stages.h). Groups run the kernels compiled with the group mask
+  // (TileProblem::own_groups), which compares class ids: not with multi-hot labels. The walk
+  // serves the multi-label SupCon loss only, not the focal loss.
+  TileKernels kernels{compute_type,
+                      /*symmetric_forward_is_deterministic=*/false,
+                      /*reads_temperature=*/true,
+                      /*walks_triangle=*/true,
+                      /*masks_groups=*/true,
+                      /*max_rows_elements=*/0,
+                      /*blas_missing=*/{},
+                      lse_tiles,
+                      grad_tiles,
+                      host_may_wait,
+                      multi_label_walk,
+                      anchor_losses,
+                      assemble_backward,
+                      prepare_rows,
+                      anchor_weights};
+  kernels.multi_label_positives = multi_label_positives;
+  kernels.walks_focal = false;
+  kernels.masks_multi_hot_groups = false;
+  return kernels;
+}
+
+const TileKernels& cuda_kernels() {
+  static const TileKernels kernels = make_cuda_kernels();
   return kernels;
 }
 

@@ -67,6 +67,7 @@ float atomicAdd(float* address, float value);
 float4 atomicAdd(float4* address, float4 value);
 void __syncthreads();
 void __syncwarp(unsigned mask = 0xffffffffu);
+int2 __ldg(const int2* address);
 
 #include "cuda/fragments.cuh"
 #include "cuda/sm80_kernels.cuh"

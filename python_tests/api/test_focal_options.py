@@ -44,7 +44,7 @@ def test_module_checks_focal_gamma(value, error):
 
 @pytest.fixture
 def cpu_without_focal(monkeypatch):
-    """The registry with a cpu backend whose kernels have no positive walk (as "cuda")."""
+    """The registry with a cpu backend whose kernels have no focal walk (as "cuda")."""
     if "cpu" not in scl_kernels.available_backends("cpu"):
         pytest.skip("the cpu backend is not available")
     registry = dict(backends.REGISTRY)

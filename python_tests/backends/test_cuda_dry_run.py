@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import scl_kernels
-from support.layouts import LAYOUTS, make_layout, num_anchor_rows, op_args
+from support.layouts import LAYOUTS, few_class_rows, make_layout, num_anchor_rows, op_args
 from support.op_mean import check_op_mean
 from support.reference64 import check_op_against_reference
 from scl_kernels._testing import cuda_dry_run_built, test_hooks
@@ -257,3 +257,80 @@ def test_groups_in_the_symmetric_backward_walks(walk, n, groups, randn, randint,
             torch.tensor(0.1), n, True)
     with test_hooks(symmetric_backward_walk=walk):
         check(args, gen, groups=randint(-1 if groups > 1 else 0, groups, (n,)))
+
+
+# Multi-hot labels (multi_label "any" / "jaccard", docs/MATH.md section 11): the positives are
+# sums over class subsets gathered on the rows' device (csrc/core/class_subset_gathers.cpp) and
+# the tiles the ones without labels. Rows of at most 8 classes; with groups, or the focal loss,
+# the plan refuses.
+def _multi_hot_args(case, classes, dtype, temperature, randn, randint):
+    n, m, d = 150, 130, 37
+    contrast = contrast_labels = None
+    num_anchors, offset = n, None
+    if case == "anchor-block":
+        num_anchors, offset = 60, 45
+    elif case == "cross":
+        contrast, contrast_labels = randn(m, d, dtype=dtype), few_class_rows(randint, m, classes)
+    args = (randn(n, d, dtype=dtype), few_class_rows(randint, n, classes), contrast,
+            contrast_labels, torch.tensor(temperature, dtype=torch.float64), num_anchors, True)
+    return args, offset
+
+
+@pytest.mark.parametrize("case", ["single", "anchor-block", "cross"])
+@pytest.mark.parametrize("rule", ["any", "jaccard"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("temperature", [0.02, 0.1])  # 0.1: the symmetric schedule, single set
+def test_multi_hot(case, rule, dtype, temperature, randn, randint, gen):
+    args, offset = _multi_hot_args(case, 9, dtype, temperature, randn, randint)
+    ref = check(args, gen, anchor_offset=offset, multi_label=rule).ref.ref
+    if rule == "jaccard":  # rows share classes in more than one way
+        assert ((ref.weights > 0) & (ref.weights < 1)).any()
+
+
+@pytest.mark.parametrize("classes", [1, 63, 64, 65, 200])
+@pytest.mark.parametrize("rule", ["any", "jaccard"])
+def test_multi_hot_class_counts(classes, rule, randn, randint, gen):
+    """C across the 64-bit words' edges, the last class of the last word held."""
+    n = 70
+    hot = torch.zeros(n, classes, dtype=torch.bool)
+    for r in range(n):
+        hot[r, randint(0, classes, (int(randint(0, 4, ())),))] = True
+    hot[1::7, classes - 1] = True
+    check((randn(n, 16, dtype=torch.bfloat16), hot, None, None, torch.tensor(0.1), n, True), gen,
+          multi_label=rule)
+
+
+@pytest.mark.parametrize("case", ["no-class", "one-class", "one-row"])
+def test_multi_hot_awkward_labels(case, randn, gen):
+    n = 1 if case == "one-row" else 40
+    hot = torch.zeros(n, 5, dtype=torch.bool)
+    if case != "no-class":
+        hot[:, 2] = True
+    res = check((randn(n, 24, dtype=torch.float32), hot, None, None, torch.tensor(0.1), n, True),
+                gen, multi_label="jaccard")
+    if case != "one-class":
+        assert not res.outputs[0].any()
+
+
+def test_multi_hot_rows_of_many_classes_are_refused(randn):
+    hot = torch.zeros(20, 12, dtype=torch.bool)
+    hot[:, 0] = True
+    features = randn(20, 8)
+    torch.ops.scl.supcon_cuda_dry_run(features, hot, None, None, torch.tensor(0.1), 20, True)
+    hot[3, :9] = True
+    with pytest.raises(ValueError, match="backend='cuda' takes multi-hot rows of at most 8 "
+                                         "classes.*hold up to 9 classes: backend='cpu' or "
+                                         "'triton' takes any"):
+        torch.ops.scl.supcon_cuda_dry_run(features, hot, None, None, torch.tensor(0.1), 20, True)
+
+
+@pytest.mark.parametrize("extra, refusal", [
+    (dict(groups=torch.arange(20) % 3), "no multi-hot group mask"),
+    (dict(focal_gamma=1.0), "no focal walk"),
+])
+def test_multi_hot_refusals(extra, refusal, randn):
+    hot = torch.zeros(20, 4, dtype=torch.bool)
+    hot[:, 1] = True
+    with pytest.raises(NotImplementedError, match=f"cannot_run: {refusal}"):
+        torch.ops.scl.supcon_cuda_dry_run(randn(20, 8), hot, None, None, torch.tensor(0.1), 20,
+                                          True, **extra)

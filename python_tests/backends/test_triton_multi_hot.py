@@ -4,16 +4,7 @@ they come from. Plain tensor ops: no kernel, no interpreter needed."""
 import torch
 
 from scl_kernels.backends.triton import multi_hot
-
-
-def _words(hot):
-    """The core's class words of multi-hot rows (csrc/core/supcon_problem.h), bit by bit."""
-    rows, classes = hot.shape
-    words = torch.zeros(rows, (classes + 63) // 64, dtype=torch.int64)
-    for c in range(classes):
-        bit = 1 << (c % 64)
-        words[:, c // 64] |= torch.where(hot[:, c], bit - (bit >> 63 << 64), 0)
-    return words
+from support.class_words import class_words
 
 
 def test_set_bits_lists_every_class_by_row(gen):
@@ -22,7 +13,7 @@ def test_set_bits_lists_every_class_by_row(gen):
     hot[5] = False
     keep = torch.ones(9, dtype=torch.bool)
     keep[7] = False
-    rows, classes, counts = multi_hot.set_bits(_words(hot), keep)
+    rows, classes, counts = multi_hot.set_bits(class_words(hot), keep)
     want = torch.nonzero(hot & keep[:, None])
     assert torch.equal(rows, want[:, 0]) and torch.equal(classes, want[:, 1])
     assert torch.equal(counts, (hot & keep[:, None]).sum(1, dtype=torch.int32))
@@ -38,7 +29,7 @@ def test_group_class_words_share_a_bit_where_the_rows_share_a_class(gen):
     hot[3] = False
     most = max(int(hot[groups == g].any(0).sum()) for g in range(8))
     assert most > 32
-    local = multi_hot.group_class_words(groups, _words(hot))
+    local = multi_hot.group_class_words(groups, class_words(hot))
     assert local.dtype == torch.int32 and local.shape == (rows, (most + 31) // 32)
     shares_bit = ((local[:, None, :] & local[None, :, :]) != 0).any(-1)
     shares_class = (hot.double() @ hot.double().T) > 0

@@ -14,6 +14,7 @@ triton = pytest.importorskip("triton", reason="the Triton backend needs the trit
 import triton.language as tl  # noqa: E402
 
 from scl_kernels.backends.triton import launch, positive_walk  # noqa: E402
+from support.class_words import class_words  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DEVICE = "cpu" if INTERPRETED else "cuda"
@@ -209,17 +210,6 @@ def test_anchors_without_positives_get_zeros(gen, poisoned):
     assert loss[without_pairs].eq(0).all() and hterm[without_pairs].eq(0).all()
     assert dq[without_pairs].eq(0).all()
     assert dz[[20, 22, 23]].eq(0).all() and dz[21].ne(0).all()
-
-
-def class_words(hot):
-    """[rows, ceil(C / 64)] int64 class words of multi-hot rows, bit c % 64 of word c // 64 for
-    class c (csrc/core/supcon_problem.h), set bit by bit."""
-    rows, classes = hot.shape
-    words = torch.zeros(rows, (classes + 63) // 64, dtype=torch.int64)
-    for c in range(classes):
-        bit = 1 << (c % 64)
-        words[:, c // 64] |= torch.where(hot[:, c], bit - (bit >> 63 << 64), 0)
-    return words
 
 
 def make_multi_hot_case(gen, m, n, d, classes, per_row, self_offset, temperature, gamma, rule,

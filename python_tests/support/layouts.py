@@ -59,6 +59,27 @@ def with_groups(kw, randint, group_count):
     return kw
 
 
+def few_class_rows(randint, rows, classes):
+    """[rows, classes] bool multi-hot rows that sums over class subsets take: each of the first 8
+    classes a row's with chance 1/4 (no row over 8 classes), every fifth row without one, row 1
+    with the first 8 (where C >= 8)."""
+    hot = randint(0, 4, (rows, classes)) == 0
+    hot[:, 8:] = False
+    hot[::5] = False
+    if rows > 1:
+        hot[1, :8] = classes >= 8
+    return hot
+
+
+def with_few_class_rows(kw, randint, classes):
+    """kw with few_class_rows labels for its samples and contrast rows."""
+    kw = dict(kw)
+    kw["labels"] = few_class_rows(randint, kw["features"].shape[0], classes)
+    if kw["contrast"] is not None:
+        kw["contrast_labels"] = few_class_rows(randint, kw["contrast"].shape[0], classes)
+    return kw
+
+
 def num_anchor_rows(kw):
     """How many anchors supcon_loss(reduction='none') returns for these kwargs."""
     f = kw["features"]

@@ -571,7 +571,7 @@ class OpRef:
 
 def op_reference64(features, labels, contrast, contrast_labels, temperature, num_anchors,
                    normalize, anchor_offset=0, grad_loss=None, focal_gamma=0.0, groups=None,
-                   contrast_groups=None):
+                   contrast_groups=None, multi_label="any"):
     """The raw op's contract in float64, from :func:`supcon_reference64` of the whole set.
 
     Single set (contrast None): the reference with every row an anchor, restricted to the anchor
@@ -580,7 +580,8 @@ def op_reference64(features, labels, contrast, contrast_labels, temperature, num
     anchors (anchor_offset must be 0). With ``grad_loss``, also the gradients of
     sum_i grad_loss_i * loss_i w.r.t. features ([N, D]: rows outside the block get their
     contrast-side gradient), contrast and temperature. ``groups``, ``contrast_groups``: the op's
-    group ids (known false negatives) of the feature and contrast rows.
+    group ids (known false negatives) of the feature and contrast rows; ``multi_label``: the rule
+    for multi-hot labels.
     """
     group_ids = {name: ids.cpu() for name, ids in (("groups", groups),
                                                    ("contrast_groups", contrast_groups))
@@ -590,7 +591,8 @@ def op_reference64(features, labels, contrast, contrast_labels, temperature, num
     c = None
     if contrast is None:
         ref = supcon_reference64(x, labels.cpu(), t, normalize=normalize, reduction="none",
-                                 full=True, focal_gamma=focal_gamma, **group_ids)
+                                 full=True, focal_gamma=focal_gamma, multi_label=multi_label,
+                                 **group_ids)
         block = slice(anchor_offset, anchor_offset + num_anchors)
         assert 0 <= anchor_offset and block.stop <= x.shape[0], "anchor block outside the rows"
     else:
@@ -598,7 +600,8 @@ def op_reference64(features, labels, contrast, contrast_labels, temperature, num
         c = contrast.detach().to(device="cpu", dtype=torch.float64).requires_grad_(True)
         ref = supcon_reference64(x, labels.cpu(), t, contrast=c,
                                  contrast_labels=contrast_labels.cpu(), normalize=normalize,
-                                 reduction="none", full=True, focal_gamma=focal_gamma, **group_ids)
+                                 reduction="none", full=True, focal_gamma=focal_gamma,
+                                 multi_label=multi_label, **group_ids)
         block = slice(0, x.shape[0])
     result = OpRef(ref.per_anchor[block].detach(), ref.lse[block], ref.num_positives[block], ref,
                    block)
@@ -650,7 +653,8 @@ class OpChecked:
 def check_op_against_reference(forward_op, backward_op, args, *, anchor_offset=None,
                                compute_dtype=None, grad_loss=None, generator=None,
                                backward=True, lse_float64=True, focal_gamma=None,
-                               weights_dtype=None, groups=None, contrast_groups=None):
+                               weights_dtype=None, groups=None, contrast_groups=None,
+                               multi_label=None):
     """Runs a backend's raw ops (``forward_op`` / ``backward_op``, OpOverloadPackets) on
     ``args`` = (features, labels, contrast, contrast_labels, temperature, num_anchors, normalize),
     with ``anchor_offset`` when not None, and compares every output with
@@ -660,11 +664,14 @@ def check_op_against_reference(forward_op, backward_op, args, *, anchor_offset=N
     ``weights_dtype``: the dtype the backward's products take their weights in
     (``Backend.gradient_weights_dtype``); coarser than the compute dtype, it widens the
     temperature's tolerance. ``groups``, ``contrast_groups``: the group ids (known false
-    negatives) passed to both ops and the reference when not None."""
+    negatives) passed to both ops and the reference when not None; ``multi_label``: the rule
+    for multi-hot labels, likewise."""
     features, labels, contrast, contrast_labels, temperature, num_anchors, normalize = args
     kwargs = {} if anchor_offset is None else {"anchor_offset": anchor_offset}
     if focal_gamma is not None:
         kwargs["focal_gamma"] = focal_gamma
+    if multi_label is not None:
+        kwargs["multi_label"] = multi_label
     group_ids = {name: ids for name, ids in (("groups", groups), ("contrast_groups", contrast_groups))
                  if ids is not None}
     kwargs.update(group_ids)
@@ -682,7 +689,8 @@ def check_op_against_reference(forward_op, backward_op, args, *, anchor_offset=N
             grad_loss = torch.randn(a, generator=generator, dtype=torch.float64)
         grad_loss = grad_loss.to(device=features.device, dtype=loss_dtype_for(dtype))
     want = op_reference64(features, labels, contrast, contrast_labels, temperature, num_anchors,
-                          normalize, offset, grad_loss, focal_gamma or 0.0, **group_ids)
+                          normalize, offset, grad_loss, focal_gamma or 0.0, **group_ids,
+                          multi_label=multi_label or "any")
 
     for name, out in (("loss", loss), ("lse", lse), ("num_positives", num_positives)):
         assert out.shape == (a,), f"{name} has shape {tuple(out.shape)}, expected ({a},)"

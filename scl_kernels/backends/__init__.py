@@ -64,6 +64,9 @@ class Backend:
     # Whether its positive walk weighs the pairs of multi-hot labels (multi-label positives,
     # docs/MATH.md section 11). backend="auto" never picks one that cannot run the call.
     multi_label: bool = False
+    # Whether its group mask takes multi-hot labels too (it compares their classes, not class
+    # ids): with both, backend="auto" never picks one that cannot.
+    multi_hot_groups: bool = True
     # Whether the backward's tile products take the weights G_ij (dLoss/dlogit) rounded to the
     # input dtype when it is 16-bit, as FlashAttention's backward does: the tensor-core kernels.
     # The gradients keep the input dtype's precision; dLoss/dt, a small difference of large sums
@@ -121,6 +124,8 @@ class Backend:
             return "no group mask"
         if multi_label and not self.multi_label:
             return "no pair weights"
+        if groups and multi_label and not self.multi_hot_groups:
+            return "no multi-hot group mask"
         return None
 
     def runs(self, focal_gamma: float, groups: bool = False, multi_label: bool = False) -> bool:
@@ -160,11 +165,13 @@ REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (
             groups=True, multi_label=True),
     # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
     # scl::supcon's CUDA key. auto takes them only by the size rule measured on an H100
-    # (auto_rule.py): a call whose shape it rules, on sm_90. No focal loss and no multi-hot
-    # labels: its kernels have no positive walk yet.
+    # (auto_rule.py): a call whose shape it rules, on sm_90, never one with multi-hot labels.
+    # No focal loss (no walk over its per-pair terms yet); multi-hot labels of rows of at most
+    # 8 classes by sums over class subsets gathered on the device, without groups.
     Backend("cuda", ("cuda",), "supcon", lambda device: cuda_kernels_built(),
             float64_kernels=False, auto_eligible=False, focal=False,
-            low_precision_gradient_weights=True, groups=True),
+            low_precision_gradient_weights=True, groups=True, multi_label=True,
+            multi_hot_groups=False),
     # dense PyTorch: the whole N x N logit matrix, for tests and tiny batches
     Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True, groups=True,
             multi_label=True),
@@ -207,7 +214,9 @@ def auto_choice(device: Union[torch.device, str], focal_gamma: float = 0.0,
             return "cpu", "meta tensors: the fused op's fake kernel gives the shapes"
         return "reference", "meta tensors, and the library is not loaded"
     cuda = REGISTRY["cuda"]
-    if (shape is not None and cuda.runs(focal_gamma, groups, multi_label)
+    # Never for multi-hot labels: its sums over class subsets refuse rows of more than 8 classes,
+    # which the labels would have to be read to rule out.
+    if (shape is not None and not multi_label and cuda.runs(focal_gamma, groups, multi_label)
             and cuda.available(device)
             and cuda_is_faster(device, shape)):
         return cuda.name, ("the size rule (scl_kernels/backends/auto_rule.py): the CUDA C++ "

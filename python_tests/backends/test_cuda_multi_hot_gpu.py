@@ -1,0 +1,44 @@
+"""Multi-hot labels (multi_label "any" / "jaccard", docs/MATH.md section 11) on the CUDA backend,
+against the float64 reference: the sums over class subsets gathered on the GPU
+(csrc/core/class_subset_gathers.cpp) beside the real tile kernels, every layout, both rules, both
+kernel families, reproducible results. Skipped without a CUDA GPU and the CUDA kernels; without
+one, the dry run checks the same glue on CPU tensors (test_cuda_dry_run.py, test_multi_hot*)."""
+import pytest
+import torch
+
+import scl_kernels
+from scl_kernels import backends
+from support.layouts import few_class_rows, make_layout, with_few_class_rows
+from support.reference64 import check_against_reference
+
+gpu = pytest.mark.skipif(
+    not (torch.cuda.is_available() and backends.cuda_kernels_built()),
+    reason="needs a CUDA GPU and the library built with the CUDA kernels (SCL_BUILD_CUDA=1)")
+LABELLED = ["single_all", "multiview_all", "multiview_one", "cross_labels", "cross_multiview"]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", LABELLED)
+@pytest.mark.parametrize("rule", ["any", "jaccard"])
+def test_layouts_against_reference(layout, dtype, rule, cuda_randn, cuda_randint, gen):
+    kw = make_layout(layout, cuda_randn, cuda_randint, dtype=dtype, n=300, d=100)
+    check_against_reference("cuda", generator=gen, compute_dtype=torch.float32,
+                            multi_label=rule, **with_few_class_rows(kw, cuda_randint, 11))
+
+
+@gpu
+@pytest.mark.parametrize("rule", ["any", "jaccard"])
+def test_reproducible_in_deterministic_mode(rule, cuda_randn, cuda_randint):
+    n = 4000
+    x = cuda_randn(n, 128, dtype=torch.bfloat16).requires_grad_(True)
+    hot = few_class_rows(cuda_randint, n, 40)
+    runs = []
+    torch.use_deterministic_algorithms(True)
+    try:
+        for _ in range(2):
+            loss = scl_kernels.supcon_loss(x, hot, backend="cuda", multi_label=rule)
+            runs.append((loss, torch.autograd.grad(loss, x)[0]))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
