@@ -2,8 +2,9 @@
 // anchors' matches (anchor i matches key k with coefficient c) are index tensors, so that
 //   S = sum over entries of u_j into row k,  sum_j w_ij u_j = sum over matches of c S_k,
 // and the transpose, sum_i a_i w_ij u_i, is the same two steps the other way round. Everything
-// that grows with the rows runs on their device; the index tensors are built on the host from
-// the class words (one copy of N * ceil(C / 64) words), so a call waits for its labels there.
+// runs on the rows' device, the keys too: each row's classes from its words, its subsets as
+// sorted class tuples, the keys as the distinct (tuple, class count) rows (at::unique_dim). The
+// host reads a few sizes (the rows' largest class count, the entries' count), no row.
 #include "class_subset_gathers.h"
 
 #include <ATen/ATen.h>
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "class_subsets.h"
@@ -22,13 +24,104 @@ namespace {
 // Elements of one gathered block: the gathers run in blocks of rows so that their temporaries
 // stay near 256 MiB of float64 whatever the batch.
 constexpr int64_t kGatherElements = int64_t{1} << 25;
+// A tuple's empty slot: after every class when a tuple is sorted.
+constexpr int64_t kNoClass = std::numeric_limits<int64_t>::max();
+constexpr int64_t kSubsetsPerRow = 8;
 
-at::Tensor on_device(const std::vector<int64_t>& values, const at::TensorOptions& options) {
-  return at::tensor(at::ArrayRef<int64_t>(values), at::kLong).to(options.device());
+// The set bits of each byte (uint8 arithmetic, which wraps as the bit tricks need).
+at::Tensor byte_popcount(const at::Tensor& bytes) {
+  const at::Tensor pairs = bytes - bytes.bitwise_right_shift(1).bitwise_and(0x55);
+  const at::Tensor nibbles =
+      pairs.bitwise_and(0x33) + pairs.bitwise_right_shift(2).bitwise_and(0x33);
+  return (nibbles + nibbles.bitwise_right_shift(4)).bitwise_and(0x0F);
 }
 
-at::Tensor on_device(const std::vector<double>& values, const at::TensorOptions& options) {
-  return at::tensor(at::ArrayRef<double>(values), at::kDouble).to(options.device());
+// How many classes each row of class words ([R, K] int64) holds: [R] int64.
+at::Tensor class_counts(const at::Tensor& words) {
+  return byte_popcount(words.contiguous().view(at::kByte)).sum(1, false, at::kLong);
+}
+
+// Whether both sides fit the sums (class_subsets::fits, read on the device), and the largest
+// class count of a row: one read of two numbers per side.
+std::pair<bool, int64_t> fits_on_device(const at::Tensor& anchor_counts,
+                                        const at::Tensor& contrast_counts) {
+  bool fit = true;
+  int64_t most = 0;
+  for (const at::Tensor& counts : {anchor_counts, contrast_counts}) {
+    if (counts.numel() == 0) continue;
+    const at::Tensor subsets =
+        (at::ones_like(counts).bitwise_left_shift(counts.clamp_max(62)) - 1).sum();
+    const at::Tensor both = at::stack({counts.max(), subsets}).cpu();
+    const int64_t row_most = both[0].item<int64_t>(), total = both[1].item<int64_t>();
+    most = std::max(most, row_most);
+    fit = fit && row_most <= kMaxRowClasses &&
+          total <= kSubsetsPerRow * counts.size(0) + (int64_t{2} << kMaxRowClasses);
+  }
+  return {fit, most};
+}
+
+// Each row's classes, ascending, then kNoClass: [R, kMaxRowClasses] int64, for rows of at most
+// kMaxRowClasses classes (`counts`: class_counts of the words).
+at::Tensor class_lists(const at::Tensor& words, const at::Tensor& counts) {
+  const at::Tensor w = words.contiguous();
+  const at::Tensor held = at::nonzero(w);  // (row, word) of the non-zero words, row-major
+  const at::Tensor row = held.select(1, 0), word = held.select(1, 1);
+  const at::Tensor value = w.index({row, word});
+  const at::Tensor bits =
+      value.unsqueeze(1).bitwise_right_shift(at::arange(64, w.options())).bitwise_and(1);
+  const at::Tensor set = at::nonzero(bits);  // (word entry, bit), ascending: classes in order
+  const at::Tensor entry = set.select(1, 0);
+  const at::Tensor class_row = row.index_select(0, entry);
+  const at::Tensor classes = word.index_select(0, entry) * 64 + set.select(1, 1);
+  const at::Tensor first = counts.cumsum(0) - counts;
+  const at::Tensor slot =
+      at::arange(classes.size(0), w.options()) - first.index_select(0, class_row);
+  at::Tensor lists = at::full({w.size(0), kMaxRowClasses}, kNoClass, w.options());
+  lists.index_put_({class_row, slot}, classes);
+  return lists;
+}
+
+// Every row's non-empty class subsets: the row of each and its tuple of classes (sorted, then
+// kNoClass), with the subset's size.
+struct Subsets {
+  at::Tensor row;    // [E] int64
+  at::Tensor tuple;  // [E, kMaxRowClasses] int64
+  at::Tensor size;   // [E] int64
+};
+
+Subsets subsets_of(const at::Tensor& lists, const at::Tensor& counts) {
+  const at::TensorOptions options = lists.options();
+  const at::Tensor masks = at::arange(1, int64_t{1} << kMaxRowClasses, options);
+  const at::Tensor limit = at::ones_like(counts).bitwise_left_shift(counts).unsqueeze(1);
+  const at::Tensor pairs = at::nonzero(masks.unsqueeze(0) < limit);  // (row, mask - 1)
+  const at::Tensor row = pairs.select(1, 0);
+  const at::Tensor member = (pairs.select(1, 1) + 1)
+                                .unsqueeze(1)
+                                .bitwise_right_shift(at::arange(kMaxRowClasses, options))
+                                .bitwise_and(1)
+                                .to(at::kBool);
+  const at::Tensor tuple = at::where(member, lists.index_select(0, row), kNoClass);
+  return {row, std::get<0>(tuple.sort(1)), member.sum(1, false, at::kLong)};
+}
+
+// The tuples with a class count as a last column: the keys' rows.
+at::Tensor keyed(const at::Tensor& tuple, const at::Tensor& class_count) {
+  return at::cat({tuple, class_count.unsqueeze(1)}, 1);
+}
+
+// c_|T|(n, m) of SubsetCoefficients as a [kMax + 1]^3 float64 table on the device, indexed
+// (t * (kMax + 1) + n) * (kMax + 1) + m.
+at::Tensor coefficient_table(const SubsetCoefficients& c, const at::TensorOptions& options) {
+  constexpr int kSide = kMaxRowClasses + 1;
+  std::vector<double> table(kSide * kSide * kSide, 0.0);
+  for (int t = 1; t < kSide; ++t) {
+    for (int n = t; n < kSide; ++n) {
+      for (int m = c.by_class_count() ? t : 0; m < kSide; ++m) {
+        table[(t * kSide + n) * kSide + m] = c.weight(t, n, m);
+      }
+    }
+  }
+  return at::tensor(table, at::kDouble).to(options.device());
 }
 
 // The call's keys as index tensors on the rows' device.
@@ -39,32 +132,55 @@ struct KeyGathers {
   at::Tensor weight, sign;            // [F] float64: c_|T|(n_i, m), and (-1)^(|T| + 1)
 };
 
-KeyGathers key_gathers(const SupConProblem& p) {
-  const RowClasses anchors = row_classes(p.anchor_words);
+KeyGathers key_gathers(const SupConProblem& p, const at::Tensor& anchor_counts,
+                       const at::Tensor& contrast_counts) {
+  constexpr int64_t kSide = kMaxRowClasses + 1;
   const SubsetCoefficients coefficients(p.multi_label);
-  const SubsetIndex columns(row_classes(p.contrast_words), p.n, coefficients.by_class_count());
-  std::vector<int64_t> column_row, column_key;
-  column_row.reserve(columns.entries().size());
-  column_key.reserve(columns.entries().size());
-  for (const auto& [row, key] : columns.entries()) {
-    column_row.push_back(row);
-    column_key.push_back(key);
+  const bool by_count = coefficients.by_class_count();
+  const Subsets columns =
+      subsets_of(class_lists(p.contrast_words, contrast_counts), contrast_counts);
+  const Subsets anchors = subsets_of(class_lists(p.anchor_words, anchor_counts), anchor_counts);
+  const at::Tensor column_keys =
+      keyed(columns.tuple, by_count ? contrast_counts.index_select(0, columns.row)
+                                    : at::zeros_like(columns.row));
+  // An anchor's subset asks for every class count a contrast row holding it may have (m >= |T|
+  // for "jaccard"; one key, m = 0, for "any").
+  at::Tensor query = at::arange(anchors.row.size(0), anchors.row.options());
+  at::Tensor query_count = at::zeros_like(query);
+  if (by_count) {
+    query = query.repeat_interleave(kMaxRowClasses);
+    query_count = at::arange(1, kSide, query.options()).repeat(anchors.row.size(0));
+    const at::Tensor possible = at::nonzero(query_count >= anchors.size.index_select(0, query))
+                                    .squeeze(1);
+    query = query.index_select(0, possible);
+    query_count = query_count.index_select(0, possible);
   }
-  std::vector<int64_t> anchor_row, anchor_key;
-  std::vector<double> weight, sign;
-  for (int64_t i = 0; i < p.m; ++i) {
-    const int n = anchors.count(i);
-    for_each_match(columns, anchors, i, [&](int64_t key, int t, int m) {
-      anchor_row.push_back(i);
-      anchor_key.push_back(key);
-      weight.push_back(coefficients.weight(t, n, m));
-      sign.push_back(SubsetCoefficients::sign(t));
-    });
-  }
-  const at::TensorOptions options = p.z.options();
-  return {columns.keys(),          on_device(column_row, options), on_device(column_key, options),
-          on_device(anchor_row, options), on_device(anchor_key, options),
-          on_device(weight, options),     on_device(sign, options)};
+  const at::Tensor queries = keyed(anchors.tuple.index_select(0, query), query_count);
+  const auto unique = at::unique_dim(at::cat({column_keys, queries}), 0, /*sorted=*/true,
+                                     /*return_inverse=*/true);
+  const at::Tensor& distinct = std::get<0>(unique);
+  const at::Tensor& ids = std::get<1>(unique);
+  const int64_t entries = column_keys.size(0);
+  // The keys are the distinct rows that contrast rows hold, numbered in sorted order; a query
+  // of another row matches nothing.
+  const at::Tensor held = at::zeros({distinct.size(0)}, ids.options().dtype(at::kBool))
+                              .index_fill_(0, ids.narrow(0, 0, entries), true);
+  const at::Tensor key_of = held.cumsum(0) - 1;
+  const int64_t keys = entries == 0 ? 0 : key_of[-1].item<int64_t>() + 1;
+  const at::Tensor query_id = ids.narrow(0, entries, ids.size(0) - entries);
+  const at::Tensor match = at::nonzero(held.index_select(0, query_id)).squeeze(1);
+  const at::Tensor entry = query.index_select(0, match);
+  const at::Tensor t = anchors.size.index_select(0, entry);
+  const at::Tensor n = anchor_counts.index_select(0, anchors.row.index_select(0, entry));
+  const at::Tensor m = query_count.index_select(0, match);
+  const at::Tensor table = coefficient_table(coefficients, p.z.options());
+  return {keys,
+          columns.row,
+          key_of.index_select(0, ids.narrow(0, 0, entries)),
+          anchors.row.index_select(0, entry),
+          key_of.index_select(0, query_id.index_select(0, match)),
+          table.index_select(0, (t * kSide + n) * kSide + m),
+          at::where(t.remainder(2) == 1, 1.0, -1.0).to(at::kDouble)};
 }
 
 // into[to[e]] += scale[e] * from[at[e]] for every e, rows of [*, d] float64, in blocks.
@@ -86,20 +202,18 @@ at::Tensor& times_inv_t(const SupConProblem& p, at::Tensor& x) {
                                       : x.mul_(p.temperature.inv_t());
 }
 
-// Whether each anchor holds a class ([m] bool): in single set its own row is among the rows that
-// hold its keys, with weight h(n) = 1, and is taken out.
-at::Tensor anchors_with_classes(const SupConProblem& p) { return (p.anchor_words != 0).any(1); }
-
 }  // namespace
 
 MultiLabelPositives positives_by_gathers(const SupConProblem& p, const char* backend) {
-  TORCH_CHECK_VALUE(fits(p), "backend='", backend,
-                    "' takes multi-hot rows of at most ", kMaxRowClasses,
-                    " classes, about 8 class subsets a row on average (its positives are sums "
-                    "over class subsets, docs/MATH.md section 11); this call's rows hold up to ",
-                    std::max(most_row_classes(p.anchor_words), most_row_classes(p.contrast_words)),
-                    " classes: backend='cpu' or 'triton' takes any");
-  const KeyGathers g = key_gathers(p);
+  const at::Tensor anchor_counts = class_counts(p.anchor_words);
+  const at::Tensor contrast_counts = class_counts(p.contrast_words);
+  const auto [fit, most] = fits_on_device(anchor_counts, contrast_counts);
+  TORCH_CHECK_VALUE(fit, "backend='", backend, "' takes multi-hot rows of at most ",
+                    kMaxRowClasses, " classes, about 8 class subsets a row on average (its "
+                    "positives are sums over class subsets, docs/MATH.md section 11); this "
+                    "call's rows hold up to ", most, " classes: backend='cpu' or 'triton' takes "
+                    "any");
+  const KeyGathers g = key_gathers(p, anchor_counts, contrast_counts);
   const at::TensorOptions f64 = p.z.options().dtype(at::kDouble);
   const at::Tensor held =
       at::zeros({g.keys}, f64).index_add_(0, g.column_key, at::ones({g.column_key.size(0)}, f64));
@@ -107,7 +221,8 @@ MultiLabelPositives positives_by_gathers(const SupConProblem& p, const char* bac
   at::Tensor count = at::zeros({p.m}, f64).index_add_(0, g.anchor_row, held_by_match * g.sign);
   at::Tensor weight = at::zeros({p.m}, f64).index_add_(0, g.anchor_row, held_by_match * g.weight);
   if (p.single_set) {
-    const at::Tensor own = anchors_with_classes(p).to(at::kDouble);
+    // An anchor with a class is among the rows that hold its keys, with weight h(n) = 1.
+    const at::Tensor own = (anchor_counts > 0).to(at::kDouble);
     count.sub_(own);
     weight.sub_(own);
   }
@@ -119,7 +234,8 @@ PositiveWalkOutputs walk_by_gathers(const SupConProblem& p, const PositiveWalkIn
   TORCH_CHECK(walk.gamma == 0, "walk_by_gathers: the focal loss's terms are per pair");
   const at::ScalarType ct = walk.lse_hi.scalar_type();
   const at::TensorOptions f64 = p.z.options().dtype(at::kDouble);
-  const KeyGathers g = key_gathers(p);
+  const KeyGathers g =
+      key_gathers(p, class_counts(p.anchor_words), class_counts(p.contrast_words));
   const at::Tensor u = p.unit(Rows::kAnchors, 0, p.m).to(at::kDouble);
   const at::Tensor v = p.unit(Rows::kContrast, 0, p.n).to(at::kDouble);
   const at::Tensor walked = (walk.anchor_class >= 0).unsqueeze(1);

@@ -1,6 +1,6 @@
-// Multi-hot positives through sums over class subsets (class_subsets.h) on any device: the keys
-// and their matches are found on the host, then the sums are ATen gathers and index_add_s on the
-// rows' device, in float64. A backend without a positive walk of its own (CUDA C++) takes the
+// Multi-hot positives through sums over class subsets (class_subsets.h) on any device: the keys,
+// their matches and the sums are ATen ops on the rows' device (the sums gathers and index_add_s
+// in float64); the host reads a few sizes. A backend without a positive walk of its own (CUDA C++) takes the
 // multi-label SupCon loss (gamma = 0) from these, for rows of at most 8 classes.
 #pragma once
 

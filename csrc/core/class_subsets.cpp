@@ -54,12 +54,6 @@ bool fits(const SupConProblem& p) {
          side_fits(p.contrast_words);
 }
 
-int most_row_classes(const at::Tensor& words) {
-  int most = 0;
-  for_each_row_count(host_words(words), [&](int classes) { most = std::max(most, classes); });
-  return most;
-}
-
 RowClasses row_classes(const at::Tensor& words) {
   const at::Tensor host = host_words(words);
   const int64_t rows = host.size(0), k = host.size(1);

@@ -1,6 +1,7 @@
 // The keys of the sums over class subsets (docs/MATH.md section 11, "Few classes a row: sums over
 // class subsets"), shared by the CPU's float64 loops (csrc/cpu/class_subset_sums.cpp) and the
-// device's gathers (class_subset_gathers.cpp). A pair's weight depends on its rows only through
+// device's gathers (class_subset_gathers.cpp, which builds its keys on the device from the same
+// rule and coefficients). A pair's weight depends on its rows only through
 // a = |Y_i & Y_j|, n = |Y_i| and m = |Y_j|: h(a) = [a > 0] ("any") or a / (n + m - a)
 // ("jaccard"), h(0) = 0. Written as a sum over the non-empty subsets T of the shared classes,
 // h(a) = sum_T c_|T|(n, m) with c the inverse binomial transform of h, so that
@@ -27,9 +28,6 @@ constexpr int kMaxRowClasses = 8;
 // work of the sums, and their memory, stay within a few passes over the rows). Reads the class
 // words on the host.
 bool fits(const SupConProblem& p);
-
-// The most classes a row of `words` ([R, K] int64 class words) holds.
-int most_row_classes(const at::Tensor& words);
 
 // The classes of each row, ascending: row r's are classes[start[r] .. start[r + 1]).
 struct RowClasses {

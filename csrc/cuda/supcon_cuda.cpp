@@ -388,11 +388,12 @@ BackwardAssembly assemble_backward(const SupConProblem& p, const BackwardAssembl
 bool host_may_wait(const at::Tensor& like) { return !stream_is_capturing(like); }
 
 // Multi-hot positives: the sums over class subsets as gathers on the device (no positive walk
-// of CUDA C++ kernels yet), for rows of at most 8 classes. Their keys are built from the class
-// words on the host, which a captured stream cannot wait for.
+// of CUDA C++ kernels yet), for rows of at most 8 classes. Their keys are built on the device,
+// but the host reads how many there are (at::nonzero, at::unique_dim), which a captured stream
+// cannot wait for.
 void require_eager_multi_hot(const SupConProblem& p) {
   TORCH_CHECK(host_may_wait(p.z),
-              "backend='cuda' builds the keys of multi-hot labels' sums over class subsets on "
+              "backend='cuda' reads the sizes of multi-hot labels' sums over class subsets on "
               "the host, which a CUDA graph capture cannot wait for: run such calls eagerly");
 }
 
