@@ -24,7 +24,8 @@ from bench.static import issue_slots, sass
 from bench.static.requirements import CUDA_NEEDS, CUOBJDUMP, TRITON_PIN, cutlass_include
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCES = ("supcon_sm80.cu", "supcon_sm90.cu", "row_stages.cu")
+SOURCES = ("supcon_sm80.cu", "supcon_sm80_groups.cu", "supcon_sm90.cu", "supcon_sm90_groups.cu",
+           "row_stages.cu")
 # The fused O(N*D) stages' kernels (row_stages.h), no tensor cores: the function in a kernel's
 # mangled name that tells which stage it is -> the stage.
 ROW_STAGES = {"prepare_row_partial": "prepare_rows", "anchor_loss_partial": "anchor_losses",

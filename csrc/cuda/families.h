@@ -4,12 +4,24 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "launch.h"
 #include "sm90_shape.h"
 #include "tile_args.h"
 
 namespace scl::cuda {
+
+// f(std::true_type) for a call with groups (its ids given), which runs the kernels compiled with
+// the group mask, f(std::false_type) otherwise.
+template <class F>
+void by_groups(const TileProblem& p, F&& f) {
+  if (p.own_groups != nullptr) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
 
 namespace sm80 {
 constexpr int kLseBlockRows = 64;
