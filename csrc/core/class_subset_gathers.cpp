@@ -26,7 +26,6 @@ namespace {
 constexpr int64_t kGatherElements = int64_t{1} << 25;
 // A tuple's empty slot: after every class when a tuple is sorted.
 constexpr int64_t kNoClass = std::numeric_limits<int64_t>::max();
-constexpr int64_t kSubsetsPerRow = 8;
 
 // The set bits of each byte (uint8 arithmetic, which wraps as the bit tricks need).
 at::Tensor byte_popcount(const at::Tensor& bytes) {
@@ -49,13 +48,13 @@ std::pair<bool, int64_t> fits_on_device(const at::Tensor& anchor_counts,
   int64_t most = 0;
   for (const at::Tensor& counts : {anchor_counts, contrast_counts}) {
     if (counts.numel() == 0) continue;
-    const at::Tensor subsets =
-        (at::ones_like(counts).bitwise_left_shift(counts.clamp_max(62)) - 1).sum();
+    const at::Tensor row_subsets =
+        at::ones_like(counts).bitwise_left_shift(counts.clamp_max(kMaxRowClasses)) - 1;
+    const at::Tensor subsets = at::where(counts <= kMaxRowClasses, row_subsets, 0).sum();
     const at::Tensor both = at::stack({counts.max(), subsets}).cpu();
     const int64_t row_most = both[0].item<int64_t>(), total = both[1].item<int64_t>();
     most = std::max(most, row_most);
-    fit = fit && row_most <= kMaxRowClasses &&
-          total <= kSubsetsPerRow * counts.size(0) + (int64_t{2} << kMaxRowClasses);
+    fit = fit && side_counts_fit(row_most, total, counts.size(0));
   }
   return {fit, most};
 }

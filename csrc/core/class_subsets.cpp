@@ -26,17 +26,14 @@ void for_each_row_count(const at::Tensor& host, Visit&& visit) {
   }
 }
 
-// Whether one side's rows fit: none over kMaxRowClasses classes, their subsets within
-// kSubsetsPerRow a row, besides two rows of kMaxRowClasses (a small batch may hold any).
 bool side_fits(const at::Tensor& words) {
   const at::Tensor host = host_words(words);
-  bool few = true;
-  int64_t subsets = 0;
+  int64_t most = 0, subsets = 0;
   for_each_row_count(host, [&](int classes) {
-    few = few && classes <= kMaxRowClasses;
-    if (few) subsets += (int64_t{1} << classes) - 1;
+    most = std::max<int64_t>(most, classes);
+    if (classes <= kMaxRowClasses) subsets += (int64_t{1} << classes) - 1;
   });
-  return few && subsets <= kSubsetsPerRow * host.size(0) + (int64_t{2} << kMaxRowClasses);
+  return side_counts_fit(most, subsets, host.size(0));
 }
 
 uint64_t hash_of(const SubsetKey& key) {
@@ -48,6 +45,13 @@ uint64_t hash_of(const SubsetKey& key) {
 }
 
 }  // namespace
+
+// None over kMaxRowClasses classes, the subsets within kSubsetsPerRow a row, besides two rows of
+// kMaxRowClasses (a small batch may hold any).
+bool side_counts_fit(int64_t most, int64_t subsets, int64_t rows) {
+  return most <= kMaxRowClasses &&
+         subsets <= kSubsetsPerRow * rows + (int64_t{2} << kMaxRowClasses);
+}
 
 bool fits(const SupConProblem& p) {
   return p.multi_label != MultiLabelRule::kNone && side_fits(p.anchor_words) &&

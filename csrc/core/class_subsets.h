@@ -29,6 +29,11 @@ constexpr int kMaxRowClasses = 8;
 // words on the host.
 bool fits(const SupConProblem& p);
 
+// The rule of fits for one side of `rows` rows, from its largest class count `most` and the
+// number of non-empty class subsets of its rows of at most kMaxRowClasses classes, `subsets`
+// (the device's gathers count them there).
+bool side_counts_fit(int64_t most, int64_t subsets, int64_t rows);
+
 // The classes of each row, ascending: row r's are classes[start[r] .. start[r + 1]).
 struct RowClasses {
   std::vector<int64_t> start{0};
