@@ -26,7 +26,7 @@ ARGUMENTS: dict[str, str] = {
     ``"jaccard"``, weight ``|Y_i & Y_j| / |Y_i | Y_j|``. The anchor's loss is the weighted mean of
     its positives' ``-log p_ij`` (docs/MATH.md section 11); with one class per row both rules
     are the single-label loss. Run by the ``cpu``, ``triton`` and ``reference`` backends, and by
-    ``cuda`` for rows of at most 8 classes without ``groups`` (docs/BACKENDS.md).""",
+    ``cuda`` without ``groups`` (docs/BACKENDS.md).""",
     "temperature": """temperature: the softmax temperature t, logits being ``z_i . z_j / t``: a positive finite
     float, or a 0-dim floating-point tensor (an ``nn.Parameter`` makes it learnable, with an
     exact gradient). A tensor's value is checked by the backend that runs the call. The fused

@@ -17,6 +17,7 @@
 
 #include "class_subsets.h"
 #include "supcon_problem.h"
+#include "weight_product_walk.h"
 
 namespace scl::class_subsets {
 namespace {
@@ -33,30 +34,6 @@ at::Tensor byte_popcount(const at::Tensor& bytes) {
   const at::Tensor nibbles =
       pairs.bitwise_and(0x33) + pairs.bitwise_right_shift(2).bitwise_and(0x33);
   return (nibbles + nibbles.bitwise_right_shift(4)).bitwise_and(0x0F);
-}
-
-// How many classes each row of class words ([R, K] int64) holds: [R] int64.
-at::Tensor class_counts(const at::Tensor& words) {
-  return byte_popcount(words.contiguous().view(at::kByte)).sum(1, false, at::kLong);
-}
-
-// Whether both sides fit the sums (class_subsets::fits, read on the device), and the largest
-// class count of a row: one read of two numbers per side.
-std::pair<bool, int64_t> fits_on_device(const at::Tensor& anchor_counts,
-                                        const at::Tensor& contrast_counts) {
-  bool fit = true;
-  int64_t most = 0;
-  for (const at::Tensor& counts : {anchor_counts, contrast_counts}) {
-    if (counts.numel() == 0) continue;
-    const at::Tensor row_subsets =
-        at::ones_like(counts).bitwise_left_shift(counts.clamp_max(kMaxRowClasses)) - 1;
-    const at::Tensor subsets = at::where(counts <= kMaxRowClasses, row_subsets, 0).sum();
-    const at::Tensor both = at::stack({counts.max(), subsets}).cpu();
-    const int64_t row_most = both[0].item<int64_t>(), total = both[1].item<int64_t>();
-    most = std::max(most, row_most);
-    fit = fit && side_counts_fit(row_most, total, counts.size(0));
-  }
-  return {fit, most};
 }
 
 // Each row's classes, ascending, then kNoClass: [R, kMaxRowClasses] int64, for rows of at most
@@ -195,23 +172,30 @@ void add_gathered(at::Tensor& into, const at::Tensor& to, const at::Tensor& from
   }
 }
 
-// x / t, in place: t from the device where it stays there (Temperature::is_in_memory).
-at::Tensor& times_inv_t(const SupConProblem& p, at::Tensor& x) {
-  return p.temperature.is_in_memory() ? x.div_(p.temperature.tensor())
-                                      : x.mul_(p.temperature.inv_t());
-}
-
 }  // namespace
 
-MultiLabelPositives positives_by_gathers(const SupConProblem& p, const char* backend) {
+at::Tensor class_counts(const at::Tensor& words) {
+  return byte_popcount(words.contiguous().view(at::kByte)).sum(1, false, at::kLong);
+}
+
+bool fit_on_device(const SupConProblem& p) {
+  for (const at::Tensor& words : {p.anchor_words, p.contrast_words}) {
+    if (words.size(0) == 0) continue;
+    const at::Tensor counts = class_counts(words);
+    const at::Tensor row_subsets =
+        at::ones_like(counts).bitwise_left_shift(counts.clamp_max(kMaxRowClasses)) - 1;
+    const at::Tensor subsets = at::where(counts <= kMaxRowClasses, row_subsets, 0).sum();
+    const at::Tensor both = at::stack({counts.max(), subsets}).cpu();
+    if (!side_counts_fit(both[0].item<int64_t>(), both[1].item<int64_t>(), counts.size(0))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+MultiLabelPositives positives_by_gathers(const SupConProblem& p) {
   const at::Tensor anchor_counts = class_counts(p.anchor_words);
   const at::Tensor contrast_counts = class_counts(p.contrast_words);
-  const auto [fit, most] = fits_on_device(anchor_counts, contrast_counts);
-  TORCH_CHECK_VALUE(fit, "backend='", backend, "' takes multi-hot rows of at most ",
-                    kMaxRowClasses, " classes, about 8 class subsets a row on average (its "
-                    "positives are sums over class subsets, docs/MATH.md section 11); this "
-                    "call's rows hold up to ", most, " classes: backend='cpu' or 'triton' takes "
-                    "any");
   const KeyGathers g = key_gathers(p, anchor_counts, contrast_counts);
   const at::TensorOptions f64 = p.z.options().dtype(at::kDouble);
   const at::Tensor held =
@@ -230,44 +214,29 @@ MultiLabelPositives positives_by_gathers(const SupConProblem& p, const char* bac
 }
 
 PositiveWalkOutputs walk_by_gathers(const SupConProblem& p, const PositiveWalkInputs& walk) {
-  TORCH_CHECK(walk.gamma == 0, "walk_by_gathers: the focal loss's terms are per pair");
-  const at::ScalarType ct = walk.lse_hi.scalar_type();
-  const at::TensorOptions f64 = p.z.options().dtype(at::kDouble);
   const KeyGathers g =
       key_gathers(p, class_counts(p.anchor_words), class_counts(p.contrast_words));
-  const at::Tensor u = p.unit(Rows::kAnchors, 0, p.m).to(at::kDouble);
-  const at::Tensor v = p.unit(Rows::kContrast, 0, p.n).to(at::kDouble);
-  const at::Tensor walked = (walk.anchor_class >= 0).unsqueeze(1);
-  const at::Tensor none = at::empty({0}, walk.lse_hi.options());
-  // sum_j w_ij u_j over anchor i's positives
-  at::Tensor key_sums = at::zeros({g.keys, p.d}, f64);
-  add_gathered(key_sums, g.column_key, v, g.column_row, {});
-  at::Tensor positive_sums = at::zeros({p.m, p.d}, f64);
-  add_gathered(positive_sums, g.anchor_row, key_sums, g.anchor_key, g.weight);
-  if (p.single_set) positive_sums.sub_(u);
-  positive_sums.masked_fill_(walked.logical_not(), 0.0);
-  if (walk.grad_weight.numel() == 0) {
-    // sum_p w_ip (lse_i - s_ip) = W_i lse_i - (1/t) u_i . sum_p w_ip u_p
-    at::Tensor dots = (u * positive_sums).sum(1);
-    const at::Tensor lse = walk.lse_hi.to(at::kDouble) + walk.lse_lo.to(at::kDouble);
-    const at::Tensor loss = p.positive_weight * lse - times_inv_t(p, dots);
-    return {at::where(walked.squeeze(1), loss, 0.0).to(ct), none, none, none};
-  }
-  const at::Tensor a =
-      at::where(walked, walk.grad_weight.to(at::kDouble).unsqueeze(1), 0.0);  // [m, 1]
-  // dq_i = -(1/t) a_i sum_p w_ip u_p
-  at::Tensor dq = positive_sums.mul_(a).neg_();
-  // dz_j = -(1/t) sum_i a_i w_ij u_i: the anchors summed per key with their a_i, gathered by the
-  // contrast rows' entries.
-  const at::Tensor weighted = u * a;
-  key_sums.zero_();
-  add_gathered(key_sums, g.anchor_key, weighted, g.anchor_row, g.weight);
-  at::Tensor dz = at::zeros({p.n, p.d}, f64);
-  add_gathered(dz, g.column_row, key_sums, g.column_key, {});
-  if (p.single_set) dz.narrow(0, p.anchor_offset, p.m).sub_(weighted);
-  dz.neg_();
-  const at::Tensor hterm = at::where(walked.squeeze(1), p.positive_weight, 0.0);
-  return {none, hterm.to(ct), times_inv_t(p, dq).to(ct), times_inv_t(p, dz).to(ct)};
+  const at::TensorOptions f64 = p.z.options().dtype(at::kDouble);
+  return walk_by_weight_products(p, walk, [&](const at::Tensor& v, const at::Tensor& y) {
+    // W v: the contrast rows summed per key, gathered by the anchors' matches
+    at::Tensor key_sums = at::zeros({g.keys, p.d}, f64);
+    add_gathered(key_sums, g.column_key, v, g.column_row, {});
+    at::Tensor forward = at::zeros({p.m, p.d}, f64);
+    add_gathered(forward, g.anchor_row, key_sums, g.anchor_key, g.weight);
+    // An anchor with a class is among the rows that hold its keys, with weight h(n) = 1.
+    if (p.single_set) forward.sub_(v.narrow(0, p.anchor_offset, p.m));
+    at::Tensor transposed;
+    if (y.defined()) {
+      // W^T y: the anchors summed per key with their coefficients, gathered by the contrast
+      // rows' entries
+      key_sums.zero_();
+      add_gathered(key_sums, g.anchor_key, y, g.anchor_row, g.weight);
+      transposed = at::zeros({p.n, p.d}, f64);
+      add_gathered(transposed, g.column_row, key_sums, g.column_key, {});
+      if (p.single_set) transposed.narrow(0, p.anchor_offset, p.m).sub_(y);
+    }
+    return std::make_pair(forward, transposed);
+  });
 }
 
 }  // namespace scl::class_subsets

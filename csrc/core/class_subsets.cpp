@@ -1,6 +1,11 @@
 #include "class_subsets.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
+#include <string>
+
+#include "test_hooks.h"
 
 namespace scl::class_subsets {
 namespace {
@@ -51,6 +56,16 @@ uint64_t hash_of(const SubsetKey& key) {
 bool side_counts_fit(int64_t most, int64_t subsets, int64_t rows) {
   return most <= kMaxRowClasses &&
          subsets <= kSubsetsPerRow * rows + (int64_t{2} << kMaxRowClasses);
+}
+
+bool takes_class_subsets(const std::function<bool()>& rows_fit) {
+  const std::string& forced = test_hooks().multi_label_positives;
+  if (forced == "pair_walk") return false;
+  const bool fit = rows_fit();
+  TORCH_CHECK(fit || forced != "class_subsets",
+              "the test hook multi_label_positives=\"class_subsets\" was set, but the rows hold "
+              "too many classes for sums over class subsets");
+  return fit;
 }
 
 bool fits(const SupConProblem& p) {

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,12 @@ constexpr int kMaxRowClasses = 8;
 // work of the sums, and their memory, stay within a few passes over the rows). Reads the class
 // words on the host.
 bool fits(const SupConProblem& p);
+
+// Whether a multi-hot call takes the sums over class subsets, `rows_fit` telling whether its
+// rows fit them (fits, or a device's count of the same): the test hook multi_label_positives
+// may send it past them to the pairs ("pair_walk", rows_fit unasked), or insist on them
+// ("class_subsets": an error where the rows do not fit).
+bool takes_class_subsets(const std::function<bool()>& rows_fit);
 
 // The rule of fits for one side of `rows` rows, from its largest class count `most` and the
 // number of non-empty class subsets of its rows of at most kMaxRowClasses classes, `subsets`

@@ -14,14 +14,13 @@
 #include <string>
 
 namespace scl {
-namespace {
 
-// Elements per chunk of the row-wise temporaries (64 MiB of float32); tests set smaller chunks
-// (TestHooks::chunk_elements) to run the chunked paths on small inputs.
 int64_t chunk_elements() {
   const int64_t hooked = test_hooks().chunk_elements;
   return hooked > 0 ? hooked : int64_t{1} << 24;
 }
+
+namespace {
 
 // Calls fn(start, length) for consecutive chunks of `rows` rows of width d.
 template <typename Fn>

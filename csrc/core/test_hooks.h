@@ -23,9 +23,11 @@
 //       (call_plan.h), so that one process tests and times every walk.
 //   blas_missing   the CPU kernels see no BLAS, as in a PyTorch build that exports none: the plan
 //       refuses.
-//   multi_label_positives   how the CPU weighs multi-hot positives: "pair_walk" (the walk,
-//       csrc/cpu/positive_walk.cpp) or "class_subsets" (csrc/cpu/class_subset_sums.h; an error
-//       where the rows do not fit them) in place of the choice by the rows' class counts.
+//   multi_label_positives   how the CPU and CUDA C++ weigh multi-hot positives: "pair_walk"
+//       pair by pair (the CPU's walk, csrc/cpu/positive_walk.cpp; CUDA's class overlaps in
+//       blocks, csrc/core/class_overlap_products.h) or "class_subsets" (sums over class subsets,
+//       csrc/cpu/class_subset_sums.h, csrc/core/class_subset_gathers.h; an error where the rows
+//       do not fit them) in place of the choice by the rows' class counts (class_subsets.h).
 // Each row is X(C++ type, name, schema declaration with the zero value as its default).
 #pragma once
 

@@ -13,12 +13,10 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <string>
 #include <vector>
 
 #include "../core/class_subsets.h"
 #include "../core/supcon_problem.h"
-#include "../core/test_hooks.h"
 #include "blas.h"
 #include "class_subset_sums.h"
 
@@ -385,13 +383,7 @@ void walk_grads(const ClassOrder& o, const Blocks& walk, double inv_t, double ga
 // Multi-hot rows of few classes take sums over class subsets (class_subset_sums.h) in place of
 // the pairs, where the terms are not per pair (the focal loss's are).
 bool by_class_subsets(const SupConProblem& p) {
-  const std::string& forced = test_hooks().multi_label_positives;
-  if (forced == "pair_walk") return false;
-  const bool fits = class_subsets::fits(p);
-  TORCH_CHECK(fits || forced != "class_subsets",
-              "the test hook multi_label_positives=\"class_subsets\" was set, but the rows hold "
-              "too many classes for sums over class subsets");
-  return fits;
+  return class_subsets::takes_class_subsets([&] { return class_subsets::fits(p); });
 }
 
 }  // namespace

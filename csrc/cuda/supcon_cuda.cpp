@@ -14,7 +14,9 @@
 #include <limits>
 #include <optional>
 
+#include "../core/class_overlap_products.h"
 #include "../core/class_subset_gathers.h"
+#include "../core/class_subsets.h"
 #include "../core/supcon_orchestration.h"
 #include "../core/tile_math.h"
 #include "device_runtime.h"
@@ -387,24 +389,29 @@ BackwardAssembly assemble_backward(const SupConProblem& p, const BackwardAssembl
 // False while the current stream captures a CUDA graph: nothing may wait for the device then.
 bool host_may_wait(const at::Tensor& like) { return !stream_is_capturing(like); }
 
-// Multi-hot positives: the sums over class subsets as gathers on the device (no positive walk
-// of CUDA C++ kernels yet), for rows of at most 8 classes. Their keys are built on the device,
-// but the host reads how many there are (at::nonzero, at::unique_dim), which a captured stream
-// cannot wait for.
+// Multi-hot positives as ATen ops on the device (no positive walk of CUDA C++ kernels yet):
+// sums over class subsets gathered there for rows of few classes, else the pairs' class
+// overlaps in blocks. Both read sizes on the host (the keys' count, the largest class count),
+// which a captured stream cannot wait for.
 void require_eager_multi_hot(const SupConProblem& p) {
   TORCH_CHECK(host_may_wait(p.z),
-              "backend='cuda' reads the sizes of multi-hot labels' sums over class subsets on "
-              "the host, which a CUDA graph capture cannot wait for: run such calls eagerly");
+              "backend='cuda' reads the sizes of multi-hot labels' positives on the host, which "
+              "a CUDA graph capture cannot wait for: run such calls eagerly");
+}
+
+bool by_class_subsets(const SupConProblem& p) {
+  require_eager_multi_hot(p);
+  return class_subsets::takes_class_subsets([&] { return class_subsets::fit_on_device(p); });
 }
 
 MultiLabelPositives multi_label_positives(const SupConProblem& p) {
-  require_eager_multi_hot(p);
-  return class_subsets::positives_by_gathers(p, "cuda");
+  return by_class_subsets(p) ? class_subsets::positives_by_gathers(p)
+                             : class_overlaps::positives_by_products(p);
 }
 
 PositiveWalkOutputs multi_label_walk(const SupConProblem& p, const PositiveWalkInputs& walk) {
-  require_eager_multi_hot(p);
-  return class_subsets::walk_by_gathers(p, walk);
+  return by_class_subsets(p) ? class_subsets::walk_by_gathers(p, walk)
+                             : class_overlaps::walk_by_products(p, walk);
 }
 
 TileKernels make_cuda_kernels() {

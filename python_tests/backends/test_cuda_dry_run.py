@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import scl_kernels
-from support.layouts import LAYOUTS, few_class_rows, make_layout, num_anchor_rows, op_args
+from support.layouts import (LAYOUTS, few_class_rows, make_layout, many_class_rows,
+                             num_anchor_rows, op_args)
 from support.op_mean import check_op_mean
 from support.reference64 import check_op_against_reference
 from scl_kernels._testing import cuda_dry_run_built, test_hooks
@@ -260,68 +261,94 @@ def test_groups_in_the_symmetric_backward_walks(walk, n, groups, randn, randint,
 
 
 # Multi-hot labels (multi_label "any" / "jaccard", docs/MATH.md section 11): the positives are
-# sums over class subsets gathered on the rows' device (csrc/core/class_subset_gathers.cpp) and
-# the tiles the ones without labels. Rows of at most 8 classes; with groups, or the focal loss,
-# the plan refuses.
-def _multi_hot_args(case, classes, dtype, temperature, randn, randint):
+# ATen ops on the rows' device beside the tiles that run without labels: sums over class subsets
+# gathered there for rows of few classes (csrc/core/class_subset_gathers.cpp), the pairs' class
+# overlaps in blocks for rows of more (csrc/core/class_overlap_products.cpp). With groups, or the
+# focal loss, the plan refuses.
+def _multi_hot_args(case, hot_rows, dtype, temperature, randn, randint):
     n, m, d = 150, 130, 37
     contrast = contrast_labels = None
     num_anchors, offset = n, None
     if case == "anchor-block":
         num_anchors, offset = 60, 45
     elif case == "cross":
-        contrast, contrast_labels = randn(m, d, dtype=dtype), few_class_rows(randint, m, classes)
-    args = (randn(n, d, dtype=dtype), few_class_rows(randint, n, classes), contrast,
-            contrast_labels, torch.tensor(temperature, dtype=torch.float64), num_anchors, True)
+        contrast, contrast_labels = randn(m, d, dtype=dtype), hot_rows(m)
+    args = (randn(n, d, dtype=dtype), hot_rows(n), contrast, contrast_labels,
+            torch.tensor(temperature, dtype=torch.float64), num_anchors, True)
     return args, offset
+
+
+# The paths: the backend's choice by the rows, and (few-class rows) the blocks of pairs forced,
+# in blocks of 11 x 12 pairs so that the walks cross them.
+POSITIVE_PATHS = {"choice": {}, "pairs": dict(multi_label_positives="pair_walk",
+                                                chunk_elements=11 * 12)}
 
 
 @pytest.mark.parametrize("case", ["single", "anchor-block", "cross"])
 @pytest.mark.parametrize("rule", ["any", "jaccard"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("temperature", [0.02, 0.1])  # 0.1: the symmetric schedule, single set
-def test_multi_hot(case, rule, dtype, temperature, randn, randint, gen):
-    args, offset = _multi_hot_args(case, 9, dtype, temperature, randn, randint)
-    ref = check(args, gen, anchor_offset=offset, multi_label=rule).ref.ref
+@pytest.mark.parametrize("path", POSITIVE_PATHS)
+def test_multi_hot(case, rule, dtype, temperature, path, randn, randint, gen):
+    args, offset = _multi_hot_args(case, lambda rows: few_class_rows(randint, rows, 9), dtype,
+                                   temperature, randn, randint)
+    with test_hooks(**POSITIVE_PATHS[path]):
+        ref = check(args, gen, anchor_offset=offset, multi_label=rule).ref.ref
     if rule == "jaccard":  # rows share classes in more than one way
         assert ((ref.weights > 0) & (ref.weights < 1)).any()
 
 
+@pytest.mark.parametrize("case", ["single", "anchor-block", "cross"])
+@pytest.mark.parametrize("rule", ["any", "jaccard"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("blocks", [0, 11 * 12])  # 0: one block
+def test_multi_hot_rows_of_many_classes(case, rule, dtype, blocks, randn, randint, gen):
+    """Rows of up to 70 classes take the blocks of pairs; `blocks` pairs a block crosses them."""
+    args, offset = _multi_hot_args(case, lambda rows: many_class_rows(randint, rows, 130),
+                                   dtype, 0.1, randn, randint)
+    with test_hooks(chunk_elements=blocks):
+        check(args, gen, anchor_offset=offset, multi_label=rule)
+
+
+@pytest.mark.parametrize("rule", ["any", "jaccard"])
+def test_multi_hot_rows_past_float16_overlaps(rule, randn, gen):
+    """Rows of more than 2,048 classes: overlaps no float16 product holds exactly (float32)."""
+    n, classes = 24, 2100
+    hot = torch.zeros(n, classes, dtype=torch.bool)
+    hot[0] = hot[1] = True  # 2,100 classes each, overlap 2,100
+    hot[2, 1:2090] = True  # overlap 2,089 with rows 0 and 1: no float16
+    hot[3:, :] = torch.arange(classes) % (torch.arange(3, n) + 2).unsqueeze(1) == 0
+    check((randn(n, 16, dtype=torch.float32), hot, None, None, torch.tensor(0.1), n, True), gen,
+          multi_label=rule)
+
+
 @pytest.mark.parametrize("classes", [1, 63, 64, 65, 200])
 @pytest.mark.parametrize("rule", ["any", "jaccard"])
-def test_multi_hot_class_counts(classes, rule, randn, randint, gen):
+@pytest.mark.parametrize("path", POSITIVE_PATHS)
+def test_multi_hot_class_counts(classes, rule, path, randn, randint, gen):
     """C across the 64-bit words' edges, the last class of the last word held."""
     n = 70
     hot = torch.zeros(n, classes, dtype=torch.bool)
     for r in range(n):
         hot[r, randint(0, classes, (int(randint(0, 4, ())),))] = True
     hot[1::7, classes - 1] = True
-    check((randn(n, 16, dtype=torch.bfloat16), hot, None, None, torch.tensor(0.1), n, True), gen,
-          multi_label=rule)
+    with test_hooks(**POSITIVE_PATHS[path]):
+        check((randn(n, 16, dtype=torch.bfloat16), hot, None, None, torch.tensor(0.1), n, True),
+              gen, multi_label=rule)
 
 
 @pytest.mark.parametrize("case", ["no-class", "one-class", "one-row"])
-def test_multi_hot_awkward_labels(case, randn, gen):
+@pytest.mark.parametrize("path", POSITIVE_PATHS)
+def test_multi_hot_awkward_labels(case, path, randn, gen):
     n = 1 if case == "one-row" else 40
     hot = torch.zeros(n, 5, dtype=torch.bool)
     if case != "no-class":
         hot[:, 2] = True
-    res = check((randn(n, 24, dtype=torch.float32), hot, None, None, torch.tensor(0.1), n, True),
-                gen, multi_label="jaccard")
+    with test_hooks(**POSITIVE_PATHS[path]):
+        res = check((randn(n, 24, dtype=torch.float32), hot, None, None, torch.tensor(0.1), n,
+                     True), gen, multi_label="jaccard")
     if case != "one-class":
         assert not res.outputs[0].any()
-
-
-def test_multi_hot_rows_of_many_classes_are_refused(randn):
-    hot = torch.zeros(20, 12, dtype=torch.bool)
-    hot[:, 0] = True
-    features = randn(20, 8)
-    torch.ops.scl.supcon_cuda_dry_run(features, hot, None, None, torch.tensor(0.1), 20, True)
-    hot[3, :9] = True
-    with pytest.raises(ValueError, match="backend='cuda' takes multi-hot rows of at most 8 "
-                                         "classes.*hold up to 9 classes: backend='cpu' or "
-                                         "'triton' takes any"):
-        torch.ops.scl.supcon_cuda_dry_run(features, hot, None, None, torch.tensor(0.1), 20, True)
 
 
 @pytest.mark.parametrize("extra, refusal", [

@@ -1,14 +1,15 @@
 """Multi-hot labels (multi_label "any" / "jaccard", docs/MATH.md section 11) on the CUDA backend,
 against the float64 reference: the sums over class subsets gathered on the GPU
-(csrc/core/class_subset_gathers.cpp) beside the real tile kernels, every layout, both rules, both
-kernel families, reproducible results. Skipped without a CUDA GPU and the CUDA kernels; without
+(csrc/core/class_subset_gathers.cpp) for rows of few classes and the class overlaps in blocks of
+pairs (csrc/core/class_overlap_products.cpp) for rows of many, beside the real tile kernels,
+every layout, both rules, both kernel families, reproducible results. Skipped without a CUDA GPU and the CUDA kernels; without
 one, the dry run checks the same glue on CPU tensors (test_cuda_dry_run.py, test_multi_hot*)."""
 import pytest
 import torch
 
 import scl_kernels
 from scl_kernels import backends
-from support.layouts import few_class_rows, make_layout, with_few_class_rows
+from support.layouts import few_class_rows, make_layout, many_class_rows, with_multi_hot_rows
 from support.reference64 import check_against_reference
 
 gpu = pytest.mark.skipif(
@@ -21,10 +22,11 @@ LABELLED = ["single_all", "multiview_all", "multiview_one", "cross_labels", "cro
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("layout", LABELLED)
 @pytest.mark.parametrize("rule", ["any", "jaccard"])
-def test_layouts_against_reference(layout, dtype, rule, cuda_randn, cuda_randint, gen):
+@pytest.mark.parametrize("draw", [few_class_rows, many_class_rows], ids=["few", "many"])
+def test_layouts_against_reference(layout, dtype, rule, draw, cuda_randn, cuda_randint, gen):
     kw = make_layout(layout, cuda_randn, cuda_randint, dtype=dtype, n=300, d=100)
     check_against_reference("cuda", generator=gen, compute_dtype=torch.float32,
-                            multi_label=rule, **with_few_class_rows(kw, cuda_randint, 11))
+                            multi_label=rule, **with_multi_hot_rows(kw, cuda_randint, 130, draw))
 
 
 @gpu

@@ -30,12 +30,6 @@ def _needs_pair_weights(backend, focal_gamma=0.0, groups=False):
         pytest.skip(f"{backend} refuses this call: {cannot}")
 
 
-def _needs_rows_of_any_class_count(backend, most_row_classes):
-    if backend.name == "cuda" and most_row_classes > 8:
-        pytest.skip("cuda takes rows of at most 8 classes (test_cuda_dry_run.py, "
-                    "test_multi_hot_rows_of_many_classes_are_refused)")
-
-
 def _multi_hot(randint, rows, classes, per_row=3, empty_every=5):
     """[rows, classes] bool: 1 to ``per_row`` classes a row (drawn with repeats), and every
     ``empty_every``-th row without a class."""
@@ -74,7 +68,6 @@ def test_class_counts(backend, classes, rule, randn, randint, gen):
     are counted once, under the lowest."""
     _needs_pair_weights(backend)
     per_row = max(1, classes // 3)
-    _needs_rows_of_any_class_count(backend, per_row + 1)
     kw = make_layout("single_all", randn, randint, n=70, d=16)
     kw["labels"] = _multi_hot(randint, 70, classes, per_row=per_row)
     kw["labels"][1::7, classes - 1] = True  # the last class, in its last word
@@ -112,12 +105,14 @@ def _few_classes(randint, rows, classes):
 
 
 @pytest.mark.matrix(layout=LABELLED, rule=RULES, way=["pair_walk", "class_subsets"])
-def test_cpu_pair_walk_and_class_subsets(backend, layout, rule, way, randn, randint, gen):
-    """The CPU weighs multi-hot positives by sums over class subsets where the rows hold few
-    classes (csrc/cpu/class_subset_sums.h) and by the pair walk otherwise: each way, forced by
-    the test hook (which fails where the rows do not fit the sums), on every labelled layout."""
-    if backend.name != "cpu":
-        pytest.skip("the CPU backend's two ways")
+def test_pair_walk_and_class_subsets(backend, layout, rule, way, randn, randint, gen):
+    """The CPU and CUDA C++ weigh multi-hot positives by sums over class subsets where the rows
+    hold few classes (csrc/cpu/class_subset_sums.h; csrc/core/class_subset_gathers.h) and pair
+    by pair otherwise (the CPU's pair walk; csrc/core/class_overlap_products.h): each way,
+    forced by the test hook (which fails where the rows do not fit the sums), on every labelled
+    layout."""
+    if backend.name not in ("cpu", "cuda"):
+        pytest.skip("the two ways of the CPU and CUDA C++ backends")
     kw = make_layout(layout, randn, randint, n=45, d=37)
     kw["labels"] = _few_classes(randint, kw["features"].shape[0], 11)
     if kw["contrast"] is not None:

@@ -71,12 +71,24 @@ def few_class_rows(randint, rows, classes):
     return hot
 
 
-def with_few_class_rows(kw, randint, classes):
-    """kw with few_class_rows labels for its samples and contrast rows."""
+def many_class_rows(randint, rows, classes):
+    """[rows, classes] bool multi-hot rows past the sums over class subsets: up to 70 classes a
+    row (each class with chance 1/2 within the row's own span of the first classes), every
+    fifth row without one."""
+    hot = randint(0, 2, (rows, classes)) == 1
+    spans = randint(1, 70, (rows,))
+    hot &= torch.arange(classes, device=hot.device) < spans.unsqueeze(1)
+    hot[::5] = False
+    return hot
+
+
+def with_multi_hot_rows(kw, randint, classes, draw=few_class_rows):
+    """kw with multi-hot labels for its samples and contrast rows, drawn by ``draw``
+    (few_class_rows or many_class_rows)."""
     kw = dict(kw)
-    kw["labels"] = few_class_rows(randint, kw["features"].shape[0], classes)
+    kw["labels"] = draw(randint, kw["features"].shape[0], classes)
     if kw["contrast"] is not None:
-        kw["contrast_labels"] = few_class_rows(randint, kw["contrast"].shape[0], classes)
+        kw["contrast_labels"] = draw(randint, kw["contrast"].shape[0], classes)
     return kw
 
 

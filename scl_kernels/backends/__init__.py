@@ -166,8 +166,8 @@ REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (
     # fused CUDA C++ kernels (CuTe: mma.sync on sm_80, wgmma + TMA on sm_90a), registered for
     # scl::supcon's CUDA key. auto takes them only by the size rule measured on an H100
     # (auto_rule.py): a call whose shape it rules, on sm_90, never one with multi-hot labels.
-    # No focal loss (no walk over its per-pair terms yet); multi-hot labels of rows of at most
-    # 8 classes by sums over class subsets gathered on the device, without groups.
+    # No focal loss (no walk over its per-pair terms yet); multi-hot labels by ATen ops on the
+    # device (sums over class subsets, or class overlaps in blocks of pairs), without groups.
     Backend("cuda", ("cuda",), "supcon", lambda device: cuda_kernels_built(),
             float64_kernels=False, auto_eligible=False, focal=False,
             low_precision_gradient_weights=True, groups=True, multi_label=True,
@@ -214,8 +214,9 @@ def auto_choice(device: Union[torch.device, str], focal_gamma: float = 0.0,
             return "cpu", "meta tensors: the fused op's fake kernel gives the shapes"
         return "reference", "meta tensors, and the library is not loaded"
     cuda = REGISTRY["cuda"]
-    # Never for multi-hot labels: its sums over class subsets refuse rows of more than 8 classes,
-    # which the labels would have to be read to rule out.
+    # Never for multi-hot labels: its positives are ATen ops beside the tiles (2-10x the
+    # single-label step predicted, bench/decisions/2026-12-02-multi-label-pairs-plan.md), where
+    # Triton walks them in its tiles.
     if (shape is not None and not multi_label and cuda.runs(focal_gamma, groups, multi_label)
             and cuda.available(device)
             and cuda_is_faster(device, shape)):
