@@ -25,8 +25,8 @@ ARGUMENTS: dict[str, str] = {
     ``"any"`` (default), a pair sharing at least one class is positive with weight 1;
     ``"jaccard"``, weight ``|Y_i & Y_j| / |Y_i | Y_j|``. The anchor's loss is the weighted mean of
     its positives' ``-log p_ij`` (docs/MATH.md section 11); with one class per row both rules
-    are the single-label loss. Run by the ``cpu``, ``triton`` and ``reference`` backends, and by
-    ``cuda`` without ``groups`` (docs/BACKENDS.md).""",
+    are the single-label loss. Run by the ``cpu``, ``triton``, ``cuda`` and ``reference``
+    backends (docs/BACKENDS.md).""",
     "temperature": """temperature: the softmax temperature t, logits being ``z_i . z_j / t``: a positive finite
     float, or a 0-dim floating-point tensor (an ``nn.Parameter`` makes it learnable, with an
     exact gradient). A tensor's value is checked by the backend that runs the call. The fused
@@ -44,7 +44,7 @@ ARGUMENTS: dict[str, str] = {
     known false negatives. Two rows of one group that are not a positive pair leave each other's
     denominator, neither pulled nor pushed (duplicates, passages of one source); a negative id
     means no group (docs/MATH.md section 11). With ``contrast``, ``contrast_groups`` too. Run by
-    every backend (``cuda``: not with multi-hot labels).""",
+    every backend.""",
     "contrast_groups": """contrast_groups: integer ``[M]`` group ids of ``contrast`` rows, compared with ``groups``;
     required when ``groups`` is given with ``contrast``.""",
     "contrast_mode": """contrast_mode: ``"all"`` (every row is an anchor, default) or ``"one"`` (only the view-0

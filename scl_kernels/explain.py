@@ -187,9 +187,6 @@ FIELD_SENTENCES: Dict[str, Callable[[str, Plan], str]] = {
                          "the call raises",
         "no pair weights": "cannot run: multi-hot labels given and this backend's walk has no "
                            "pair weights; the call raises",
-        "no multi-hot group mask": "cannot run: groups and multi-hot labels given, and this "
-                                   "backend's group mask compares class ids only; the call "
-                                   "raises",
         "temperature unreadable": "cannot run: a GPU temperature cannot be read while a CUDA "
                                   "graph is captured; the call raises"}),
 }

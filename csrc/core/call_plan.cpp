@@ -215,7 +215,6 @@ const char* name(Refusal r) {
     case Refusal::kNoFocalWalk: return "no focal walk";
     case Refusal::kNoGroupMask: return "no group mask";
     case Refusal::kNoPairWeights: return "no pair weights";
-    case Refusal::kNoMultiHotGroupMask: return "no multi-hot group mask";
     case Refusal::kTemperatureUnreadable: return "temperature unreadable";
   }
   return "";
@@ -261,9 +260,6 @@ Refusal backend_refusal(const TileKernels& kernels, const SupConArgs& a) {
   }
   if (a.groups.has_value() && !kernels.masks_groups) return Refusal::kNoGroupMask;
   if (a.labels.dim() == 2 && !kernels.multi_label_positives) return Refusal::kNoPairWeights;
-  if (a.groups.has_value() && a.labels.dim() == 2 && !kernels.masks_multi_hot_groups) {
-    return Refusal::kNoMultiHotGroupMask;
-  }
   return Refusal::kNone;
 }
 
@@ -452,11 +448,6 @@ void require_runnable(const CallPlan& plan, const SupConArgs& args) {
                          "this backend's positive walk has no pair weights; "
                          "scl_kernels.backends.multi_label_backends() lists the backends that "
                          "have them"));
-    case Refusal::kNoMultiHotGroupMask:
-      TORCH_CHECK_NOT_IMPLEMENTED(
-          false, refused(plan, "groups= with multi-hot labels (docs/MATH.md section 11)",
-                         "this backend's group mask compares class ids, not a multi-hot row's "
-                         "classes; the cpu and triton backends take both"));
     case Refusal::kTemperatureUnreadable:
       TORCH_CHECK_VALUE(
           false, refused(plan, "a temperature tensor on the GPU while a CUDA graph is captured",

@@ -49,7 +49,6 @@ enum class Refusal {
   kNoFocalWalk,            // focal_gamma > 0 without TileKernels::positive_walk, walks_focal
   kNoGroupMask,            // groups without TileKernels::masks_groups
   kNoPairWeights,          // multi-hot labels without TileKernels::multi_label_positives
-  kNoMultiHotGroupMask,    // groups and multi-hot labels without masks_multi_hot_groups
   kTemperatureUnreadable,  // a GPU temperature that must be read while a CUDA graph is captured
 };
 

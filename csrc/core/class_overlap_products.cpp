@@ -23,13 +23,12 @@ at::Tensor class_rows(const at::Tensor& words, at::ScalarType type) {
   return words.unsqueeze(2).bitwise_right_shift(bit).bitwise_and(1).flatten(1).to(type);
 }
 
-// Calls visit(i0, rows, j0, cols, w) for consecutive blocks of pairs: anchors i0.. i0 + rows,
-// contrast rows j0 .. j0 + cols, w their [rows, cols] float32 weights h(|Y_i & Y_j|), 0 for an
-// anchor's own row. float32, as the tiles' products: every term of the sums below is a weight
-// times a row (no cancelling coefficients, as the sums over class subsets have), and half the
-// bytes of float64 in the elementwise steps, which move N^2 elements each.
-template <typename Visit>
-void for_each_weight_block(const SupConProblem& p, Visit&& visit) {
+}  // namespace
+
+// float32, as the tiles' products: every term of the sums below is a weight times a row (no
+// cancelling coefficients, as the sums over class subsets have), and half the bytes of float64
+// in the elementwise steps, which move N^2 elements each.
+void for_each_weight_block(const SupConProblem& p, const WeightBlockVisit& visit) {
   if (p.m == 0 || p.n == 0) return;
   const at::Tensor anchor_counts = class_subsets::class_counts(p.anchor_words);
   const at::Tensor contrast_counts = class_subsets::class_counts(p.contrast_words);
@@ -59,8 +58,6 @@ void for_each_weight_block(const SupConProblem& p, Visit&& visit) {
     }
   }
 }
-
-}  // namespace
 
 MultiLabelPositives positives_by_products(const SupConProblem& p) {
   at::Tensor pairs = at::zeros({p.m}, p.z.options().dtype(at::kLong));

@@ -8,9 +8,19 @@
 // over class subsets (class_subset_gathers.h).
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 #include "tile_kernels.h"
 
 namespace scl::class_overlaps {
+
+// visit(i0, rows, j0, cols, w) for consecutive blocks of pairs: anchors i0 .. i0 + rows, contrast
+// rows j0 .. j0 + cols, w their [rows, cols] float32 weights h(|Y_i & Y_j|) (> 0 exactly where
+// the rows share a class), 0 for an anchor's own row.
+using WeightBlockVisit = std::function<void(int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                                            const at::Tensor& w)>;
+void for_each_weight_block(const SupConProblem& p, const WeightBlockVisit& visit);
 
 // What TileKernels::multi_label_positives gives.
 MultiLabelPositives positives_by_products(const SupConProblem& p);

@@ -62,6 +62,12 @@ class Temperature {
     return tensor_;
   }
 
+  // x / t in place, x float64 on the rows' device: by the tensor where t stays in memory (no
+  // host read), else times the host's 1 / t.
+  at::Tensor& divide(at::Tensor& x) const {
+    return is_in_memory() ? x.div_(tensor_) : x.mul_(inv_t());
+  }
+
   // The kernels' one argument (kernel_temperature.h).
   KernelTemperature for_kernels() const {
     TORCH_INTERNAL_ASSERT(form_ != Form::kUnread, "the temperature is unread: nothing runs");

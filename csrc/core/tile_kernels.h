@@ -297,10 +297,8 @@ struct TileKernels {
   // multi-hot labels are refused).
   std::function<MultiLabelPositives(const SupConProblem&)> multi_label_positives;
   // Whether positive_walk takes the focal loss (gamma > 0) too, not only the multi-label SupCon
-  // loss, and whether the group mask compares multi-hot rows' classes (the mask of class ids
-  // alone cannot tell a multi-hot pair's): the plan refuses those calls where not.
+  // loss: the plan refuses focal calls where not.
   bool walks_focal = true;
-  bool masks_multi_hot_groups = true;
 };
 
 }  // namespace scl

@@ -6,15 +6,6 @@
 #include "supcon_problem.h"
 
 namespace scl {
-namespace {
-
-// x / t, in place: t from the device where it stays there (Temperature::is_in_memory).
-at::Tensor& times_inv_t(const SupConProblem& p, at::Tensor& x) {
-  return p.temperature.is_in_memory() ? x.div_(p.temperature.tensor())
-                                      : x.mul_(p.temperature.inv_t());
-}
-
-}  // namespace
 
 PositiveWalkOutputs walk_by_weight_products(const SupConProblem& p, const PositiveWalkInputs& walk,
                                             const WeightProducts& products) {
@@ -37,13 +28,13 @@ PositiveWalkOutputs walk_by_weight_products(const SupConProblem& p, const Positi
     // sum_p w_ip (lse_i - s_ip) = W_i lse_i - (1/t) u_i . sum_p w_ip u_p
     at::Tensor dots = (u * positive_sums).sum(1);
     const at::Tensor lse = walk.lse_hi.to(at::kDouble) + walk.lse_lo.to(at::kDouble);
-    const at::Tensor loss = p.positive_weight * lse - times_inv_t(p, dots);
+    const at::Tensor loss = p.positive_weight * lse - p.temperature.divide(dots);
     return {at::where(walked.squeeze(1), loss, 0.0).to(ct), none, none, none};
   }
   at::Tensor dq = positive_sums.mul_(a).neg_();
   at::Tensor dz = transposed.neg_();
   const at::Tensor hterm = at::where(walked.squeeze(1), p.positive_weight, 0.0);
-  return {none, hterm.to(ct), times_inv_t(p, dq).to(ct), times_inv_t(p, dz).to(ct)};
+  return {none, hterm.to(ct), p.temperature.divide(dq).to(ct), p.temperature.divide(dz).to(ct)};
 }
 
 }  // namespace scl

@@ -17,6 +17,7 @@
 #include "../core/class_overlap_products.h"
 #include "../core/class_subset_gathers.h"
 #include "../core/class_subsets.h"
+#include "../core/group_shared_class_pairs.h"
 #include "../core/supcon_orchestration.h"
 #include "../core/tile_math.h"
 #include "device_runtime.h"
@@ -95,7 +96,6 @@ void write_row_terms(KernelTemperature temperature, const row_stages::TermsArray
 // that the kernels read a tile's without bounds. Undefined for a call without groups.
 at::Tensor group_ids(const at::Tensor& group, const at::Tensor& pair_class) {
   if (!group.defined()) return at::Tensor();
-  // Multi-hot labels leave the pair classes undefined; the plan refuses them here.
   TORCH_INTERNAL_ASSERT(pair_class.defined());
   const int64_t rows = group.size(0);
   const int64_t padded = (rows + kTermsPadding - 1) / kTermsPadding * kTermsPadding;
@@ -129,15 +129,24 @@ Operands operands(const SupConProblem& p) {
   o.q = p.single_set ? o.z.narrow(0, p.anchor_offset, p.q.size(0)) : kernel_rows(p.q);
   o.rq = p.q_inv_norm.to(at::kFloat).contiguous();
   o.rz = p.z_inv_norm.to(at::kFloat).contiguous();
-  o.q_groups = group_ids(p.anchor_group, p.anchor_pair_class);
-  o.z_groups = group_ids(p.contrast_group, p.contrast_pair_class);
+  if (group_shared_class_pairs::apply(p)) {
+    // Multi-hot labels: every pair of one group leaves the tiles' denominator; the pairs that
+    // share a class come back beside them (lse_tiles, multi_label_walk).
+    const auto [anchor_pair_class, contrast_pair_class] =
+        group_shared_class_pairs::own_pair_classes(p);
+    o.q_groups = group_ids(p.anchor_group, anchor_pair_class);
+    o.z_groups = group_ids(p.contrast_group, contrast_pair_class);
+  } else {
+    o.q_groups = group_ids(p.anchor_group, p.anchor_pair_class);
+    o.z_groups = group_ids(p.contrast_group, p.contrast_pair_class);
+  }
   return o;
 }
 
 using row_stages::TermsKind;
 constexpr row_stages::TermsArray kNoTerms{};
 
-at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
+at::Tensor tile_lse(const SupConProblem& p, Schedule schedule) {
   const DeviceGuard guard(p.z.device());
   const int64_t m = p.q.size(0), n = p.z.size(0);
   const auto float64 = p.z.options().dtype(at::kDouble);
@@ -177,6 +186,13 @@ at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
                         device);
   check_launch();
   return lse;
+}
+
+// The tiles' log-sum-exp, with the pairs of one group that share a class where the call has
+// multi-hot labels and groups (group_shared_class_pairs.h).
+at::Tensor lse_tiles(const SupConProblem& p, Schedule schedule) {
+  const at::Tensor lse = tile_lse(p, schedule);
+  return group_shared_class_pairs::apply(p) ? group_shared_class_pairs::add_to_lse(p, lse) : lse;
 }
 
 // The plan's symmetric backward walk as the triangle's exchange, or none for full rows: the
@@ -409,9 +425,21 @@ MultiLabelPositives multi_label_positives(const SupConProblem& p) {
                              : class_overlaps::positives_by_products(p);
 }
 
+// The positive pairs' terms, and in the backward of a call with groups the softmax terms of the
+// pairs of one group that share a class (the tiles' mask left them out: lse_tiles), whose
+// weight is the anchor's g_i = a_i W_i.
 PositiveWalkOutputs multi_label_walk(const SupConProblem& p, const PositiveWalkInputs& walk) {
-  return by_class_subsets(p) ? class_subsets::walk_by_gathers(p, walk)
-                             : class_overlaps::walk_by_products(p, walk);
+  PositiveWalkOutputs out = by_class_subsets(p) ? class_subsets::walk_by_gathers(p, walk)
+                                                : class_overlaps::walk_by_products(p, walk);
+  if (group_shared_class_pairs::apply(p) && walk.grad_weight.numel() != 0) {
+    const at::Tensor g = at::where(walk.anchor_class >= 0,
+                                   walk.grad_weight.to(at::kDouble) * p.positive_weight, 0.0);
+    const at::Tensor lse = walk.lse_hi.to(at::kDouble) + walk.lse_lo.to(at::kDouble);
+    const auto [dq, dz] = group_shared_class_pairs::softmax_grads(p, lse, g);
+    out.dq.add_(dq);
+    out.dz.add_(dz);
+  }
+  return out;
 }
 
 TileKernels make_cuda_kernels() {
@@ -419,8 +447,9 @@ TileKernels make_cuda_kernels() {
   // backward's triangle does too, so the plan takes the full-row walk in deterministic mode
   // (triangle_exchange above); the other backward walks write every element once. The O(N*D)
   // stages are fused (row_stages.h). Groups run the kernels compiled with the group mask
-  // (TileProblem::own_groups), which compares class ids: not with multi-hot labels. The walk
-  // serves the multi-label SupCon loss only, not the focal loss.
+  // (TileProblem::own_groups), which compares one id per row: with multi-hot labels the rows'
+  // own, the pairs that share a class put back beside the tiles (group_shared_class_pairs.h).
+  // The walk serves the multi-label SupCon loss only, not the focal loss.
   TileKernels kernels{compute_type,
                       /*symmetric_forward_is_deterministic=*/false,
                       /*reads_temperature=*/true,
@@ -438,7 +467,6 @@ TileKernels make_cuda_kernels() {
                       anchor_weights};
   kernels.multi_label_positives = multi_label_positives;
   kernels.walks_focal = false;
-  kernels.masks_multi_hot_groups = false;
   return kernels;
 }
 

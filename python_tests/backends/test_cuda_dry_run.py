@@ -351,13 +351,39 @@ def test_multi_hot_awkward_labels(case, path, randn, gen):
         assert not res.outputs[0].any()
 
 
-@pytest.mark.parametrize("extra, refusal", [
-    (dict(groups=torch.arange(20) % 3), "no multi-hot group mask"),
-    (dict(focal_gamma=1.0), "no focal walk"),
-])
-def test_multi_hot_refusals(extra, refusal, randn):
+# Groups with multi-hot labels: the group mask compares one id per row, so every pair of one
+# group leaves the tiles and the pairs of one group that share a class come back beside them
+# (csrc/core/group_shared_class_pairs.cpp).
+@pytest.mark.parametrize("case", ["single", "anchor-block", "cross"])
+@pytest.mark.parametrize("rule", ["any", "jaccard"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("temperature", [0.02, 0.1])  # 0.1: the symmetric schedule, single set
+@pytest.mark.parametrize("path", POSITIVE_PATHS)
+@pytest.mark.parametrize("groups", [4, 1])  # 1: one group for all
+def test_multi_hot_groups(case, rule, dtype, temperature, path, groups, randn, randint, gen):
+    args, offset = _multi_hot_args(case, lambda rows: few_class_rows(randint, rows, 9), dtype,
+                                   temperature, randn, randint)
+    kw = dict(groups=randint(-1 if groups > 1 else 0, groups, (args[0].shape[0],)))
+    if case == "cross":
+        kw["contrast_groups"] = randint(0, groups, (args[2].shape[0],))
+    with test_hooks(**POSITIVE_PATHS[path]):
+        ref = check(args, gen, anchor_offset=offset, multi_label=rule, **kw).ref.ref
+    # Pairs of one group leave the denominator where they share no class, and stay where they do.
+    assert ref.weights.numel() and (ref.weights > 0).any()
+
+
+def test_multi_hot_groups_leave_anchors_only_their_positives(randn, gen):
+    """One group for all: an anchor's denominator is its positives alone (the tiles' is empty)."""
+    hot = torch.zeros(30, 6, dtype=torch.bool)
+    hot[:, 0] = torch.arange(30) % 2 == 0
+    hot[:, 1] = torch.arange(30) % 3 == 0
+    check((randn(30, 12), hot, None, None, torch.tensor(0.1), 30, True), gen,
+          groups=torch.zeros(30, dtype=torch.int64), multi_label="jaccard")
+
+
+def test_multi_hot_focal_is_refused(randn):
     hot = torch.zeros(20, 4, dtype=torch.bool)
     hot[:, 1] = True
-    with pytest.raises(NotImplementedError, match=f"cannot_run: {refusal}"):
+    with pytest.raises(NotImplementedError, match="cannot_run: no focal walk"):
         torch.ops.scl.supcon_cuda_dry_run(randn(20, 8), hot, None, None, torch.tensor(0.1), 20,
-                                          True, **extra)
+                                          True, focal_gamma=1.0)

@@ -2,14 +2,15 @@
 against the float64 reference: the sums over class subsets gathered on the GPU
 (csrc/core/class_subset_gathers.cpp) for rows of few classes and the class overlaps in blocks of
 pairs (csrc/core/class_overlap_products.cpp) for rows of many, beside the real tile kernels,
-every layout, both rules, both kernel families, reproducible results. Skipped without a CUDA GPU and the CUDA kernels; without
+every layout, both rules, groups, both kernel families, reproducible results. Skipped without a CUDA GPU and the CUDA kernels; without
 one, the dry run checks the same glue on CPU tensors (test_cuda_dry_run.py, test_multi_hot*)."""
 import pytest
 import torch
 
 import scl_kernels
 from scl_kernels import backends
-from support.layouts import few_class_rows, make_layout, many_class_rows, with_multi_hot_rows
+from support.layouts import (few_class_rows, make_layout, many_class_rows, with_groups,
+                             with_multi_hot_rows)
 from support.reference64 import check_against_reference
 
 gpu = pytest.mark.skipif(
@@ -27,6 +28,19 @@ def test_layouts_against_reference(layout, dtype, rule, draw, cuda_randn, cuda_r
     kw = make_layout(layout, cuda_randn, cuda_randint, dtype=dtype, n=300, d=100)
     check_against_reference("cuda", generator=gen, compute_dtype=torch.float32,
                             multi_label=rule, **with_multi_hot_rows(kw, cuda_randint, 130, draw))
+
+
+@gpu
+@pytest.mark.parametrize("layout", ["single_all", "cross_labels"])
+@pytest.mark.parametrize("rule", ["any", "jaccard"])
+@pytest.mark.parametrize("draw", [few_class_rows, many_class_rows], ids=["few", "many"])
+def test_groups_against_reference(layout, rule, draw, cuda_randn, cuda_randint, gen):
+    """Groups: the tiles' mask of row ids, the pairs of one group that share a class put back
+    (csrc/core/group_shared_class_pairs.cpp)."""
+    kw = make_layout(layout, cuda_randn, cuda_randint, dtype=torch.bfloat16, n=300, d=100)
+    kw = with_groups(with_multi_hot_rows(kw, cuda_randint, 130, draw), cuda_randint, 6)
+    check_against_reference("cuda", generator=gen, compute_dtype=torch.float32,
+                            multi_label=rule, **kw)
 
 
 @gpu

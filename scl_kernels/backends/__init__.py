@@ -64,9 +64,6 @@ class Backend:
     # Whether its positive walk weighs the pairs of multi-hot labels (multi-label positives,
     # docs/MATH.md section 11). backend="auto" never picks one that cannot run the call.
     multi_label: bool = False
-    # Whether its group mask takes multi-hot labels too (it compares their classes, not class
-    # ids): with both, backend="auto" never picks one that cannot.
-    multi_hot_groups: bool = True
     # Whether the backward's tile products take the weights G_ij (dLoss/dlogit) rounded to the
     # input dtype when it is 16-bit, as FlashAttention's backward does: the tensor-core kernels.
     # The gradients keep the input dtype's precision; dLoss/dt, a small difference of large sums
@@ -124,8 +121,6 @@ class Backend:
             return "no group mask"
         if multi_label and not self.multi_label:
             return "no pair weights"
-        if groups and multi_label and not self.multi_hot_groups:
-            return "no multi-hot group mask"
         return None
 
     def runs(self, focal_gamma: float, groups: bool = False, multi_label: bool = False) -> bool:
@@ -167,11 +162,10 @@ REGISTRY: Dict[str, Backend] = {backend.name: backend for backend in (
     # scl::supcon's CUDA key. auto takes them only by the size rule measured on an H100
     # (auto_rule.py): a call whose shape it rules, on sm_90, never one with multi-hot labels.
     # No focal loss (no walk over its per-pair terms yet); multi-hot labels by ATen ops on the
-    # device (sums over class subsets, or class overlaps in blocks of pairs), without groups.
+    # device (sums over class subsets, or class overlaps in blocks of pairs), beside the tiles.
     Backend("cuda", ("cuda",), "supcon", lambda device: cuda_kernels_built(),
             float64_kernels=False, auto_eligible=False, focal=False,
-            low_precision_gradient_weights=True, groups=True, multi_label=True,
-            multi_hot_groups=False),
+            low_precision_gradient_weights=True, groups=True, multi_label=True),
     # dense PyTorch: the whole N x N logit matrix, for tests and tiny batches
     Backend("reference", ("cpu", "cuda", "meta"), None, lambda device: True, groups=True,
             multi_label=True),
