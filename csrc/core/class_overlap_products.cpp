@@ -16,6 +16,9 @@ namespace {
 // The largest overlap a float16 product holds exactly (its integers end at 2^11); rows of more
 // classes take float32 (2^24). Each product accumulates in float32 either way.
 constexpr int64_t kHalfExactClasses = 2048;
+// The most elements of one block's class rows (32 MiB of float16): past C = 4,096 classes the
+// blocks narrow below 4,096 rows.
+constexpr int64_t kClassRowElements = int64_t{1} << 24;
 
 // Each row's classes as 0/1 values: [R, 64 K] of `type` from words [R, K].
 at::Tensor class_rows(const at::Tensor& words, at::ScalarType type) {
@@ -34,9 +37,14 @@ void for_each_weight_block(const SupConProblem& p, const WeightBlockVisit& visit
   const at::Tensor contrast_counts = class_subsets::class_counts(p.contrast_words);
   const int64_t most = at::maximum(anchor_counts.max(), contrast_counts.max()).item<int64_t>();
   const at::ScalarType overlap_type = most <= kHalfExactClasses ? at::kHalf : at::kFloat;
+  // Square blocks of chunk_elements() pairs, narrower where a block's class rows (64 K values
+  // a row) would pass kClassRowElements: every temporary stays bounded whatever N and C.
   const int64_t elements = chunk_elements();
-  const int64_t block_rows = std::max<int64_t>(1, std::llround(std::sqrt(double(elements))));
-  const int64_t block_cols = std::max<int64_t>(1, elements / block_rows);
+  const int64_t most_rows = kClassRowElements / std::max<int64_t>(1, 64 * p.anchor_words.size(1));
+  const int64_t block_rows = std::max<int64_t>(
+      1, std::min<int64_t>(std::llround(std::sqrt(double(elements))), most_rows));
+  const int64_t block_cols =
+      std::max<int64_t>(1, std::min<int64_t>(elements / block_rows, most_rows));
   for (int64_t i0 = 0; i0 < p.m; i0 += block_rows) {
     const int64_t rows = std::min(block_rows, p.m - i0);
     const at::Tensor anchors = class_rows(p.anchor_words.narrow(0, i0, rows), overlap_type);

@@ -322,6 +322,18 @@ def test_multi_hot_rows_past_float16_overlaps(rule, randn, gen):
           multi_label=rule)
 
 
+def test_multi_hot_blocks_narrow_for_many_classes(randn, randint, gen):
+    """C = 2^17: a block's class rows (2^24 values at most) hold 128 rows, so 150 rows cross
+    two blocks a side."""
+    n, classes = 150, 1 << 17
+    hot = torch.zeros(n, classes, dtype=torch.bool)
+    hot[torch.arange(n).repeat_interleave(12), randint(0, classes, (12 * n,))] = True
+    hot[:, classes - 1] = torch.arange(n) % 3 == 0  # shared, in the last word
+    hot[::5] = False
+    check((randn(n, 16, dtype=torch.float32), hot, None, None, torch.tensor(0.1), n, True), gen,
+          multi_label="jaccard")
+
+
 @pytest.mark.parametrize("classes", [1, 63, 64, 65, 200])
 @pytest.mark.parametrize("rule", ["any", "jaccard"])
 @pytest.mark.parametrize("path", POSITIVE_PATHS)
