@@ -91,3 +91,33 @@ def test_ledgers_stay_under_their_ceilings():
                    "row_stages.anchor_weights 1", "sm90.grad_triangle 1",
                    "row_stages.assemble_backward 1"):
         assert kernel in done.stdout, (kernel, done.stdout)
+
+
+@pytest.mark.skipif(not cuda_dry_run_built(), reason="the library has no CUDA dry run")
+@pytest.mark.parametrize("groups", [False, True])
+def test_a_captured_multi_hot_cuda_step_waits_for_nothing(groups):
+    """Multi-hot labels on the CUDA C++ backend: eagerly the sums over class subsets read their
+    keys' sizes on the host; under graph capture the call takes the class overlaps in blocks of
+    pairs, which read nothing there (csrc/cuda/supcon_cuda.cpp, by_class_subsets)."""
+    import torch
+    from scl_kernels._testing import test_hooks
+
+    g = torch.Generator().manual_seed(0)
+    n = 120
+    features = torch.randn(n, 16, generator=g).to(torch.bfloat16).requires_grad_()
+    hot = torch.rand(n, 12, generator=g) < 0.3  # rows of few classes: the sums, eagerly
+    extra = dict(groups=torch.randint(-1, 4, (n,), generator=g)) if groups else {}
+    temperature = torch.tensor(0.1, dtype=torch.float64)
+
+    def step():
+        loss, _lse, _num_positives = torch.ops.scl.supcon_cuda_dry_run(
+            features, hot, None, None, temperature, n, True, 0, 0.0, True, multi_label="jaccard",
+            **extra)
+        return torch.autograd.grad(loss, [features])
+
+    waits = {}
+    for capturing in (False, True):
+        with test_hooks(device_preparation=True, dry_run_capturing=capturing):
+            waits[capturing] = dict(launch_count.profiled_ledger(step)["waits"])
+    assert waits[False], "eagerly the sums over class subsets read sizes on the host"
+    assert waits[True] == {}, waits[True]

@@ -13,8 +13,9 @@
 namespace scl::class_overlaps {
 namespace {
 
-// The largest overlap a float16 product holds exactly (its integers end at 2^11); rows of more
-// classes take float32 (2^24). Each product accumulates in float32 either way.
+// The most classes whose overlaps a float16 product holds exactly (its integers end at 2^11);
+// more classes take float32 (2^24). Each product accumulates in float32 either way. Told by the
+// words' count, not the rows' class counts, so that the host reads nothing.
 constexpr int64_t kHalfExactClasses = 2048;
 // The most elements of one block's class rows (32 MiB of float16): past C = 4,096 classes the
 // blocks narrow below 4,096 rows.
@@ -35,12 +36,12 @@ void for_each_weight_block(const SupConProblem& p, const WeightBlockVisit& visit
   if (p.m == 0 || p.n == 0) return;
   const at::Tensor anchor_counts = class_subsets::class_counts(p.anchor_words);
   const at::Tensor contrast_counts = class_subsets::class_counts(p.contrast_words);
-  const int64_t most = at::maximum(anchor_counts.max(), contrast_counts.max()).item<int64_t>();
-  const at::ScalarType overlap_type = most <= kHalfExactClasses ? at::kHalf : at::kFloat;
+  const int64_t width = 64 * p.anchor_words.size(1);  // the classes the words can hold
+  const at::ScalarType overlap_type = width <= kHalfExactClasses ? at::kHalf : at::kFloat;
   // Square blocks of chunk_elements() pairs, narrower where a block's class rows (64 K values
   // a row) would pass kClassRowElements: every temporary stays bounded whatever N and C.
   const int64_t elements = chunk_elements();
-  const int64_t most_rows = kClassRowElements / std::max<int64_t>(1, 64 * p.anchor_words.size(1));
+  const int64_t most_rows = kClassRowElements / std::max<int64_t>(1, width);
   const int64_t block_rows = std::max<int64_t>(
       1, std::min<int64_t>(std::llround(std::sqrt(double(elements))), most_rows));
   const int64_t block_cols =

@@ -407,17 +407,11 @@ bool host_may_wait(const at::Tensor& like) { return !stream_is_capturing(like); 
 
 // Multi-hot positives as ATen ops on the device (no positive walk of CUDA C++ kernels yet):
 // sums over class subsets gathered there for rows of few classes, else the pairs' class
-// overlaps in blocks. Both read sizes on the host (the keys' count, the largest class count),
-// which a captured stream cannot wait for.
-void require_eager_multi_hot(const SupConProblem& p) {
-  TORCH_CHECK(host_may_wait(p.z),
-              "backend='cuda' reads the sizes of multi-hot labels' positives on the host, which "
-              "a CUDA graph capture cannot wait for: run such calls eagerly");
-}
-
+// overlaps in blocks. The sums' keys need their count on the host, which a captured stream
+// cannot wait for: a capture takes the blocks, which read nothing on the host.
 bool by_class_subsets(const SupConProblem& p) {
-  require_eager_multi_hot(p);
-  return class_subsets::takes_class_subsets([&] { return class_subsets::fit_on_device(p); });
+  return host_may_wait(p.z) &&
+         class_subsets::takes_class_subsets([&] { return class_subsets::fit_on_device(p); });
 }
 
 MultiLabelPositives multi_label_positives(const SupConProblem& p) {

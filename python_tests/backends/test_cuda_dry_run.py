@@ -311,12 +311,13 @@ def test_multi_hot_rows_of_many_classes(case, rule, dtype, blocks, randn, randin
 
 
 @pytest.mark.parametrize("rule", ["any", "jaccard"])
-def test_multi_hot_rows_past_float16_overlaps(rule, randn, gen):
-    """Rows of more than 2,048 classes: overlaps no float16 product holds exactly (float32)."""
-    n, classes = 24, 2100
+@pytest.mark.parametrize("classes", [2048, 2100])  # the last C whose overlaps float16 holds, one past
+def test_multi_hot_rows_of_thousands_of_classes(rule, classes, randn, gen):
+    """Rows of every class: overlaps up to C, exact in float16 to 2,048, in float32 past it."""
+    n = 24
     hot = torch.zeros(n, classes, dtype=torch.bool)
-    hot[0] = hot[1] = True  # 2,100 classes each, overlap 2,100
-    hot[2, 1:2090] = True  # overlap 2,089 with rows 0 and 1: no float16
+    hot[0] = hot[1] = True  # overlap C
+    hot[2, 1:classes - 10] = True  # overlap C - 11 with rows 0 and 1: odd, past 2,048 no float16
     hot[3:, :] = torch.arange(classes) % (torch.arange(3, n) + 2).unsqueeze(1) == 0
     check((randn(n, 16, dtype=torch.float32), hot, None, None, torch.tensor(0.1), n, True), gen,
           multi_label=rule)
@@ -382,6 +383,18 @@ def test_multi_hot_groups(case, rule, dtype, temperature, path, groups, randn, r
         ref = check(args, gen, anchor_offset=offset, multi_label=rule, **kw).ref.ref
     # Pairs of one group leave the denominator where they share no class, and stay where they do.
     assert ref.weights.numel() and (ref.weights > 0).any()
+
+
+@pytest.mark.parametrize("groups", [False, True])
+def test_multi_hot_under_graph_capture(groups, randn, randint, gen):
+    """A captured call takes the class overlaps in blocks of pairs (the sums over class subsets
+    read sizes on the host): the same loss and gradients (its host reads:
+    bench/tests/test_bench_launch_count.py)."""
+    args, _ = _multi_hot_args("single", lambda rows: few_class_rows(randint, rows, 9),
+                              torch.bfloat16, 0.1, randn, randint)
+    kw = dict(groups=randint(-1, 4, (args[0].shape[0],))) if groups else {}
+    with test_hooks(dry_run_capturing=True):
+        check(args, gen, multi_label="jaccard", **kw)
 
 
 def test_multi_hot_groups_leave_anchors_only_their_positives(randn, gen):

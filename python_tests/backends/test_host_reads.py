@@ -19,6 +19,7 @@ import torch
 import scl_kernels
 from scl_kernels._testing import test_hooks
 from support import needs
+from support.cuda_graphs import capture
 from support.layouts import make_layout
 
 pytestmark = needs.hooks
@@ -171,16 +172,7 @@ def test_cuda_graph_replays_forward_and_backward(backend_name, randn, randint):
             loss.backward()
             return loss
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up (and Triton's autotuning) off the capture
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        x.grad = None
-        with torch.cuda.graph(graph):
-            captured = step()
+        graph, captured = capture(step)
         assert scl_kernels.raise_deferred_value_errors() is None  # the warm-up's, read after it
         fresh = randn(300, 128, dtype=torch.bfloat16, scale=2.0).cuda()
         with torch.no_grad():
@@ -212,15 +204,7 @@ def test_cuda_graph_replays_a_learnable_temperature(backend_name, dtype, randn, 
             loss.backward()
             return loss
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = step()
+        graph, captured = capture(step)
         assert scl_kernels.raise_deferred_value_errors() is None
         with torch.no_grad():
             temperature.fill_(0.3)
