@@ -34,8 +34,12 @@ at::Tensor class_rows(const at::Tensor& words, at::ScalarType type) {
 // in the elementwise steps, which move N^2 elements each.
 void for_each_weight_block(const SupConProblem& p, const WeightBlockVisit& visit) {
   if (p.m == 0 || p.n == 0) return;
-  const at::Tensor anchor_counts = class_subsets::class_counts(p.anchor_words);
-  const at::Tensor contrast_counts = class_subsets::class_counts(p.contrast_words);
+  // The rows' class counts, for the union of "jaccard" only.
+  const bool jaccard = p.multi_label == MultiLabelRule::kJaccard;
+  const at::Tensor anchor_counts =
+      jaccard ? class_subsets::class_counts(p.anchor_words).to(at::kFloat) : at::Tensor();
+  const at::Tensor contrast_counts =
+      jaccard ? class_subsets::class_counts(p.contrast_words).to(at::kFloat) : at::Tensor();
   const int64_t width = 64 * p.anchor_words.size(1);  // the classes the words can hold
   const at::ScalarType overlap_type = width <= kHalfExactClasses ? at::kHalf : at::kFloat;
   // Square blocks of chunk_elements() pairs, narrower where a block's class rows (64 K values
@@ -49,18 +53,18 @@ void for_each_weight_block(const SupConProblem& p, const WeightBlockVisit& visit
   for (int64_t i0 = 0; i0 < p.m; i0 += block_rows) {
     const int64_t rows = std::min(block_rows, p.m - i0);
     const at::Tensor anchors = class_rows(p.anchor_words.narrow(0, i0, rows), overlap_type);
-    const at::Tensor n = anchor_counts.narrow(0, i0, rows).to(at::kFloat).unsqueeze(1);
     for (int64_t j0 = 0; j0 < p.n; j0 += block_cols) {
       const int64_t cols = std::min(block_cols, p.n - j0);
       const at::Tensor columns = class_rows(p.contrast_words.narrow(0, j0, cols), overlap_type);
       const at::Tensor shared = at::mm(anchors, columns.t()).to(at::kFloat);
       at::Tensor w;
-      if (p.multi_label == MultiLabelRule::kAny) {
-        w = (shared > 0).to(at::kFloat);
-      } else {
+      if (jaccard) {
         // |Y_i | Y_j| >= 1 wherever they share a class; elsewhere the clamp keeps 0 / 0 out
-        const at::Tensor m = contrast_counts.narrow(0, j0, cols).to(at::kFloat).unsqueeze(0);
+        const at::Tensor n = anchor_counts.narrow(0, i0, rows).unsqueeze(1);
+        const at::Tensor m = contrast_counts.narrow(0, j0, cols).unsqueeze(0);
         w = shared / (n + m - shared).clamp_min(1.0);
+      } else {
+        w = (shared > 0).to(at::kFloat);
       }
       if (p.single_set) w.diagonal(i0 + p.anchor_offset - j0).zero_();
       visit(i0, rows, j0, cols, w);

@@ -28,10 +28,10 @@ void for_each_block(const SupConProblem& p, const at::Tensor& u, const at::Tenso
   class_overlaps::for_each_weight_block(
       p, [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols, const at::Tensor& w) {
         const at::Tensor anchor_group = p.anchor_group.narrow(0, i0, rows).unsqueeze(1);
+        const at::Tensor contrast_group = p.contrast_group.narrow(0, j0, cols).unsqueeze(0);
         const at::Tensor in_g = (w > 0)
                                     .logical_and_(anchor_group >= 0)
-                                    .logical_and_(anchor_group ==
-                                                  p.contrast_group.narrow(0, j0, cols).unsqueeze(0));
+                                    .logical_and_(anchor_group == contrast_group);
         at::Tensor logits =
             at::mm(u.narrow(0, i0, rows), v.narrow(0, j0, cols).t()).to(at::kDouble);
         visit(i0, rows, j0, cols, p.temperature.divide(logits), in_g);
@@ -56,11 +56,10 @@ at::Tensor add_to_lse(const SupConProblem& p, const at::Tensor& lse) {
   const auto [u, v] = unit_rows(p);
   at::Tensor added = at::full({p.m}, kMinusInf, lse.options());
   for_each_block(p, u, v, [&](int64_t i0, int64_t rows, int64_t, int64_t, at::Tensor& logits,
-                        const at::Tensor& in_g) {
+                              const at::Tensor& in_g) {
+    const at::Tensor block = at::logsumexp(logits.masked_fill_(in_g.logical_not(), kMinusInf), 1);
     at::Tensor part = added.narrow(0, i0, rows);
-    part.copy_(at::logaddexp(part, at::logsumexp(logits.masked_fill_(in_g.logical_not(),
-                                                                     kMinusInf),
-                                                 1)));
+    part.copy_(at::logaddexp(part, block));
   });
   return at::logaddexp(lse, added);
 }
@@ -70,8 +69,8 @@ std::pair<at::Tensor, at::Tensor> softmax_grads(const SupConProblem& p, const at
   const auto [u, v] = unit_rows(p);
   const at::TensorOptions f64 = lse.options();
   at::Tensor dq = at::zeros({p.m, p.d}, f64), dz = at::zeros({p.n, p.d}, f64);
-  for_each_block(p, u, v, [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols, at::Tensor& logits,
-                        const at::Tensor& in_g) {
+  for_each_block(p, u, v, [&](int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                              at::Tensor& logits, const at::Tensor& in_g) {
     // g_i p_ij on G(i), 0 elsewhere: float32 products, as the tiles'
     const at::Tensor weights =
         at::where(in_g, (logits - lse.narrow(0, i0, rows).unsqueeze(1)).exp_(), 0.0)

@@ -107,8 +107,8 @@ SupConProblem prepare_problem(
     const std::function<PreparedRows(const RowPreparationInputs&)>& prepare_rows);
 
 // Elements per chunk of the temporaries that the row-wise stages and the blocks of pairs make
-// (2^24: 64 MiB of float32, 128 MiB of float64); tests set smaller chunks (TestHooks::chunk_elements) to run the
-// chunked paths on small inputs.
+// (2^24: 64 MiB of float32, 128 MiB of float64); tests set smaller chunks
+// (TestHooks::chunk_elements) to run the chunked paths on small inputs.
 int64_t chunk_elements();
 
 // Per-anchor loss l_i from the float64 log-sum-exp: in the loss dtype, 0 without positives.

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <utility>
 
 #include "../core/class_overlap_products.h"
 #include "../core/class_subset_gathers.h"
@@ -129,17 +130,14 @@ Operands operands(const SupConProblem& p) {
   o.q = p.single_set ? o.z.narrow(0, p.anchor_offset, p.q.size(0)) : kernel_rows(p.q);
   o.rq = p.q_inv_norm.to(at::kFloat).contiguous();
   o.rz = p.z_inv_norm.to(at::kFloat).contiguous();
-  if (group_shared_class_pairs::apply(p)) {
-    // Multi-hot labels: every pair of one group leaves the tiles' denominator; the pairs that
-    // share a class come back beside them (lse_tiles, multi_label_walk).
-    const auto [anchor_pair_class, contrast_pair_class] =
-        group_shared_class_pairs::own_pair_classes(p);
-    o.q_groups = group_ids(p.anchor_group, anchor_pair_class);
-    o.z_groups = group_ids(p.contrast_group, contrast_pair_class);
-  } else {
-    o.q_groups = group_ids(p.anchor_group, p.anchor_pair_class);
-    o.z_groups = group_ids(p.contrast_group, p.contrast_pair_class);
-  }
+  // Multi-hot labels: every pair of one group leaves the tiles' denominator; the pairs that
+  // share a class come back beside them (lse_tiles, multi_label_walk).
+  const auto [anchor_pair_class, contrast_pair_class] =
+      group_shared_class_pairs::apply(p)
+          ? group_shared_class_pairs::own_pair_classes(p)
+          : std::pair{p.anchor_pair_class, p.contrast_pair_class};
+  o.q_groups = group_ids(p.anchor_group, anchor_pair_class);
+  o.z_groups = group_ids(p.contrast_group, contrast_pair_class);
   return o;
 }
 
