@@ -80,10 +80,9 @@ class Stage:
 STAGES = (
     Stage("preflight", 30, 10, "nvidia-smi, ncu and sanitizer versions, python with torch and "
           "triton imported (about 5 s)"),
-    Stage("build", 180, 90, "sm_90a only: 71-88 s on H100s with 16 cores (2026-11-26/27); the "
-          "group-masked kernels (2026-12-03) compile in units of their own, each about as long as "
-          "its plain twin (nvcc sm_90a, the 2-core VM: 80 / 86 s for sm80), so the longest unit "
-          "stays as it was"),
+    Stage("build", 180, 90, "sm_90a only: 71-88 s on H100s with 16 cores (2026-11-26/27); on "
+          "the 2-core VM (2026-12-03, a fresh clone, the carried headers, no index) 177 s with 2 "
+          "jobs, the longest unit 51 s, so 16 cores wait for that unit and the link"),
     Stage("smoke", 60, 30, "two processes' CUDA start (about 8 s each), cases 18-19 twice, three "
           "walks' warm-up and step at 65,536 (about 10 ms a step)"),
     Stage("timings", 170, 120, "bench.gpu.walks' prediction: 24 CUDA C++ rows and one Triton row "
